@@ -1,0 +1,41 @@
+--[[
+  Claim up to N ready jobs for attempts: each gets a lease in the in-flight set
+  and its attempt counter (which is also the lease's fencing token) goes up.
+  Ids whose job is no longer `ready` (cancelled while queued, or expired) are
+  dropped from the list without being claimed.
+
+  Input:
+    KEYS[1] ready list      <ns>:{p}:ready
+    KEYS[2] inflight zset   <ns>:{p}:inflight
+    ARGV[1] N, the most jobs to claim
+    ARGV[2] job key prefix  <ns>:{p}:job:  (job hashes of the same hash tag)
+    ARGV[3] default lease in ms
+  Output:
+    {now, more, id1, attempt1, due1, spec1, id2, ...}: `more` is 1 when N ids
+    were popped (the list may hold more), 0 when the list ran dry.
+]]
+local rcall = redis.call
+local t = rcall('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local want = tonumber(ARGV[1])
+
+local ids = rcall('LPOP', KEYS[1], want)
+local out = {now, 0}
+if not ids then return out end
+if #ids == want then out[2] = 1 end
+
+for _, id in ipairs(ids) do
+  local key = ARGV[2] .. id
+  local f = rcall('HMGET', key, 'state', 'att', 'due', 'job', 'lease')
+  if f[1] == 'ready' then
+    local attempt = tonumber(f[2]) + 1
+    local lease = tonumber(f[5]) or tonumber(ARGV[3])
+    rcall('HSET', key, 'state', 'inflight', 'att', attempt, 'ut', now)
+    rcall('ZADD', KEYS[2], now + lease, id)
+    out[#out + 1] = id
+    out[#out + 1] = attempt
+    out[#out + 1] = tonumber(f[3])
+    out[#out + 1] = f[4]
+  end
+end
+return out

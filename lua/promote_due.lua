@@ -1,0 +1,38 @@
+--[[
+  Move due jobs from the due set to the ready list, a bounded batch at a time.
+
+  Input:
+    KEYS[1] due zset        <ns>:{p}:due
+    KEYS[2] ready list      <ns>:{p}:ready
+    ARGV[1] batch size (at most this many jobs are moved)
+    ARGV[2] job key prefix  <ns>:{p}:job:  (job hashes of the same hash tag)
+    ARGV[3] wake channel
+    ARGV[4] partition number
+  Output:
+    {moved, next_due, now}: next_due is the score of the earliest job left in
+    the due set, or -1 when it is empty.
+]]
+local rcall = redis.call
+local t = rcall('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local members = rcall('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[1]))
+local moved = #members
+if moved > 0 then
+  local ids = {}
+  for i, member in ipairs(members) do
+    local id = string.sub(member, 13)
+    ids[i] = id
+    rcall('HSET', ARGV[2] .. id, 'state', 'ready', 'ut', now)
+    rcall('HDEL', ARGV[2] .. id, 'seq')
+  end
+  rcall('ZREM', KEYS[1], unpack(members))
+  if rcall('RPUSH', KEYS[2], unpack(ids)) == moved then
+    rcall('PUBLISH', ARGV[3], 'r' .. ARGV[4])
+  end
+end
+
+local head = rcall('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local next_due = -1
+if head[2] then next_due = tonumber(head[2]) end
+return {moved, next_due, now}

@@ -1,0 +1,62 @@
+--[[
+  Take back attempts whose lease expired (the daemon running them died or
+  hung): each job becomes ready again at once, or is dead-lettered when the
+  lost attempt was its last allowed one. The attempt counter is not touched, so
+  the late outcome of the lost attempt fails its fencing check.
+
+  Input:
+    KEYS[1] inflight zset   <ns>:{p}:inflight
+    KEYS[2] ready list      <ns>:{p}:ready
+    KEYS[3] dead stream     <ns>:{p}:dead
+    ARGV[1] batch size
+    ARGV[2] job key prefix      <ns>:{p}:job:   (same hash tag)
+    ARGV[3] history key prefix  <ns>:{p}:hist:  (same hash tag)
+    ARGV[4] retention in ms
+    ARGV[5] dead-letter stream cap (approximate MAXLEN)
+    ARGV[6] wake channel
+    ARGV[7] partition number
+  Output:
+    {reclaimed, dead_lettered, next_deadline, now}: next_deadline is the
+    earliest lease left in the set, or -1 when it is empty.
+]]
+local rcall = redis.call
+local t = rcall('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local ids = rcall('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[1]))
+local requeued, dead = 0, 0
+for _, id in ipairs(ids) do
+  local key = ARGV[2] .. id
+  local f = rcall('HMGET', key, 'state', 'att', 'max', 'job')
+  if f[1] == 'inflight' then
+    local record = cjson.encode({at = now, error = 'lease_expired',
+      message = 'the attempt lease expired before an outcome was recorded'})
+    rcall('LPUSH', ARGV[3] .. id, record)
+    rcall('LTRIM', ARGV[3] .. id, 0, 19)
+    if tonumber(f[2]) >= tonumber(f[3]) then
+      local ok, spec = pcall(cjson.decode, f[4])
+      local topic = 'default'
+      if ok and type(spec) == 'table' and spec.topic then topic = spec.topic end
+      local entry = rcall('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*',
+        'id', id, 'topic', topic, 'attempts', f[2], 'last_error',
+        'lease_expired: the attempt lease expired before an outcome was recorded',
+        'last_status', '', 'job', f[4], 'dead_at', now)
+      rcall('HSET', key, 'state', 'dead', 'dl', entry, 'ut', now)
+      rcall('PEXPIRE', key, ARGV[4])
+      rcall('PEXPIRE', ARGV[3] .. id, ARGV[4])
+      dead = dead + 1
+    else
+      rcall('HSET', key, 'state', 'ready', 'ut', now)
+      if rcall('RPUSH', KEYS[2], id) == 1 then
+        rcall('PUBLISH', ARGV[6], 'r' .. ARGV[7])
+      end
+      requeued = requeued + 1
+    end
+  end
+end
+if #ids > 0 then rcall('ZREM', KEYS[1], unpack(ids)) end
+
+local head = rcall('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local next_deadline = -1
+if head[2] then next_deadline = tonumber(head[2]) end
+return {requeued, dead, next_deadline, now}

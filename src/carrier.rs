@@ -1,0 +1,169 @@
+//! The carrier: moves due jobs from each partition's `due` zset to its `ready`
+//! list on time, and takes back attempts whose lease expired (`inflight`
+//! zset → `ready` list or dead letter).
+//!
+//! There is no fixed-interval polling. The carrier remembers, per partition,
+//! the earliest due time and the earliest lease deadline Redis reported, and
+//! sleeps until the soonest of them. It is woken early by [`Signals`] when a
+//! job with an earlier due time arrives (from this process or from another
+//! instance, via the wake channel). Promotion runs in bounded batches
+//! (`PROMOTE_BATCH` jobs per script call) so a mass-due spike never stalls
+//! Redis; several carriers may run at once because every move is one atomic
+//! script.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::RedisClock;
+use crate::store::Store;
+use crate::wake::Signals;
+
+/// Jobs moved per promotion script call.
+pub const PROMOTE_BATCH: usize = 256;
+/// Expired leases taken back per reclaim script call.
+pub const RECLAIM_BATCH: usize = 256;
+/// Longest sleep without re-reading Redis: a safety net only, timing never
+/// depends on it (wakeups and known due times do).
+pub const MAX_SLEEP: Duration = Duration::from_secs(60);
+
+/// Sentinel for "nothing known to be due".
+const NEVER: i64 = i64::MAX;
+
+/// The promotion and lease-recovery loop of one daemon.
+pub struct Carrier {
+    store: Store,
+    signals: Arc<Signals>,
+    clock: RedisClock,
+    /// How often an empty or far-off in-flight set is re-read: no lease
+    /// granted after a check can expire sooner than this after it.
+    lease_recheck: Duration,
+}
+
+impl Carrier {
+    /// A carrier over `store`; `lease_recheck` should not exceed the shortest
+    /// lease (the lease margin does not).
+    pub fn new(store: Store, signals: Arc<Signals>, clock: RedisClock, lease_recheck: Duration) -> Self {
+        Carrier {
+            store,
+            signals,
+            clock,
+            lease_recheck,
+        }
+    }
+
+    /// Runs until `token` is cancelled.
+    pub async fn run(self, token: CancellationToken) {
+        let partitions = self.store.keys().partitions();
+        let mut next_due = vec![0i64; partitions as usize];
+        let mut next_lease = vec![0i64; partitions as usize];
+        let mut failures = 0u32;
+        loop {
+            for p in 0..partitions {
+                if let Some(hint) = self.signals.take_due_hint(p) {
+                    next_due[p as usize] = next_due[p as usize].min(hint);
+                }
+            }
+            let now = self.clock.now_ms();
+            let due_now: Vec<u16> = (0..partitions).filter(|p| next_due[*p as usize] <= now).collect();
+            let leases_now: Vec<u16> = (0..partitions).filter(|p| next_lease[*p as usize] <= now).collect();
+
+            let mut again = false;
+            let mut ok = true;
+            let promotions = join_all(due_now.iter().map(|&p| self.store.promote(p, PROMOTE_BATCH))).await;
+            for (&p, result) in due_now.iter().zip(promotions) {
+                match result {
+                    Ok(promotion) => {
+                        self.clock.observe(promotion.now);
+                        if promotion.moved > 0 {
+                            self.signals.ready(p);
+                            metrics::counter!("hookq_promoted_total").increment(promotion.moved as u64);
+                        }
+                        if promotion.moved == PROMOTE_BATCH {
+                            again = true;
+                            next_due[p as usize] = 0;
+                        } else {
+                            next_due[p as usize] = promotion.next_due.unwrap_or(NEVER);
+                        }
+                    }
+                    Err(err) => {
+                        ok = false;
+                        tracing::warn!(partition = p, cause = %err, "promotion failed");
+                    }
+                }
+            }
+            let reclaims = join_all(leases_now.iter().map(|&p| self.store.reclaim(p, RECLAIM_BATCH))).await;
+            for (&p, result) in leases_now.iter().zip(reclaims) {
+                match result {
+                    Ok(reclaim) => {
+                        if reclaim.requeued > 0 {
+                            self.signals.ready(p);
+                        }
+                        if reclaim.requeued + reclaim.dead > 0 {
+                            tracing::warn!(
+                                partition = p,
+                                requeued = reclaim.requeued,
+                                dead_lettered = reclaim.dead,
+                                "took back attempts whose lease expired"
+                            );
+                            metrics::counter!("hookq_leases_expired_total")
+                                .increment((reclaim.requeued + reclaim.dead) as u64);
+                        }
+                        let recheck = reclaim.now + self.lease_recheck.as_millis() as i64;
+                        next_lease[p as usize] = if reclaim.requeued + reclaim.dead == RECLAIM_BATCH {
+                            again = true;
+                            0
+                        } else {
+                            reclaim.next_deadline.unwrap_or(NEVER).min(recheck)
+                        };
+                    }
+                    Err(err) => {
+                        ok = false;
+                        tracing::warn!(partition = p, cause = %err, "lease recovery failed");
+                    }
+                }
+            }
+
+            if !ok {
+                // Redis is unreachable or failing: back off, then re-read everything.
+                failures += 1;
+                let backoff = Duration::from_millis(50 << failures.min(5));
+                tokio::select! {
+                    biased;
+                    _ = token.cancelled() => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                continue;
+            }
+            failures = 0;
+            if again {
+                // A full batch: more may be due. Let workers run, then continue.
+                tokio::task::yield_now().await;
+                if token.is_cancelled() {
+                    return;
+                }
+                continue;
+            }
+
+            let earliest = next_due.iter().chain(next_lease.iter()).copied().min().unwrap_or(NEVER);
+            let max_wake = tokio::time::Instant::now() + MAX_SLEEP;
+            let wake_at = if earliest == NEVER {
+                max_wake
+            } else {
+                tokio::time::Instant::from_std(self.clock.instant_at(earliest)).min(max_wake)
+            };
+            tokio::select! {
+                biased;
+                _ = token.cancelled() => return,
+                _ = self.signals.carrier.notified() => {}
+                _ = tokio::time::sleep_until(wake_at) => {
+                    if wake_at == max_wake {
+                        next_due.iter_mut().for_each(|d| *d = 0);
+                    }
+                }
+            }
+        }
+    }
+}

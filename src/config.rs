@@ -1,0 +1,498 @@
+//! Configuration: the TOML keys of SPEC §7, their defaults, the layering
+//! (defaults → file → `HOOKQ_<SECTION>__<KEY>` environment → flags) and the
+//! validation that names the offending key.
+//!
+//! Nothing here touches Redis or the network; `Config::load` is pure apart from
+//! reading the file and the environment it is given.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use serde::{Deserialize, Deserializer};
+
+/// The whole daemon configuration, one struct per TOML section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// `[redis]`: where jobs live.
+    pub redis: RedisConfig,
+    /// `[api]`: the HTTP ingest API.
+    pub api: ApiConfig,
+    /// `[delivery]`: how attempts are made.
+    pub delivery: DeliveryConfig,
+    /// `[retention]`: how long finished records stay.
+    pub retention: RetentionConfig,
+    /// `[log]`: logging.
+    pub log: LogConfig,
+}
+
+/// `[redis]` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisConfig {
+    /// Connection URL of a single Redis (`redis://` or `rediss://`).
+    pub url: String,
+    /// Seed nodes of a Redis Cluster; non-empty switches to cluster mode.
+    pub cluster_nodes: Vec<String>,
+    /// Key prefix, so several deployments can share one Redis.
+    pub namespace: String,
+    /// Number of hash-tagged key groups the jobs are spread over.
+    pub partitions: u16,
+}
+
+/// `[api]` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiConfig {
+    /// Address the HTTP API listens on.
+    pub listen: String,
+    /// Bearer tokens accepted on `/v1/*`; empty means no authentication.
+    pub tokens: Vec<String>,
+    /// Request body limit, also a job's body limit.
+    #[serde(deserialize_with = "de_size")]
+    pub max_body: u64,
+    /// Request body limit of `POST /v1/jobs/batch`.
+    #[serde(deserialize_with = "de_size")]
+    pub max_batch_body: u64,
+}
+
+/// `[delivery]` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DeliveryConfig {
+    /// Concurrent attempts in this daemon.
+    pub workers: usize,
+    /// Default per-attempt timeout.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Upper bound of a job's own `timeout`.
+    #[serde(with = "humantime_serde")]
+    pub max_timeout: Duration,
+    /// Added to the attempt timeout to form the lease (TTR) of an attempt.
+    #[serde(with = "humantime_serde")]
+    pub lease_margin: Duration,
+    /// Default retry ladder: delay before attempt k+1 after failure k.
+    #[serde(deserialize_with = "de_durations")]
+    pub retry: Vec<Duration>,
+    /// Fraction (0..=1) of each rung added at random; only ever adds time.
+    pub jitter: f64,
+    /// Concurrent attempts to one host (scheme, host, port).
+    pub per_host_concurrency: usize,
+    /// Statuses that dead-letter a job at once.
+    pub dead_letter_statuses: Vec<u16>,
+    /// Turns the SSRF guard off.
+    pub allow_private: bool,
+    /// Private ranges deliveries may reach while the guard is on.
+    pub allow_cidrs: Vec<String>,
+    /// Standard Webhooks secrets (`whsec_...`); several for rotation.
+    pub signing_secrets: Vec<String>,
+    /// Jobs claimed from Redis in one round trip, at most.
+    pub claim_batch: usize,
+    /// How long a graceful stop waits for in-flight attempts.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+}
+
+/// `[retention]` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// How long delivered, dead and cancelled job records are kept.
+    #[serde(with = "humantime_serde")]
+    pub finished: Duration,
+    /// Approximate cap on each dead-letter stream's length.
+    pub dead_letters_max: u64,
+}
+
+/// `[log]` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `text` or `json`.
+    pub format: String,
+    /// A tracing filter, e.g. `info` or `hookq=debug,info`.
+    pub level: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            redis: RedisConfig::default(),
+            api: ApiConfig::default(),
+            delivery: DeliveryConfig::default(),
+            retention: RetentionConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            url: "redis://127.0.0.1:6379/0".into(),
+            cluster_nodes: Vec::new(),
+            namespace: "hookq".into(),
+            partitions: 16,
+        }
+    }
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            listen: "127.0.0.1:8080".into(),
+            tokens: Vec::new(),
+            max_body: 1 << 20,
+            max_batch_body: 16 << 20,
+        }
+    }
+}
+
+/// The default retry ladder of SPEC §4: 15s, 3m, 10m, 30m, 1h, 2h, 6h, 15h.
+pub fn default_ladder() -> Vec<Duration> {
+    [15, 180, 600, 1800, 3600, 7200, 21600, 54000]
+        .into_iter()
+        .map(Duration::from_secs)
+        .collect()
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        DeliveryConfig {
+            workers: 512,
+            timeout: Duration::from_secs(10),
+            max_timeout: Duration::from_secs(60),
+            lease_margin: Duration::from_secs(20),
+            retry: default_ladder(),
+            jitter: 0.0,
+            per_host_concurrency: 64,
+            dead_letter_statuses: vec![410],
+            allow_private: false,
+            allow_cidrs: Vec::new(),
+            signing_secrets: Vec::new(),
+            claim_batch: 64,
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig {
+            finished: Duration::from_secs(7 * 24 * 3600),
+            dead_letters_max: 1_000_000,
+        }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            format: "text".into(),
+            level: "info".into(),
+        }
+    }
+}
+
+/// Prefix of the environment variables that override config keys.
+pub const ENV_PREFIX: &str = "HOOKQ_";
+
+impl Config {
+    /// Loads defaults, then `file` (if any), then `HOOKQ_<SECTION>__<KEY>`
+    /// variables from `env`, and validates the result.
+    pub fn load<I>(file: Option<&Path>, env: I) -> anyhow::Result<Config>
+    where
+        I: IntoIterator<Item = (String, String)>,
+    {
+        let mut table = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read config file {}", path.display()))?;
+                toml::from_str::<toml::Table>(&text)
+                    .with_context(|| format!("config file {} is not valid TOML", path.display()))?
+            }
+            None => toml::Table::new(),
+        };
+        apply_env(&mut table, env)?;
+        let config: Config = serde_path_to_error::deserialize(toml::Value::Table(table))
+            .map_err(|err| {
+                let path = err.path().to_string();
+                anyhow::anyhow!("config key `{}`: {}", path, err.into_inner())
+            })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Loads from a file and the process environment.
+    pub fn from_process(file: Option<&Path>) -> anyhow::Result<Config> {
+        Config::load(file, std::env::vars())
+    }
+
+    /// Checks the invariants that types cannot express; the error names the key.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let r = &self.redis;
+        if r.cluster_nodes.is_empty() {
+            redis::parse_redis_url(&r.url)
+                .with_context(|| format!("config key `redis.url`: `{}` is not a redis:// or rediss:// URL", r.url))?;
+        }
+        for node in &r.cluster_nodes {
+            if redis::parse_redis_url(node).is_none() {
+                bail!("config key `redis.cluster_nodes`: `{node}` is not a redis:// URL");
+            }
+        }
+        if r.namespace.is_empty()
+            || r.namespace.len() > 64
+            || !r
+                .namespace
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        {
+            bail!("config key `redis.namespace`: must be 1-64 characters of [A-Za-z0-9._-]");
+        }
+        if !(1..=1024).contains(&r.partitions) {
+            bail!("config key `redis.partitions`: must be between 1 and 1024");
+        }
+        let a = &self.api;
+        a.listen
+            .parse::<SocketAddr>()
+            .with_context(|| format!("config key `api.listen`: `{}` is not an address like 127.0.0.1:8080", a.listen))?;
+        if a.tokens.iter().any(|t| t.len() < 8) {
+            bail!("config key `api.tokens`: every token must be at least 8 characters");
+        }
+        if a.max_body == 0 || a.max_batch_body == 0 {
+            bail!("config keys `api.max_body` / `api.max_batch_body` must be positive");
+        }
+        let d = &self.delivery;
+        if d.workers == 0 {
+            bail!("config key `delivery.workers`: must be at least 1");
+        }
+        if d.timeout.is_zero() {
+            bail!("config key `delivery.timeout`: must be positive");
+        }
+        if d.max_timeout < d.timeout {
+            bail!("config key `delivery.max_timeout`: must be at least `delivery.timeout`");
+        }
+        if d.lease_margin < Duration::from_millis(100) {
+            bail!("config key `delivery.lease_margin`: must be at least 100ms so a lease outlives its attempt");
+        }
+        if d.retry.len() > 64 {
+            bail!("config key `delivery.retry`: at most 64 rungs");
+        }
+        if d.retry.iter().any(Duration::is_zero) {
+            bail!("config key `delivery.retry`: every rung must be positive");
+        }
+        if !(0.0..=1.0).contains(&d.jitter) {
+            bail!("config key `delivery.jitter`: must be between 0 and 1");
+        }
+        if d.per_host_concurrency == 0 {
+            bail!("config key `delivery.per_host_concurrency`: must be at least 1");
+        }
+        if d.dead_letter_statuses.iter().any(|s| !(100..=599).contains(s)) {
+            bail!("config key `delivery.dead_letter_statuses`: statuses must be 100..=599");
+        }
+        for cidr in &d.allow_cidrs {
+            cidr.parse::<ipnet::IpNet>()
+                .with_context(|| format!("config key `delivery.allow_cidrs`: `{cidr}` is not a CIDR like 10.0.0.0/8"))?;
+        }
+        for (i, secret) in d.signing_secrets.iter().enumerate() {
+            crate::delivery::signing::SigningSecret::parse(secret)
+                .with_context(|| format!("config key `delivery.signing_secrets[{i}]`"))?;
+        }
+        if !(1..=1000).contains(&d.claim_batch) {
+            bail!("config key `delivery.claim_batch`: must be between 1 and 1000");
+        }
+        if self.retention.finished < Duration::from_secs(1) {
+            bail!("config key `retention.finished`: must be at least 1s");
+        }
+        if self.retention.dead_letters_max == 0 {
+            bail!("config key `retention.dead_letters_max`: must be positive");
+        }
+        if !matches!(self.log.format.as_str(), "text" | "json") {
+            bail!("config key `log.format`: must be `text` or `json`");
+        }
+        tracing_subscriber::EnvFilter::try_new(&self.log.level)
+            .with_context(|| format!("config key `log.level`: `{}` is not a log filter", self.log.level))?;
+        Ok(())
+    }
+
+    /// The lease (TTR) of an attempt with the given timeout.
+    pub fn lease_for(&self, timeout: Duration) -> Duration {
+        timeout + self.delivery.lease_margin
+    }
+}
+
+/// Overlays `HOOKQ_<SECTION>__<KEY>=value` variables onto `table`. A value is
+/// read as a TOML value when it parses as one (`true`, `16`, `["1s"]`) and as a
+/// plain string otherwise (`redis://...`).
+fn apply_env<I>(table: &mut toml::Table, env: I) -> anyhow::Result<()>
+where
+    I: IntoIterator<Item = (String, String)>,
+{
+    let mut overrides: BTreeMap<String, String> = BTreeMap::new();
+    for (name, value) in env {
+        if let Some(rest) = name.strip_prefix(ENV_PREFIX) {
+            if rest.contains("__") {
+                overrides.insert(rest.to_string(), value);
+            }
+        }
+    }
+    for (rest, raw) in overrides {
+        let Some((section, key)) = rest.split_once("__") else {
+            continue;
+        };
+        let (section, key) = (section.to_ascii_lowercase(), key.to_ascii_lowercase());
+        let value = toml::from_str::<toml::Table>(&format!("v = {raw}"))
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+            .unwrap_or_else(|| toml::Value::String(raw.clone()));
+        let entry = table
+            .entry(section.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let Some(section_table) = entry.as_table_mut() else {
+            bail!("environment {ENV_PREFIX}{rest}: config `{section}` is not a section");
+        };
+        section_table.insert(key, value);
+    }
+    Ok(())
+}
+
+/// Parses a size like `1MiB`, `512KiB`, `16MB`, `1024` (bytes).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size like 1MiB"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1000,
+        "kib" => 1 << 10,
+        "m" | "mb" => 1_000_000,
+        "mib" => 1 << 20,
+        "g" | "gb" => 1_000_000_000,
+        "gib" => 1 << 30,
+        _ => return Err(format!("`{text}` has an unknown size unit (use B, KiB, MiB, GiB)")),
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("`{text}` is too large"))
+}
+
+fn de_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        Int(u64),
+        Text(String),
+    }
+    match Size::deserialize(d)? {
+        Size::Int(n) => Ok(n),
+        Size::Text(t) => parse_size(&t).map_err(serde::de::Error::custom),
+    }
+}
+
+fn de_durations<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Duration>, D::Error> {
+    let items = Vec::<String>::deserialize(d)?;
+    items
+        .iter()
+        .map(|s| humantime::parse_duration(s).map_err(|e| format!("`{s}`: {e}")))
+        .collect::<Result<_, _>>()
+        .map_err(serde::de::Error::custom)
+}
+
+/// Serde adapter for humantime duration strings.
+mod humantime_serde {
+    use serde::{Deserialize, Deserializer};
+    use std::time::Duration;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s)
+            .map_err(|e| serde::de::Error::custom(format!("`{s}` is not a duration like 10s: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_are_valid_and_match_spec() {
+        let c = Config::load(None, env(&[])).expect("defaults load");
+        assert_eq!(c.redis.partitions, 16);
+        assert_eq!(c.delivery.retry.len(), 8);
+        assert_eq!(c.api.max_body, 1 << 20);
+        assert_eq!(c.delivery.dead_letter_statuses, vec![410]);
+    }
+
+    #[test]
+    fn env_overrides_typed_and_string_values() {
+        let c = Config::load(
+            None,
+            env(&[
+                ("HOOKQ_DELIVERY__ALLOW_PRIVATE", "true"),
+                ("HOOKQ_REDIS__URL", "redis://127.0.0.1:7000/2"),
+                ("HOOKQ_DELIVERY__RETRY", r#"["50ms", "100ms"]"#),
+                ("HOOKQ_API__MAX_BODY", "2MiB"),
+                ("UNRELATED", "x"),
+            ]),
+        )
+        .expect("load");
+        assert!(c.delivery.allow_private);
+        assert_eq!(c.redis.url, "redis://127.0.0.1:7000/2");
+        assert_eq!(c.delivery.retry, vec![Duration::from_millis(50), Duration::from_millis(100)]);
+        assert_eq!(c.api.max_body, 2 << 20);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let cases = [
+            ("HOOKQ_DELIVERY__JITTER", "2.0", "delivery.jitter"),
+            ("HOOKQ_DELIVERY__RETRY", r#"["soon"]"#, "delivery.retry"),
+            ("HOOKQ_DELIVERY__NOPE", "1", "nope"),
+            ("HOOKQ_REDIS__PARTITIONS", "0", "redis.partitions"),
+            ("HOOKQ_API__LISTEN", "nowhere", "api.listen"),
+            ("HOOKQ_API__MAX_BODY", "1 parsec", "api.max_body"),
+            ("HOOKQ_REDIS__NAMESPACE", "a{b}", "redis.namespace"),
+            ("HOOKQ_DELIVERY__TIMEOUT", "\"later\"", "delivery.timeout"),
+            ("HOOKQ_LOG__FORMAT", "xml", "log.format"),
+        ];
+        for (key, value, named) in cases {
+            let err = Config::load(None, env(&[(key, value)])).expect_err(key);
+            let text = format!("{err:#}");
+            assert!(text.contains(named), "{key}={value}: `{text}` should name {named}");
+        }
+    }
+
+    #[test]
+    fn file_then_env() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[delivery]\nworkers = 8\ntimeout = \"2s\"\n").expect("write");
+        let c = Config::load(Some(&path), env(&[("HOOKQ_DELIVERY__WORKERS", "9")])).expect("load");
+        assert_eq!(c.delivery.workers, 9);
+        assert_eq!(c.delivery.timeout, Duration::from_secs(2));
+        std::fs::write(&path, "[delivery]\nworkerz = 8\n").expect("write");
+        let err = Config::load(Some(&path), env(&[])).expect_err("unknown key");
+        assert!(format!("{err:#}").contains("workerz"));
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1MiB"), Ok(1 << 20));
+        assert_eq!(parse_size("512"), Ok(512));
+        assert_eq!(parse_size("16 MB"), Ok(16_000_000));
+        assert!(parse_size("MiB").is_err());
+        assert!(parse_size("99999999999999GiB").is_err());
+    }
+}

@@ -1,0 +1,213 @@
+//! `hookq serve`: wires config → store → carrier, wake subscriber, worker pool
+//! and API, and owns their shutdown.
+//!
+//! One root [`CancellationToken`] stops everything: the API stops accepting,
+//! the carrier and claim loops stop, and attempts in flight get
+//! `delivery.shutdown_grace` to finish (the rest are recovered by their
+//! leases). Tests start a [`Daemon`] in-process on `127.0.0.1:0`.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{self, AppState};
+use crate::carrier::Carrier;
+use crate::clock::RedisClock;
+use crate::config::Config;
+use crate::delivery::Deliverer;
+use crate::store::Store;
+use crate::wake::{self, Signals};
+use crate::worker::WorkerPool;
+
+/// A running daemon.
+pub struct Daemon {
+    addr: SocketAddr,
+    token: CancellationToken,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+/// The process-wide Prometheus recorder (the `metrics` facade is global by
+/// design; installed once, shared by every daemon in the process).
+fn metrics_handle() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
+    static HANDLE: OnceLock<Option<metrics_exporter_prometheus::PrometheusHandle>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let builder = metrics_exporter_prometheus::PrometheusBuilder::new()
+                .set_buckets(&[
+                    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                    30.0, 60.0,
+                ])
+                .ok()?;
+            builder.install_recorder().ok()
+        })
+        .clone()
+}
+
+/// Connects to Redis, retrying with backoff until it answers or `token` is
+/// cancelled.
+async fn connect_store(config: &Config, token: &CancellationToken) -> anyhow::Result<Store> {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match Store::connect(config).await {
+            Ok(store) => return Ok(store),
+            Err(err) => {
+                tracing::warn!(cause = %err, retry_in = ?backoff, "cannot connect to Redis yet");
+            }
+        }
+        tokio::select! {
+            _ = token.cancelled() => anyhow::bail!("stopped before Redis was reachable"),
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+impl Daemon {
+    /// Binds the API, connects to Redis and starts every subsystem.
+    pub async fn start(config: Config) -> anyhow::Result<Daemon> {
+        let config = Arc::new(config);
+        let token = CancellationToken::new();
+        let listener = tokio::net::TcpListener::bind(&config.api.listen)
+            .await
+            .with_context(|| format!("config key `api.listen`: cannot listen on {}", config.api.listen))?;
+        let addr = listener.local_addr()?;
+        if config.api.tokens.is_empty() {
+            tracing::warn!("api.tokens is empty: the API accepts requests without authentication");
+        }
+        let store = connect_store(&config, &token).await?;
+        let deliverer = Deliverer::new(&config)?;
+        let signals = Signals::new(config.redis.partitions);
+        let clock = RedisClock::new();
+        let scripts_loaded = Arc::new(AtomicBool::new(false));
+
+        let wake_url = config
+            .redis
+            .cluster_nodes
+            .first()
+            .cloned()
+            .unwrap_or_else(|| config.redis.url.clone());
+        let wake_client = redis::Client::open(wake_url.as_str())
+            .with_context(|| "config key `redis.url`: cannot build a Redis client")?;
+
+        let state = AppState {
+            store: store.clone(),
+            config: config.clone(),
+            scripts_loaded: scripts_loaded.clone(),
+            metrics: metrics_handle(),
+        };
+        let app = api::router(state);
+
+        let task = {
+            let token = token.clone();
+            tokio::spawn(async move {
+                // Scripts first: readiness means they are loaded.
+                let mut backoff = Duration::from_millis(100);
+                while let Err(err) = store.load_scripts().await {
+                    tracing::warn!(cause = %err, "cannot load scripts yet");
+                    tokio::select! {
+                        _ = token.cancelled() => return Ok(()),
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+                scripts_loaded.store(true, Ordering::Release);
+                if let Ok(now) = store.redis_time_ms().await {
+                    clock.observe(now);
+                }
+
+                let subscriber = tokio::spawn(wake::run_subscriber(
+                    wake_client,
+                    store.keys().wake_channel(),
+                    signals.clone(),
+                    token.child_token(),
+                ));
+                let carrier = Carrier::new(
+                    store.clone(),
+                    signals.clone(),
+                    clock.clone(),
+                    config.delivery.lease_margin,
+                );
+                let carrier = tokio::spawn(carrier.run(token.child_token()));
+                let pool = WorkerPool::new(store.clone(), deliverer, config.clone(), signals, clock);
+                let pool = tokio::spawn(pool.run(token.child_token()));
+                let api_token = token.child_token();
+                let server = axum::serve(listener, app)
+                    .with_graceful_shutdown(async move { api_token.cancelled().await });
+                tracing::info!(%addr, "hookq serving");
+                let served = server.await;
+                token.cancel();
+                let _ = tokio::join!(subscriber, carrier, pool);
+                served.context("API server failed")
+            })
+        };
+        Ok(Daemon { addr, token, task })
+    }
+
+    /// The API's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The API's base URL, e.g. `http://127.0.0.1:8080`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A token that stops the daemon when cancelled.
+    pub fn token(&self) -> CancellationToken {
+        self.token.clone()
+    }
+
+    /// Stops gracefully and waits until everything has finished.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.token.cancel();
+        self.wait().await
+    }
+
+    /// Waits until the daemon stops (after its token is cancelled).
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.task.await.context("daemon task panicked")?
+    }
+}
+
+/// Runs the daemon until SIGINT or SIGTERM; a second signal exits at once.
+pub async fn serve(config: Config) -> anyhow::Result<()> {
+    let daemon = Daemon::start(config).await?;
+    let token = daemon.token();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("stopping: no new work is claimed; attempts in flight may finish");
+        token.cancel();
+        wait_for_signal().await;
+        tracing::warn!("second signal: exiting now; unfinished attempts are left to their leases");
+        std::process::exit(130);
+    });
+    daemon.wait().await
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

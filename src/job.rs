@@ -1,0 +1,782 @@
+//! The job: what a client sends (`JobInput`), how it is validated into what is
+//! stored (`JobSpec`, canonical JSON in the job hash's `job` field) and how it
+//! is shown back (`JobView`).
+//!
+//! Validation is the one gate between the outside world and Redis: every
+//! refusal is a [`FieldError`] naming the JSON field, and nothing reaches the
+//! store before the whole job has passed.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+use crate::config::Config;
+
+/// Topic given to jobs that name none.
+pub const DEFAULT_TOPIC: &str = "default";
+/// Longest URL accepted, in bytes.
+pub const MAX_URL_LEN: usize = 2048;
+/// How far ahead a due time may lie (about 10 years).
+pub const MAX_AHEAD: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
+/// Most extra headers a job may carry.
+pub const MAX_HEADERS: usize = 64;
+/// Longest header value, in bytes.
+pub const MAX_HEADER_VALUE: usize = 8192;
+/// Longest rung of a job's own retry ladder.
+pub const MAX_RUNG: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Most rungs a job's own retry ladder may have.
+pub const MAX_RUNGS: usize = 64;
+
+/// Header names a job may not set: hop-by-hop headers, framing, and the
+/// headers hookq itself sends on every attempt.
+const RESERVED_HEADERS: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+    "content-type",
+    "user-agent",
+    "webhook-id",
+    "webhook-timestamp",
+    "webhook-signature",
+];
+
+/// HTTP method of an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum Method {
+    /// `POST` (the default).
+    #[default]
+    #[serde(rename = "POST")]
+    Post,
+    /// `PUT`.
+    #[serde(rename = "PUT")]
+    Put,
+    /// `PATCH`.
+    #[serde(rename = "PATCH")]
+    Patch,
+}
+
+impl Method {
+    fn is_post(&self) -> bool {
+        *self == Method::Post
+    }
+
+    /// The method for reqwest.
+    pub fn as_http(&self) -> reqwest::Method {
+        match self {
+            Method::Post => reqwest::Method::POST,
+            Method::Put => reqwest::Method::PUT,
+            Method::Patch => reqwest::Method::PATCH,
+        }
+    }
+}
+
+/// The stored content of a job (everything but its id and its live state).
+/// Serialized compactly, defaults omitted; compared byte for byte when a job is
+/// created again with the same id.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobSpec {
+    /// Grouping for filters, metrics and replay.
+    #[serde(default = "default_topic", skip_serializing_if = "is_default_topic")]
+    pub topic: String,
+    /// Where attempts are sent.
+    pub url: String,
+    /// HTTP method of attempts.
+    #[serde(default, skip_serializing_if = "Method::is_post")]
+    pub method: Method,
+    /// Extra request headers.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// JSON body, exactly as the client sent it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<Box<RawValue>>,
+    /// Verbatim text body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_text: Option<String>,
+    /// Content type of `body_text`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    /// Absolute due time as given (epoch ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_at: Option<i64>,
+    /// Relative due time as given (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<u64>,
+    /// The job's own retry ladder (ms), overriding the configured one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_ms: Option<Vec<u64>>,
+    /// The job's own attempt timeout (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+fn default_topic() -> String {
+    DEFAULT_TOPIC.to_string()
+}
+
+fn is_default_topic(t: &String) -> bool {
+    t == DEFAULT_TOPIC
+}
+
+impl JobSpec {
+    /// The canonical JSON stored in Redis.
+    pub fn to_json(&self) -> String {
+        // A struct of strings, numbers and already-valid raw JSON cannot fail to serialize.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// The request body of an attempt and its content type.
+    pub fn payload(&self) -> (&[u8], &str) {
+        match (&self.body, &self.body_text) {
+            (Some(raw), _) => (raw.get().as_bytes(), "application/json"),
+            (None, Some(text)) => (
+                text.as_bytes(),
+                self.content_type
+                    .as_deref()
+                    .unwrap_or("text/plain; charset=utf-8"),
+            ),
+            (None, None) => (b"", "application/json"),
+        }
+    }
+
+    /// The retry ladder that applies to this job.
+    pub fn ladder(&self, config: &Config) -> Vec<Duration> {
+        match &self.retry_ms {
+            Some(ms) => ms.iter().map(|m| Duration::from_millis(*m)).collect(),
+            None => config.delivery.retry.clone(),
+        }
+    }
+
+    /// Attempts allowed in total: one plus a rung per retry.
+    pub fn max_attempts(&self, config: &Config) -> u32 {
+        let rungs = self
+            .retry_ms
+            .as_ref()
+            .map_or(config.delivery.retry.len(), Vec::len);
+        rungs as u32 + 1
+    }
+
+    /// The attempt timeout that applies to this job.
+    pub fn timeout(&self, config: &Config) -> Duration {
+        self.timeout_ms
+            .map_or(config.delivery.timeout, Duration::from_millis)
+    }
+}
+
+/// A refused input: a machine code, a sentence, and the JSON path of the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct FieldError {
+    /// Machine-readable code, e.g. `invalid_url`.
+    pub code: &'static str,
+    /// Human sentence.
+    pub message: String,
+    /// JSON path of the offending field, if one.
+    pub field: Option<String>,
+}
+
+impl FieldError {
+    /// A refusal of `field` with `code` and `message`.
+    pub fn new(code: &'static str, field: &str, message: impl Into<String>) -> Self {
+        FieldError {
+            code,
+            message: message.into(),
+            field: Some(field.to_string()),
+        }
+    }
+}
+
+/// `run_at` as a client may send it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RunAt {
+    /// Epoch milliseconds.
+    Millis(i64),
+    /// RFC 3339 timestamp.
+    Text(String),
+}
+
+/// A job as a client sends it (`POST /v1/jobs`, `hookq enqueue`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobInput {
+    /// Client-chosen id; a ULID is generated when absent.
+    pub id: Option<String>,
+    /// Grouping, default `default`.
+    pub topic: Option<String>,
+    /// Target URL (required).
+    pub url: Option<String>,
+    /// `POST`, `PUT` or `PATCH`.
+    pub method: Option<String>,
+    /// Extra headers.
+    pub headers: Option<BTreeMap<String, String>>,
+    /// JSON body.
+    pub body: Option<Box<RawValue>>,
+    /// Verbatim text body.
+    pub body_text: Option<String>,
+    /// Content type of `body_text`.
+    pub content_type: Option<String>,
+    /// Absolute due time.
+    pub run_at: Option<RunAt>,
+    /// Relative due time (humantime).
+    pub delay: Option<String>,
+    /// Retry ladder override (humantime list).
+    pub retry: Option<Vec<String>>,
+    /// Attempt timeout (humantime).
+    pub timeout: Option<String>,
+}
+
+/// When a job is due, as the store should compute it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Due {
+    /// At this epoch millisecond.
+    At(i64),
+    /// This many ms after Redis's clock reads the enqueue.
+    After(u64),
+}
+
+/// A job that passed validation and is ready to be stored.
+#[derive(Debug, Clone)]
+pub struct ValidJob {
+    /// The id (given or generated).
+    pub id: String,
+    /// The content.
+    pub spec: JobSpec,
+    /// Its due time.
+    pub due: Due,
+}
+
+impl ValidJob {
+    /// The store's view of this job for the enqueue script.
+    pub fn new_job(&self, config: &Config) -> crate::store::NewJob {
+        crate::store::NewJob {
+            id: self.id.clone(),
+            spec_json: self.spec.to_json(),
+            due: self.due,
+            max_attempts: self.spec.max_attempts(config),
+            lease_ms: self
+                .spec
+                .timeout_ms
+                .map(|t| config.lease_for(Duration::from_millis(t)).as_millis() as u64),
+        }
+    }
+}
+
+/// Checks a job id: `[A-Za-z0-9._:-]{1,128}`.
+pub fn validate_id(id: &str) -> Result<(), FieldError> {
+    let ok = (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(FieldError::new(
+            "invalid_id",
+            "id",
+            "id must be 1-128 characters of A-Z a-z 0-9 . _ : -",
+        ))
+    }
+}
+
+/// Checks a topic: `[A-Za-z0-9._-]{1,64}`.
+pub fn validate_topic(topic: &str) -> Result<(), FieldError> {
+    let ok = (1..=64).contains(&topic.len())
+        && topic
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(FieldError::new(
+            "invalid_topic",
+            "topic",
+            "topic must be 1-64 characters of A-Z a-z 0-9 . _ -",
+        ))
+    }
+}
+
+/// Checks a target URL: absolute http(s), with a host, at most 2048 bytes.
+pub fn validate_url(url: &str, field: &str) -> Result<(), FieldError> {
+    if url.len() > MAX_URL_LEN {
+        return Err(FieldError::new(
+            "invalid_url",
+            field,
+            format!("{field} is longer than {MAX_URL_LEN} bytes"),
+        ));
+    }
+    let parsed = url::Url::parse(url).map_err(|e| {
+        FieldError::new(
+            "invalid_url",
+            field,
+            format!("{field} is not an absolute URL: {e}"),
+        )
+    })?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(FieldError::new(
+            "invalid_url",
+            field,
+            format!("{field} must use http or https"),
+        ));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(FieldError::new(
+            "invalid_url",
+            field,
+            format!("{field} has no host"),
+        ));
+    }
+    Ok(())
+}
+
+fn parse_duration(text: &str, field: &str) -> Result<Duration, FieldError> {
+    humantime::parse_duration(text).map_err(|e| {
+        FieldError::new(
+            "invalid_duration",
+            field,
+            format!("{field} `{text}` is not a duration like 30s or 1h 30m: {e}"),
+        )
+    })
+}
+
+/// Parses `run_at` into epoch milliseconds.
+pub fn parse_run_at(run_at: &RunAt) -> Result<i64, FieldError> {
+    let ms = match run_at {
+        RunAt::Millis(ms) => *ms,
+        RunAt::Text(text) => {
+            let t = OffsetDateTime::parse(text, &Rfc3339).map_err(|e| {
+                FieldError::new(
+                    "invalid_time",
+                    "run_at",
+                    format!("run_at `{text}` is not an RFC 3339 time or epoch milliseconds: {e}"),
+                )
+            })?;
+            (t.unix_timestamp_nanos() / 1_000_000) as i64
+        }
+    };
+    if ms < 0 {
+        return Err(FieldError::new(
+            "invalid_time",
+            "run_at",
+            "run_at must not be before 1970",
+        ));
+    }
+    let limit = now_ms() + MAX_AHEAD.as_millis() as i64;
+    if ms > limit {
+        return Err(FieldError::new(
+            "invalid_time",
+            "run_at",
+            "run_at is more than 10 years ahead",
+        ));
+    }
+    Ok(ms)
+}
+
+/// Parses `delay` into milliseconds.
+pub fn parse_delay(text: &str) -> Result<u64, FieldError> {
+    let d = parse_duration(text, "delay")?;
+    if d > MAX_AHEAD {
+        return Err(FieldError::new(
+            "invalid_duration",
+            "delay",
+            "delay is more than 10 years",
+        ));
+    }
+    Ok(d.as_millis() as u64)
+}
+
+/// Parses a retry ladder override.
+pub fn parse_retry(items: &[String]) -> Result<Vec<u64>, FieldError> {
+    if items.len() > MAX_RUNGS {
+        return Err(FieldError::new(
+            "invalid_retry",
+            "retry",
+            format!("retry has more than {MAX_RUNGS} rungs"),
+        ));
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let field = format!("retry[{i}]");
+            let d = parse_duration(s, &field)?;
+            if d.is_zero() || d > MAX_RUNG {
+                return Err(FieldError::new(
+                    "invalid_retry",
+                    &field,
+                    format!("{field} must be between 1ms and 30 days"),
+                ));
+            }
+            Ok(d.as_millis() as u64)
+        })
+        .collect()
+}
+
+/// Parses a per-job timeout, bounded by `delivery.max_timeout`.
+pub fn parse_timeout(text: &str, config: &Config) -> Result<u64, FieldError> {
+    let d = parse_duration(text, "timeout")?;
+    if d < Duration::from_millis(1) || d > config.delivery.max_timeout {
+        return Err(FieldError::new(
+            "invalid_timeout",
+            "timeout",
+            format!(
+                "timeout must be between 1ms and {} (delivery.max_timeout)",
+                humantime::format_duration(config.delivery.max_timeout)
+            ),
+        ));
+    }
+    Ok(d.as_millis() as u64)
+}
+
+/// Checks extra headers: valid names and values, none reserved.
+pub fn validate_headers(headers: &BTreeMap<String, String>) -> Result<(), FieldError> {
+    if headers.len() > MAX_HEADERS {
+        return Err(FieldError::new(
+            "invalid_header",
+            "headers",
+            format!("at most {MAX_HEADERS} headers"),
+        ));
+    }
+    for (name, value) in headers {
+        let field = format!("headers.{name}");
+        if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err(FieldError::new(
+                "invalid_header",
+                &field,
+                format!("`{name}` is not a valid header name"),
+            ));
+        }
+        let lower = name.to_ascii_lowercase();
+        if RESERVED_HEADERS.contains(&lower.as_str()) || lower.starts_with("hookq-") {
+            return Err(FieldError::new(
+                "reserved_header",
+                &field,
+                format!("header `{name}` is set by hookq (hop-by-hop, framing or signature header) and may not be given"),
+            ));
+        }
+        if value.len() > MAX_HEADER_VALUE
+            || reqwest::header::HeaderValue::from_str(value).is_err()
+        {
+            return Err(FieldError::new(
+                "invalid_header",
+                &field,
+                format!("the value of header `{name}` is not a valid header value (visible ASCII, at most {MAX_HEADER_VALUE} bytes)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks `body` / `body_text` / `content_type` together.
+fn validate_body(input: &JobInput, config: &Config) -> Result<(), FieldError> {
+    let limit = config.api.max_body;
+    if input.body.is_some() && input.body_text.is_some() {
+        return Err(FieldError::new(
+            "conflicting_fields",
+            "body_text",
+            "give either body or body_text, not both",
+        ));
+    }
+    if let Some(raw) = &input.body {
+        if raw.get().len() as u64 > limit {
+            return Err(FieldError::new(
+                "body_too_large",
+                "body",
+                format!("body is larger than {limit} bytes (api.max_body)"),
+            ));
+        }
+    }
+    if let Some(text) = &input.body_text {
+        if text.len() as u64 > limit {
+            return Err(FieldError::new(
+                "body_too_large",
+                "body_text",
+                format!("body_text is larger than {limit} bytes (api.max_body)"),
+            ));
+        }
+    }
+    if let Some(ct) = &input.content_type {
+        if input.body_text.is_none() {
+            return Err(FieldError::new(
+                "conflicting_fields",
+                "content_type",
+                "content_type applies to body_text only (a JSON body is sent as application/json)",
+            ));
+        }
+        if ct.is_empty() || ct.len() > 256 || reqwest::header::HeaderValue::from_str(ct).is_err() {
+            return Err(FieldError::new(
+                "invalid_content_type",
+                "content_type",
+                "content_type must be a valid header value of at most 256 bytes",
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl JobInput {
+    /// Validates every field and builds the job to store; `id` is generated
+    /// when absent.
+    pub fn validate(self, config: &Config) -> Result<ValidJob, FieldError> {
+        let id = match &self.id {
+            Some(id) => {
+                validate_id(id)?;
+                id.clone()
+            }
+            None => ulid::Ulid::new().to_string(),
+        };
+        let topic = self.topic.clone().unwrap_or_else(default_topic);
+        validate_topic(&topic)?;
+        let url = self
+            .url
+            .clone()
+            .ok_or_else(|| FieldError::new("missing_field", "url", "url is required"))?;
+        validate_url(&url, "url")?;
+        let method = match self.method.as_deref() {
+            None => Method::Post,
+            Some(m) if m.eq_ignore_ascii_case("POST") => Method::Post,
+            Some(m) if m.eq_ignore_ascii_case("PUT") => Method::Put,
+            Some(m) if m.eq_ignore_ascii_case("PATCH") => Method::Patch,
+            Some(m) => {
+                return Err(FieldError::new(
+                    "invalid_method",
+                    "method",
+                    format!("method `{m}` is not POST, PUT or PATCH"),
+                ))
+            }
+        };
+        let headers = self.headers.clone().unwrap_or_default();
+        validate_headers(&headers)?;
+        validate_body(&self, config)?;
+        if self.run_at.is_some() && self.delay.is_some() {
+            return Err(FieldError::new(
+                "conflicting_fields",
+                "delay",
+                "give either run_at or delay, not both",
+            ));
+        }
+        let run_at = self.run_at.as_ref().map(parse_run_at).transpose()?;
+        let delay_ms = self.delay.as_deref().map(parse_delay).transpose()?;
+        let retry_ms = self.retry.as_deref().map(parse_retry).transpose()?;
+        let timeout_ms = self
+            .timeout
+            .as_deref()
+            .map(|t| parse_timeout(t, config))
+            .transpose()?;
+        let due = match (run_at, delay_ms) {
+            (Some(at), _) => Due::At(at),
+            (None, Some(d)) => Due::After(d),
+            (None, None) => Due::After(0),
+        };
+        let spec = JobSpec {
+            topic,
+            url,
+            method,
+            headers,
+            body: self.body,
+            body_text: self.body_text,
+            content_type: self.content_type,
+            run_at,
+            delay_ms,
+            retry_ms,
+            timeout_ms,
+        };
+        Ok(ValidJob { id, spec, due })
+    }
+}
+
+/// Lifecycle states of SPEC §3.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    /// Waiting for its due time (also between retries).
+    Scheduled,
+    /// Due, waiting for a worker.
+    Ready,
+    /// An attempt is running under a lease.
+    Inflight,
+    /// An attempt got a 2xx.
+    Delivered,
+    /// Dead-lettered.
+    Dead,
+    /// Deleted before completion.
+    Cancelled,
+}
+
+impl State {
+    /// Parses the `state` field of a job hash.
+    pub fn parse(s: &str) -> Option<State> {
+        Some(match s {
+            "scheduled" => State::Scheduled,
+            "ready" => State::Ready,
+            "inflight" => State::Inflight,
+            "delivered" => State::Delivered,
+            "dead" => State::Dead,
+            "cancelled" => State::Cancelled,
+            _ => return None,
+        })
+    }
+
+    /// The name used in Redis and in the API.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            State::Scheduled => "scheduled",
+            State::Ready => "ready",
+            State::Inflight => "inflight",
+            State::Delivered => "delivered",
+            State::Dead => "dead",
+            State::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether the job is finished (delivered, dead or cancelled).
+    pub fn is_finished(&self) -> bool {
+        matches!(self, State::Delivered | State::Dead | State::Cancelled)
+    }
+}
+
+/// A job as `GET /v1/jobs/{id}` and `hookq show` present it.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobView {
+    /// Job id (also the `webhook-id`).
+    pub id: String,
+    /// Topic.
+    pub topic: String,
+    /// Target URL.
+    pub url: String,
+    /// HTTP method.
+    pub method: Method,
+    /// Extra headers.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// JSON body.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body: Option<Box<RawValue>>,
+    /// Text body.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body_text: Option<String>,
+    /// Content type of the text body.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    /// The job's own retry ladder, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry: Option<Vec<String>>,
+    /// The job's own timeout, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Lifecycle state.
+    pub state: State,
+    /// Attempts started so far.
+    pub attempts: u32,
+    /// Attempts allowed in total.
+    pub max_attempts: u32,
+    /// Due time of the next attempt (RFC 3339), while one is pending.
+    pub next_attempt_at: Option<String>,
+    /// Creation time (RFC 3339).
+    pub created_at: String,
+    /// Last change (RFC 3339).
+    pub updated_at: String,
+    /// Most recent attempts first, at most 20.
+    pub history: Vec<serde_json::Value>,
+}
+
+/// Formats epoch milliseconds as RFC 3339 (UTC, millisecond precision).
+pub fn format_ms(ms: i64) -> String {
+    OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000)
+        .ok()
+        .and_then(|t| t.format(&Rfc3339).ok())
+        .unwrap_or_else(|| ms.to_string())
+}
+
+/// Formats a duration of milliseconds as humantime (`1m 30s`).
+pub fn format_duration_ms(ms: u64) -> String {
+    humantime::format_duration(Duration::from_millis(ms)).to_string()
+}
+
+/// This machine's wall clock in epoch ms (used only for input sanity bounds;
+/// due times are compared against Redis's clock).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(json: &str) -> Result<ValidJob, FieldError> {
+        let input: JobInput = serde_json::from_str(json).expect("parses");
+        input.validate(&Config::default())
+    }
+
+    #[test]
+    fn minimal_job_gets_defaults_and_an_id() {
+        let job = input(r#"{"url":"https://example.com/hook"}"#).expect("valid");
+        assert_eq!(job.id.len(), 26);
+        assert_eq!(job.spec.topic, "default");
+        assert_eq!(job.due, Due::After(0));
+        assert_eq!(job.spec.to_json(), r#"{"url":"https://example.com/hook"}"#);
+    }
+
+    #[test]
+    fn body_is_kept_verbatim() {
+        let job = input(r#"{"url":"http://a.example/","body": {"b":1, "a":[1,2]}}"#).expect("valid");
+        assert_eq!(job.spec.payload().0, br#"{"b":1, "a":[1,2]}"#);
+        let text = input(r#"{"url":"http://a.example/","body_text":"a=1&b=2","content_type":"application/x-www-form-urlencoded"}"#)
+            .expect("valid");
+        assert_eq!(text.spec.payload(), (&b"a=1&b=2"[..], "application/x-www-form-urlencoded"));
+    }
+
+    #[test]
+    fn due_times() {
+        let at = input(r#"{"url":"http://a.example/","run_at":"2030-01-01T00:00:00Z"}"#).expect("valid");
+        assert_eq!(at.due, Due::At(1_893_456_000_000));
+        let ms = input(r#"{"url":"http://a.example/","run_at":1893456000000}"#).expect("valid");
+        assert_eq!(ms.due, Due::At(1_893_456_000_000));
+        let d = input(r#"{"url":"http://a.example/","delay":"1h 30m"}"#).expect("valid");
+        assert_eq!(d.due, Due::After(5_400_000));
+        let year = input(r#"{"url":"http://a.example/","delay":"365d"}"#).expect("valid");
+        assert_eq!(year.due, Due::After(365 * 86_400_000));
+    }
+
+    #[test]
+    fn refusals_name_the_field() {
+        let cases = [
+            (r#"{}"#, "url"),
+            (r#"{"url":"ftp://a.example/"}"#, "url"),
+            (r#"{"url":"/relative"}"#, "url"),
+            (r#"{"url":"http://a.example/","id":"has space"}"#, "id"),
+            (r#"{"url":"http://a.example/","topic":"a/b"}"#, "topic"),
+            (r#"{"url":"http://a.example/","method":"GET"}"#, "method"),
+            (r#"{"url":"http://a.example/","delay":"soon"}"#, "delay"),
+            (r#"{"url":"http://a.example/","delay":"1s","run_at":1}"#, "delay"),
+            (r#"{"url":"http://a.example/","run_at":-5}"#, "run_at"),
+            (r#"{"url":"http://a.example/","run_at":"tomorrow"}"#, "run_at"),
+            (r#"{"url":"http://a.example/","retry":["1s","0s"]}"#, "retry[1]"),
+            (r#"{"url":"http://a.example/","timeout":"2h"}"#, "timeout"),
+            (r#"{"url":"http://a.example/","headers":{"Webhook-Signature":"x"}}"#, "headers.Webhook-Signature"),
+            (r#"{"url":"http://a.example/","headers":{"connection":"close"}}"#, "headers.connection"),
+            (r#"{"url":"http://a.example/","headers":{"x-a":"line\nbreak"}}"#, "headers.x-a"),
+            (r#"{"url":"http://a.example/","body":1,"body_text":"x"}"#, "body_text"),
+            (r#"{"url":"http://a.example/","content_type":"text/xml"}"#, "content_type"),
+        ];
+        for (json, field) in cases {
+            let err = input(json).expect_err(json);
+            assert_eq!(err.field.as_deref(), Some(field), "{json}: {err:?}");
+        }
+    }
+}

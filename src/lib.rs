@@ -1,0 +1,37 @@
+//! hookq holds HTTP callback jobs in Redis and delivers each one at its due
+//! time, retrying failures on a ladder and dead-lettering what exhausts it.
+//!
+//! The path of a job, and the module that owns each stage:
+//!
+//! ```text
+//!  POST /v1/jobs, hookq enqueue          api, cli → job (validation)
+//!        │  enqueue_job.lua                store
+//!        ▼
+//!  due zset ──(due time, Redis TIME)──▶  carrier (promote_due.lua, woken by wake)
+//!        │                                  ▲
+//!        ▼                                  │ fail_job.lua: next rung
+//!  ready list ──(free worker permits)──▶ worker (claim_ready.lua)
+//!        │                                  │
+//!        ▼                                  │
+//!  inflight zset (lease, fencing token) ── delivery (HTTP attempt)
+//!        │        └─ lease expired ──▶ carrier (reclaim_expired.lua) → ready
+//!        ▼
+//!  delivered (complete_job.lua)  │  dead stream (fail_job.lua: no rung left)
+//! ```
+//!
+//! Every state change is one Lua script (`lua/`), so several daemons can share
+//! one Redis with no lock. Time comes from Redis's clock ([`clock`]).
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod carrier;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod daemon;
+pub mod delivery;
+pub mod job;
+pub mod retry;
+pub mod store;
+pub mod wake;
+pub mod worker;

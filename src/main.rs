@@ -1,0 +1,42 @@
+//! The `hookq` binary: parses the command line, loads the config, starts
+//! logging and hands over to [`hookq::cli::run`].
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use hookq::cli::{self, Cli};
+
+fn init_tracing(config: &hookq::config::Config) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&config.log.level))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if config.log.format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let config = match cli::load_config(&cli) {
+        Ok(c) => c,
+        Err(err) => {
+            eprintln!("hookq: bad configuration: {err:#}");
+            return ExitCode::from(2);
+        }
+    };
+    init_tracing(&config);
+    match cli::run(cli, config).await {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("hookq: {:#}", err.error);
+            ExitCode::from(err.code)
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! Every Redis key name hookq uses, built in one place.
+//!
+//! Keys are grouped into `redis.partitions` partitions; all keys of partition
+//! `p` share the hash tag `{p}`, so each Lua script (which only touches one
+//! partition) runs on one Redis Cluster slot, while the partitions spread over
+//! the cluster's shards. A job's partition is a stable hash of its id.
+
+/// Builds key names for one namespace.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    namespace: String,
+    partitions: u16,
+}
+
+impl Keys {
+    /// Key names under `namespace`, spread over `partitions` partitions.
+    pub fn new(namespace: &str, partitions: u16) -> Self {
+        Keys {
+            namespace: namespace.to_string(),
+            partitions: partitions.max(1),
+        }
+    }
+
+    /// Number of partitions.
+    pub fn partitions(&self) -> u16 {
+        self.partitions
+    }
+
+    /// The partition holding job `id` (FNV-1a of the id, modulo partitions).
+    pub fn partition_of(&self, id: &str) -> u16 {
+        let mut hash: u32 = 0x811c_9dc5;
+        for b in id.bytes() {
+            hash ^= u32::from(b);
+            hash = hash.wrapping_mul(0x0100_0193);
+        }
+        (hash % u32::from(self.partitions)) as u16
+    }
+
+    fn prefix(&self, p: u16) -> String {
+        format!("{}:{{{}}}:", self.namespace, p)
+    }
+
+    /// HASH `<ns>:{p}:job:<id>`: the job record (`job` spec JSON, `state`,
+    /// `att` attempts = fencing token, `max`, `due` ms, `seq`, `lease` ms,
+    /// `ct`/`ut` ms, `dl` dead-letter entry id).
+    pub fn job(&self, p: u16, id: &str) -> String {
+        format!("{}job:{id}", self.prefix(p))
+    }
+
+    /// Prefix of job hashes in partition `p` (scripts append the id).
+    pub fn job_prefix(&self, p: u16) -> String {
+        format!("{}job:", self.prefix(p))
+    }
+
+    /// LIST `<ns>:{p}:hist:<id>`: attempt records (JSON), newest first, at most 20.
+    pub fn history(&self, p: u16, id: &str) -> String {
+        format!("{}hist:{id}", self.prefix(p))
+    }
+
+    /// Prefix of history lists in partition `p` (scripts append the id).
+    pub fn history_prefix(&self, p: u16) -> String {
+        format!("{}hist:", self.prefix(p))
+    }
+
+    /// ZSET `<ns>:{p}:due`: scheduled jobs, score = due epoch ms, member =
+    /// 12 hex digits of enqueue sequence followed by the id.
+    pub fn due(&self, p: u16) -> String {
+        format!("{}due", self.prefix(p))
+    }
+
+    /// LIST `<ns>:{p}:ready`: ids of due jobs waiting for a worker, oldest first.
+    pub fn ready(&self, p: u16) -> String {
+        format!("{}ready", self.prefix(p))
+    }
+
+    /// ZSET `<ns>:{p}:inflight`: ids of jobs under a lease, score = lease deadline ms.
+    pub fn inflight(&self, p: u16) -> String {
+        format!("{}inflight", self.prefix(p))
+    }
+
+    /// STREAM `<ns>:{p}:dead`: dead letters (`id`, `topic`, `attempts`,
+    /// `last_error`, `last_status`, `job`, `dead_at`).
+    pub fn dead(&self, p: u16) -> String {
+        format!("{}dead", self.prefix(p))
+    }
+
+    /// STRING `<ns>:{p}:seq`: enqueue sequence counter of the due set.
+    pub fn seq(&self, p: u16) -> String {
+        format!("{}seq", self.prefix(p))
+    }
+
+    /// Pub/sub channel `<ns>:wake`: `d<p>:<ms>` when a job becomes the earliest
+    /// of partition p's due set, `r<p>` when p's ready list stops being empty.
+    pub fn wake_channel(&self) -> String {
+        format!("{}:wake", self.namespace)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_carry_the_partition_hash_tag() {
+        let k = Keys::new("hq", 16);
+        let p = k.partition_of("order-1");
+        assert!(p < 16);
+        let tag = format!("{{{p}}}");
+        for key in [k.job(p, "order-1"), k.due(p), k.ready(p), k.inflight(p), k.dead(p), k.seq(p), k.history(p, "order-1")] {
+            assert!(key.starts_with("hq:"), "{key}");
+            assert!(key.contains(&tag), "{key}");
+        }
+        assert_eq!(k.job(3, "x"), "hq:{3}:job:x");
+        assert!(k.job(p, "order-1").starts_with(&k.job_prefix(p)));
+    }
+
+    #[test]
+    fn partitions_are_stable_and_spread() {
+        let k = Keys::new("hq", 16);
+        assert_eq!(k.partition_of("abc"), k.partition_of("abc"));
+        let mut seen = [0u32; 16];
+        for i in 0..16_000 {
+            seen[k.partition_of(&format!("job-{i}")) as usize] += 1;
+        }
+        assert!(seen.iter().all(|&n| n > 500), "{seen:?}");
+    }
+}

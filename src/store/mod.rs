@@ -1,0 +1,664 @@
+//! The store: hookq's only door to Redis. It owns the connection (single node
+//! or cluster), the key schema ([`Keys`]) and a typed wrapper per Lua script
+//! ([`scripts`]); every state change of a job is one script call here.
+//!
+//! Redis structures, per partition `p` (see [`Keys`] for the exact names):
+//! job hashes and history lists, the `due` zset, the `ready` list, the
+//! `inflight` zset of leases, the `dead` stream and the `seq` counter.
+
+pub mod keys;
+pub mod scripts;
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Value};
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::job::{Due, JobSpec, JobView, State};
+pub use keys::Keys;
+use scripts::{ScriptDef, Scripts};
+
+/// Errors talking to Redis.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Redis could not be reached or answered an error.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// A script or command answered something hookq does not understand.
+    #[error("unexpected reply from {what}: {detail}")]
+    Reply {
+        /// The script or command.
+        what: &'static str,
+        /// What was wrong.
+        detail: String,
+    },
+}
+
+impl StoreError {
+    fn reply(what: &'static str, detail: impl Into<String>) -> Self {
+        StoreError::Reply {
+            what,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// Encodes one script argument.
+fn arg<T: redis::ToRedisArgs + ?Sized>(value: &T) -> Vec<u8> {
+    value.to_redis_args().concat()
+}
+
+/// Result of store calls.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A connection to a single Redis or to a Redis Cluster; both reconnect by
+/// themselves.
+#[derive(Clone)]
+pub enum RedisConn {
+    /// One Redis server (auto-reconnecting, multiplexed).
+    Single(ConnectionManager),
+    /// A Redis Cluster (follows MOVED/ASK, reconnects).
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for RedisConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            RedisConn::Single(c) => c.req_packed_command(cmd),
+            RedisConn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            RedisConn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            RedisConn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RedisConn::Single(c) => c.get_db(),
+            RedisConn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// How long one Redis command may take before it counts as failed.
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long connecting to Redis may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A job to create, as the enqueue script takes it.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    /// Job id.
+    pub id: String,
+    /// Canonical spec JSON.
+    pub spec_json: String,
+    /// Due time.
+    pub due: Due,
+    /// Attempts allowed in total.
+    pub max_attempts: u32,
+    /// The job's own lease, when its timeout differs from the default.
+    pub lease_ms: Option<u64>,
+}
+
+/// What `enqueue` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnqueueOutcome {
+    /// A new job was stored in `state`, due at `due` (epoch ms).
+    Created {
+        /// `scheduled` or `ready`.
+        state: State,
+        /// Due time, epoch ms.
+        due: i64,
+        /// Redis time of the creation, epoch ms.
+        now: i64,
+    },
+    /// A job with this id and identical content exists; nothing changed.
+    Identical,
+    /// A job with this id exists with different content; nothing changed.
+    Conflict,
+}
+
+/// A job claimed for an attempt.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    /// Partition the job lives in.
+    pub partition: u16,
+    /// Job id.
+    pub id: String,
+    /// Attempt number, also the lease's fencing token.
+    pub attempt: u32,
+    /// When this attempt was due (epoch ms).
+    pub due: i64,
+    /// Spec JSON.
+    pub spec_json: String,
+    /// Redis time of the claim (epoch ms).
+    pub claimed_at: i64,
+}
+
+/// Result of one claim call on a partition.
+#[derive(Debug, Clone)]
+pub struct ClaimBatch {
+    /// The jobs now leased to this daemon.
+    pub jobs: Vec<Claimed>,
+    /// Whether the ready list may hold more.
+    pub more: bool,
+    /// Redis time (epoch ms).
+    pub now: i64,
+}
+
+/// Result of one promotion call on a partition.
+#[derive(Debug, Clone, Copy)]
+pub struct Promotion {
+    /// Jobs moved to the ready list.
+    pub moved: usize,
+    /// Earliest due time left (epoch ms), if any.
+    pub next_due: Option<i64>,
+    /// Redis time (epoch ms).
+    pub now: i64,
+}
+
+/// Result of one reclaim call on a partition.
+#[derive(Debug, Clone, Copy)]
+pub struct Reclaim {
+    /// Jobs put back on the ready list.
+    pub requeued: usize,
+    /// Jobs dead-lettered because the lost attempt was their last.
+    pub dead: usize,
+    /// Earliest lease deadline left (epoch ms), if any.
+    pub next_deadline: Option<i64>,
+    /// Redis time (epoch ms).
+    pub now: i64,
+}
+
+/// What to do after a failed attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FailAction {
+    /// Schedule the next attempt this long after now.
+    Retry(Duration),
+    /// Move the job to the dead-letter stream.
+    DeadLetter,
+}
+
+/// What `fail` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FailOutcome {
+    /// The next attempt is due at this epoch ms.
+    Scheduled(i64),
+    /// Dead-lettered under this stream entry id.
+    DeadLettered(String),
+    /// The lease was taken over or the job cancelled; nothing changed.
+    Stale,
+}
+
+/// What `cancel` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// Cancelled now.
+    Cancelled,
+    /// Already cancelled earlier.
+    AlreadyCancelled,
+    /// No such job.
+    NotFound,
+    /// Already delivered or dead.
+    Finished,
+}
+
+/// A failed attempt, as recorded on the job.
+#[derive(Debug, Clone)]
+pub struct Failure<'a> {
+    /// Attempt record JSON for the history.
+    pub record: &'a str,
+    /// `kind: message` of the failure.
+    pub last_error: &'a str,
+    /// HTTP status, when a response came.
+    pub last_status: Option<u16>,
+    /// The job's topic.
+    pub topic: &'a str,
+    /// Next rung or dead letter.
+    pub action: FailAction,
+}
+
+/// A job record as read from Redis.
+#[derive(Debug, Clone)]
+pub struct JobRecord {
+    /// Job id.
+    pub id: String,
+    /// Content.
+    pub spec: JobSpec,
+    /// Lifecycle state.
+    pub state: State,
+    /// Attempts started.
+    pub attempts: u32,
+    /// Attempts allowed.
+    pub max_attempts: u32,
+    /// Due time of the pending or last attempt (epoch ms).
+    pub due: i64,
+    /// Created (epoch ms).
+    pub created: i64,
+    /// Last change (epoch ms).
+    pub updated: i64,
+    /// Attempt records, newest first.
+    pub history: Vec<String>,
+}
+
+impl JobRecord {
+    /// The API view of this record.
+    pub fn view(self) -> JobView {
+        let next_attempt_at = matches!(self.state, State::Scheduled | State::Ready)
+            .then(|| crate::job::format_ms(self.due));
+        JobView {
+            id: self.id,
+            topic: self.spec.topic,
+            url: self.spec.url,
+            method: self.spec.method,
+            headers: self.spec.headers,
+            body: self.spec.body,
+            body_text: self.spec.body_text,
+            content_type: self.spec.content_type,
+            retry: self.spec.retry_ms.map(|r| {
+                r.into_iter()
+                    .map(crate::job::format_duration_ms)
+                    .collect()
+            }),
+            timeout: self.spec.timeout_ms.map(crate::job::format_duration_ms),
+            state: self.state,
+            attempts: self.attempts,
+            max_attempts: self.max_attempts,
+            next_attempt_at,
+            created_at: crate::job::format_ms(self.created),
+            updated_at: crate::job::format_ms(self.updated),
+            history: self
+                .history
+                .iter()
+                .filter_map(|h| serde_json::from_str(h).ok())
+                .collect(),
+        }
+    }
+}
+
+/// Settings the scripts need, taken from the config once.
+#[derive(Debug, Clone)]
+struct Settings {
+    retention_ms: u64,
+    dead_letters_max: u64,
+    default_lease_ms: u64,
+}
+
+/// The handle to hookq's Redis state. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    conn: RedisConn,
+    keys: Keys,
+    scripts: Arc<Scripts>,
+    settings: Settings,
+    channel: String,
+}
+
+impl Store {
+    /// Connects to the Redis (or Redis Cluster) named by `config`.
+    pub async fn connect(config: &Config) -> StoreResult<Store> {
+        let conn = if config.redis.cluster_nodes.is_empty() {
+            let client = redis::Client::open(config.redis.url.as_str())?;
+            let manager_config = ConnectionManagerConfig::new()
+                .set_connection_timeout(CONNECT_TIMEOUT)
+                .set_response_timeout(RESPONSE_TIMEOUT)
+                .set_number_of_retries(2)
+                .set_max_delay(2000);
+            RedisConn::Single(ConnectionManager::new_with_config(client, manager_config).await?)
+        } else {
+            let client = redis::cluster::ClusterClientBuilder::new(config.redis.cluster_nodes.clone())
+                .connection_timeout(CONNECT_TIMEOUT)
+                .response_timeout(RESPONSE_TIMEOUT)
+                .build()?;
+            RedisConn::Cluster(client.get_async_connection().await?)
+        };
+        Ok(Store::with_conn(conn, config))
+    }
+
+    /// A store over an existing connection.
+    pub fn with_conn(conn: RedisConn, config: &Config) -> Store {
+        let keys = Keys::new(&config.redis.namespace, config.redis.partitions);
+        let channel = keys.wake_channel();
+        Store {
+            conn,
+            keys,
+            scripts: Arc::new(Scripts::new()),
+            settings: Settings {
+                retention_ms: config.retention.finished.as_millis() as u64,
+                dead_letters_max: config.retention.dead_letters_max,
+                default_lease_ms: config.lease_for(config.delivery.timeout).as_millis() as u64,
+            },
+            channel,
+        }
+    }
+
+    /// The key schema.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// A clone of the underlying connection, for commands outside the scripts.
+    pub fn conn(&self) -> RedisConn {
+        self.conn.clone()
+    }
+
+    /// Loads every script into Redis's script cache (pipelines do not reload
+    /// on NOSCRIPT, and readiness means the scripts are there).
+    pub async fn load_scripts(&self) -> StoreResult<()> {
+        let mut conn = self.conn.clone();
+        for (_, script) in self.scripts.iter() {
+            match &mut conn {
+                RedisConn::Single(c) => {
+                    script.prepare_invoke().load_async(c).await?;
+                }
+                RedisConn::Cluster(c) => {
+                    script.prepare_invoke().load_async(c).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// PING.
+    pub async fn ping(&self) -> StoreResult<()> {
+        let mut conn = self.conn.clone();
+        redis::cmd("PING").query_async::<()>(&mut conn).await?;
+        Ok(())
+    }
+
+    /// Redis's clock, epoch ms.
+    pub async fn redis_time_ms(&self) -> StoreResult<i64> {
+        let mut conn = self.conn.clone();
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
+        Ok(secs * 1000 + micros / 1000)
+    }
+
+    async fn invoke<T: FromRedisValue>(
+        &self,
+        def: &'static ScriptDef,
+        keys: &[&str],
+        args: &[Vec<u8>],
+    ) -> StoreResult<T> {
+        if keys.len() != def.keys || args.len() != def.args {
+            return Err(StoreError::reply(
+                "script wrapper",
+                format!(
+                    "{} called with {} keys / {} args, header declares {} / {}",
+                    def.name,
+                    keys.len(),
+                    args.len(),
+                    def.keys,
+                    def.args
+                ),
+            ));
+        }
+        let script = self.scripts.get(def);
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(*key);
+        }
+        for arg in args {
+            invocation.arg(arg.as_slice());
+        }
+        let mut conn = self.conn.clone();
+        Ok(invocation.invoke_async(&mut conn).await?)
+    }
+
+    /// Creates a job (idempotently by id).
+    pub async fn enqueue(&self, job: &NewJob) -> StoreResult<EnqueueOutcome> {
+        let p = self.keys.partition_of(&job.id);
+        let (at, delay) = match job.due {
+            Due::At(ms) => (ms.to_string(), 0u64),
+            Due::After(ms) => (String::new(), ms),
+        };
+        let lease = job.lease_ms.map(|l| l.to_string()).unwrap_or_default();
+        let (code, state, due, now): (i64, String, i64, i64) = self
+            .invoke(
+                &scripts::ENQUEUE_JOB,
+                &[
+                    &self.keys.job(p, &job.id),
+                    &self.keys.due(p),
+                    &self.keys.ready(p),
+                    &self.keys.seq(p),
+                ],
+                &[
+                    arg(&job.id),
+                    arg(&job.spec_json),
+                    arg(&at),
+                    arg(&delay),
+                    arg(&job.max_attempts),
+                    arg(&lease),
+                    arg(&self.channel),
+                    arg(&p),
+                ],
+            )
+            .await?;
+        match code {
+            0 => Ok(EnqueueOutcome::Created {
+                state: State::parse(&state)
+                    .ok_or_else(|| StoreError::reply("enqueue_job", format!("state {state}")))?,
+                due,
+                now,
+            }),
+            1 => Ok(EnqueueOutcome::Identical),
+            2 => Ok(EnqueueOutcome::Conflict),
+            other => Err(StoreError::reply("enqueue_job", format!("code {other}"))),
+        }
+    }
+
+    /// Moves up to `batch` due jobs of partition `p` to its ready list.
+    pub async fn promote(&self, p: u16, batch: usize) -> StoreResult<Promotion> {
+        let (moved, next, now): (usize, i64, i64) = self
+            .invoke(
+                &scripts::PROMOTE_DUE,
+                &[&self.keys.due(p), &self.keys.ready(p)],
+                &[arg(&batch), arg(&self.keys.job_prefix(p)), arg(&self.channel), arg(&p)],
+            )
+            .await?;
+        Ok(Promotion {
+            moved,
+            next_due: (next >= 0).then_some(next),
+            now,
+        })
+    }
+
+    /// Claims up to `max` ready jobs of partition `p`, each under a lease.
+    pub async fn claim(&self, p: u16, max: usize) -> StoreResult<ClaimBatch> {
+        let reply: Vec<Value> = self
+            .invoke(
+                &scripts::CLAIM_READY,
+                &[&self.keys.ready(p), &self.keys.inflight(p)],
+                &[arg(&max), arg(&self.keys.job_prefix(p)), arg(&self.settings.default_lease_ms)],
+            )
+            .await?;
+        let bad = |d: &str| StoreError::reply("claim_ready", d.to_string());
+        if reply.len() < 2 || (reply.len() - 2) % 4 != 0 {
+            return Err(bad("wrong reply length"));
+        }
+        let now: i64 = redis::from_redis_value(&reply[0])?;
+        let more: i64 = redis::from_redis_value(&reply[1])?;
+        let mut jobs = Vec::with_capacity((reply.len() - 2) / 4);
+        for chunk in reply[2..].chunks_exact(4) {
+            jobs.push(Claimed {
+                partition: p,
+                id: redis::from_redis_value(&chunk[0])?,
+                attempt: redis::from_redis_value(&chunk[1])?,
+                due: redis::from_redis_value(&chunk[2])?,
+                spec_json: redis::from_redis_value(&chunk[3])?,
+                claimed_at: now,
+            });
+        }
+        Ok(ClaimBatch {
+            jobs,
+            more: more == 1,
+            now,
+        })
+    }
+
+    /// Records a 2xx; false when the lease was stale (nothing changed).
+    pub async fn complete(&self, job: &Claimed, record: &str) -> StoreResult<bool> {
+        let p = job.partition;
+        let done: i64 = self
+            .invoke(
+                &scripts::COMPLETE_JOB,
+                &[
+                    &self.keys.job(p, &job.id),
+                    &self.keys.inflight(p),
+                    &self.keys.history(p, &job.id),
+                ],
+                &[arg(&job.id), arg(&job.attempt), arg(&record), arg(&self.settings.retention_ms)],
+            )
+            .await?;
+        Ok(done == 1)
+    }
+
+    /// Records a failed attempt: next rung or dead letter.
+    pub async fn fail(&self, job: &Claimed, failure: &Failure<'_>) -> StoreResult<FailOutcome> {
+        let p = job.partition;
+        let delay: i64 = match failure.action {
+            FailAction::Retry(d) => d.as_millis() as i64,
+            FailAction::DeadLetter => -1,
+        };
+        let status = failure
+            .last_status
+            .map(|s| s.to_string())
+            .unwrap_or_default();
+        let reply: Vec<Value> = self
+            .invoke(
+                &scripts::FAIL_JOB,
+                &[
+                    &self.keys.job(p, &job.id),
+                    &self.keys.inflight(p),
+                    &self.keys.history(p, &job.id),
+                    &self.keys.due(p),
+                    &self.keys.seq(p),
+                    &self.keys.dead(p),
+                ],
+                &[
+                    arg(&job.id),
+                    arg(&job.attempt),
+                    arg(&failure.record),
+                    arg(&delay),
+                    arg(&self.settings.retention_ms),
+                    arg(&failure.last_error),
+                    arg(&status),
+                    arg(&failure.topic),
+                    arg(&self.settings.dead_letters_max),
+                    arg(&self.channel),
+                    arg(&p),
+                ],
+            )
+            .await?;
+        let code: i64 = match reply.first() {
+            Some(v) => redis::from_redis_value(v)?,
+            None => return Err(StoreError::reply("fail_job", "empty reply")),
+        };
+        match (code, reply.get(1)) {
+            (0, _) => Ok(FailOutcome::Stale),
+            (1, Some(v)) => Ok(FailOutcome::Scheduled(redis::from_redis_value(v)?)),
+            (2, Some(v)) => Ok(FailOutcome::DeadLettered(redis::from_redis_value(v)?)),
+            _ => Err(StoreError::reply("fail_job", format!("code {code}"))),
+        }
+    }
+
+    /// Takes back up to `batch` expired leases of partition `p`.
+    pub async fn reclaim(&self, p: u16, batch: usize) -> StoreResult<Reclaim> {
+        let (requeued, dead, next, now): (usize, usize, i64, i64) = self
+            .invoke(
+                &scripts::RECLAIM_EXPIRED,
+                &[&self.keys.inflight(p), &self.keys.ready(p), &self.keys.dead(p)],
+                &[
+                    arg(&batch),
+                    arg(&self.keys.job_prefix(p)),
+                    arg(&self.keys.history_prefix(p)),
+                    arg(&self.settings.retention_ms),
+                    arg(&self.settings.dead_letters_max),
+                    arg(&self.channel),
+                    arg(&p),
+                ],
+            )
+            .await?;
+        Ok(Reclaim {
+            requeued,
+            dead,
+            next_deadline: (next >= 0).then_some(next),
+            now,
+        })
+    }
+
+    /// Cancels a job that has not finished.
+    pub async fn cancel(&self, id: &str) -> StoreResult<CancelOutcome> {
+        let p = self.keys.partition_of(id);
+        let code: i64 = self
+            .invoke(
+                &scripts::CANCEL_JOB,
+                &[
+                    &self.keys.job(p, id),
+                    &self.keys.due(p),
+                    &self.keys.inflight(p),
+                    &self.keys.history(p, id),
+                ],
+                &[arg(&id), arg(&self.settings.retention_ms)],
+            )
+            .await?;
+        match code {
+            1 => Ok(CancelOutcome::Cancelled),
+            0 => Ok(CancelOutcome::AlreadyCancelled),
+            -1 => Ok(CancelOutcome::NotFound),
+            -2 => Ok(CancelOutcome::Finished),
+            other => Err(StoreError::reply("cancel_job", format!("code {other}"))),
+        }
+    }
+
+    /// Reads a job record and its history; None if unknown (or expired).
+    pub async fn get(&self, id: &str) -> StoreResult<Option<JobRecord>> {
+        let p = self.keys.partition_of(id);
+        let mut conn = self.conn.clone();
+        let (fields, history): (std::collections::HashMap<String, String>, Vec<String>) =
+            redis::pipe()
+                .hgetall(self.keys.job(p, id))
+                .lrange(self.keys.history(p, id), 0, 19)
+                .query_async(&mut conn)
+                .await?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        let bad = |d: String| StoreError::reply("job hash", format!("{id}: {d}"));
+        let spec_json = fields.get("job").ok_or_else(|| bad("no job field".into()))?;
+        let spec: JobSpec =
+            serde_json::from_str(spec_json).map_err(|e| bad(format!("job field: {e}")))?;
+        let state = fields
+            .get("state")
+            .and_then(|s| State::parse(s))
+            .ok_or_else(|| bad("no valid state".into()))?;
+        let int = |name: &str| -> i64 {
+            fields
+                .get(name)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_default()
+        };
+        Ok(Some(JobRecord {
+            id: id.to_string(),
+            spec,
+            state,
+            attempts: int("att") as u32,
+            max_attempts: int("max") as u32,
+            due: int("due"),
+            created: int("ct"),
+            updated: int("ut"),
+            history,
+        }))
+    }
+}

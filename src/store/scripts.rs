@@ -1,0 +1,139 @@
+//! The Lua scripts of `lua/`, one per atomic state change, compiled into the
+//! binary with `include_str!`, with the KEYS/ARGV counts their headers declare.
+//!
+//! A unit test reads each script's header and checks it against the counts
+//! here, and the store's wrappers refuse to invoke a script with other counts,
+//! so header, wrapper and script cannot drift apart silently.
+
+use redis::Script;
+
+/// One script and the shape of its inputs.
+pub struct ScriptDef {
+    /// File name in `lua/` without the extension.
+    pub name: &'static str,
+    /// The Lua source.
+    pub source: &'static str,
+    /// Number of KEYS the script takes.
+    pub keys: usize,
+    /// Number of ARGV the script takes.
+    pub args: usize,
+}
+
+macro_rules! script {
+    ($name:literal, $keys:expr, $args:expr) => {
+        ScriptDef {
+            name: $name,
+            source: include_str!(concat!("../../lua/", $name, ".lua")),
+            keys: $keys,
+            args: $args,
+        }
+    };
+}
+
+/// `enqueue_job`: create a job (idempotent by id).
+pub const ENQUEUE_JOB: ScriptDef = script!("enqueue_job", 4, 8);
+/// `promote_due`: move due jobs to the ready list.
+pub const PROMOTE_DUE: ScriptDef = script!("promote_due", 2, 4);
+/// `claim_ready`: lease ready jobs to workers.
+pub const CLAIM_READY: ScriptDef = script!("claim_ready", 2, 3);
+/// `complete_job`: record a 2xx.
+pub const COMPLETE_JOB: ScriptDef = script!("complete_job", 3, 4);
+/// `fail_job`: record a failure (next rung or dead letter).
+pub const FAIL_JOB: ScriptDef = script!("fail_job", 6, 11);
+/// `reclaim_expired`: take back attempts whose lease expired.
+pub const RECLAIM_EXPIRED: ScriptDef = script!("reclaim_expired", 3, 7);
+/// `cancel_job`: cancel an unfinished job.
+pub const CANCEL_JOB: ScriptDef = script!("cancel_job", 4, 2);
+/// `reschedule_job`: change a scheduled job.
+pub const RESCHEDULE_JOB: ScriptDef = script!("reschedule_job", 4, 8);
+
+/// Every script, for loading at start-up and for the header check.
+pub const ALL: &[&ScriptDef] = &[
+    &ENQUEUE_JOB,
+    &PROMOTE_DUE,
+    &CLAIM_READY,
+    &COMPLETE_JOB,
+    &FAIL_JOB,
+    &RECLAIM_EXPIRED,
+    &CANCEL_JOB,
+    &RESCHEDULE_JOB,
+];
+
+/// The compiled scripts (with their SHA1s), built once per store.
+pub struct Scripts {
+    /// Indexed like [`ALL`].
+    compiled: Vec<Script>,
+}
+
+impl Scripts {
+    /// Compiles every script of [`ALL`].
+    pub fn new() -> Self {
+        Scripts {
+            compiled: ALL.iter().map(|d| Script::new(d.source)).collect(),
+        }
+    }
+
+    /// The compiled form of `def`.
+    pub fn get(&self, def: &ScriptDef) -> &Script {
+        let index = ALL
+            .iter()
+            .position(|d| d.name == def.name)
+            .unwrap_or_default();
+        &self.compiled[index]
+    }
+
+    /// All compiled scripts with their definitions.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static ScriptDef, &Script)> {
+        ALL.iter().copied().zip(self.compiled.iter())
+    }
+}
+
+impl Default for Scripts {
+    fn default() -> Self {
+        Scripts::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Highest `NAME[n]` index mentioned in the script's `--[[ ... ]]` header.
+    fn declared(source: &str, name: &str) -> usize {
+        let header = source
+            .split("]]")
+            .next()
+            .expect("every script opens with a --[[ ]] header");
+        let needle = format!("{name}[");
+        header
+            .match_indices(&needle)
+            .filter_map(|(i, _)| {
+                let rest = &header[i + needle.len()..];
+                rest.split(']').next()?.parse::<usize>().ok()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn headers_match_wrappers() {
+        for def in ALL {
+            assert!(def.source.starts_with("--[["), "{} has no header", def.name);
+            assert_eq!(declared(def.source, "KEYS"), def.keys, "{} KEYS", def.name);
+            assert_eq!(declared(def.source, "ARGV"), def.args, "{} ARGV", def.name);
+            assert!(def.source.contains("Output:"), "{} header names no output", def.name);
+        }
+    }
+
+    #[test]
+    fn scripts_touch_only_declared_inputs() {
+        for def in ALL {
+            let body = def.source.split("]]").skip(1).collect::<Vec<_>>().join("]]");
+            assert!(declared(&body, "KEYS") <= def.keys, "{} uses an undeclared KEYS", def.name);
+            assert!(declared(&body, "ARGV") <= def.args, "{} uses an undeclared ARGV", def.name);
+            for banned in ["KEYS *", "'KEYS'", "SCAN", "LREM", "SMEMBERS"] {
+                assert!(!body.contains(banned), "{} uses {banned}", def.name);
+            }
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! Wakeups: how a sleeping carrier or an idle worker learns, within a round
+//! trip, that something changed — in this process or in another instance
+//! sharing the Redis.
+//!
+//! Scripts `PUBLISH` to `<ns>:wake` (see [`crate::store::Keys::wake_channel`]):
+//! `d<p>:<ms>` when a job becomes the earliest of partition p's due set, and
+//! `r<p>` when p's ready list goes from empty to non-empty. One subscriber task
+//! per daemon turns those messages into [`Signals`]. Pub/sub is fire and
+//! forget, so the subscriber pings its connection on a timer (a watchdog: a
+//! silently dead connection is detected within seconds), reconnects with
+//! backoff, and after every (re)subscribe tells everyone to re-read Redis, so
+//! a message lost while disconnected costs one extra check, never a stuck job.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// How often the subscriber pings its connection.
+pub const WATCHDOG_INTERVAL: Duration = Duration::from_secs(3);
+/// How long a ping may take before the connection is considered dead.
+pub const WATCHDOG_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// In-process wake signals, one set per daemon.
+pub struct Signals {
+    /// Wakes the carrier.
+    pub carrier: Notify,
+    /// Per partition: the earliest due time someone announced (epoch ms),
+    /// `i64::MAX` when none is pending.
+    due_hints: Vec<AtomicI64>,
+    /// Per partition: wakes that partition's claim loop.
+    ready: Vec<Notify>,
+}
+
+impl Signals {
+    /// Signals for `partitions` partitions.
+    pub fn new(partitions: u16) -> Arc<Signals> {
+        Arc::new(Signals {
+            carrier: Notify::new(),
+            due_hints: (0..partitions).map(|_| AtomicI64::new(i64::MAX)).collect(),
+            ready: (0..partitions).map(|_| Notify::new()).collect(),
+        })
+    }
+
+    /// Announces that partition `p` has a job due at `due_ms`.
+    pub fn due(&self, p: u16, due_ms: i64) {
+        if let Some(hint) = self.due_hints.get(p as usize) {
+            hint.fetch_min(due_ms, Ordering::AcqRel);
+            self.carrier.notify_one();
+        }
+    }
+
+    /// Takes the pending due hint of partition `p`.
+    pub fn take_due_hint(&self, p: u16) -> Option<i64> {
+        let hint = self.due_hints.get(p as usize)?.swap(i64::MAX, Ordering::AcqRel);
+        (hint != i64::MAX).then_some(hint)
+    }
+
+    /// Announces that partition `p` has ready work.
+    pub fn ready(&self, p: u16) {
+        if let Some(n) = self.ready.get(p as usize) {
+            n.notify_one();
+        }
+    }
+
+    /// The notifier of partition `p`'s claim loop.
+    pub fn ready_notify(&self, p: u16) -> Option<&Notify> {
+        self.ready.get(p as usize)
+    }
+
+    /// Tells everyone to re-read Redis (after a reconnect, messages may be lost).
+    pub fn everything(&self) {
+        for p in 0..self.ready.len() {
+            self.due(p as u16, 0);
+            self.ready(p as u16);
+        }
+    }
+
+    /// Applies one message of the wake channel.
+    pub fn apply(&self, message: &str) {
+        if let Some(rest) = message.strip_prefix('d') {
+            if let Some((p, ms)) = rest.split_once(':') {
+                if let (Ok(p), Ok(ms)) = (p.parse(), ms.parse()) {
+                    self.due(p, ms);
+                }
+            }
+        } else if let Some(p) = message.strip_prefix('r') {
+            if let Ok(p) = p.parse() {
+                self.ready(p);
+            }
+        }
+    }
+}
+
+/// Subscribes to the wake channel until `token` is cancelled, reconnecting
+/// with backoff and pinging as a watchdog.
+pub async fn run_subscriber(
+    client: redis::Client,
+    channel: String,
+    signals: Arc<Signals>,
+    token: CancellationToken,
+) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let subscribed = tokio::select! {
+            biased;
+            _ = token.cancelled() => return,
+            r = tokio::time::timeout(crate::store::CONNECT_TIMEOUT, subscribe(&client, &channel)) => r,
+        };
+        match subscribed {
+            Ok(Ok(pubsub)) => {
+                backoff = Duration::from_millis(100);
+                tracing::debug!(%channel, "subscribed to wake channel");
+                signals.everything();
+                if listen(pubsub, &signals, &token).await {
+                    return;
+                }
+                tracing::warn!("wake channel connection lost; reconnecting");
+            }
+            Ok(Err(err)) => tracing::warn!(cause = %err, "cannot subscribe to wake channel"),
+            Err(_) => tracing::warn!("subscribing to wake channel timed out"),
+        }
+        tokio::select! {
+            biased;
+            _ = token.cancelled() => return,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+async fn subscribe(client: &redis::Client, channel: &str) -> redis::RedisResult<redis::aio::PubSub> {
+    let mut pubsub = client.get_async_pubsub().await?;
+    pubsub.subscribe(channel).await?;
+    Ok(pubsub)
+}
+
+/// Relays messages until the connection fails (false) or `token` is
+/// cancelled (true).
+async fn listen(pubsub: redis::aio::PubSub, signals: &Signals, token: &CancellationToken) -> bool {
+    let (mut sink, mut stream) = pubsub.split();
+    let mut watchdog = tokio::time::interval(WATCHDOG_INTERVAL);
+    watchdog.tick().await;
+    loop {
+        tokio::select! {
+            biased;
+            _ = token.cancelled() => return true,
+            message = stream.next() => {
+                let Some(message) = message else { return false };
+                if let Ok(text) = message.get_payload::<String>() {
+                    signals.apply(&text);
+                }
+            }
+            _ = watchdog.tick() => {
+                let ping = tokio::time::timeout(WATCHDOG_TIMEOUT, sink.ping::<String>()).await;
+                if !matches!(ping, Ok(Ok(_))) {
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_become_signals() {
+        let s = Signals::new(4);
+        s.apply("d2:1700000000000");
+        s.apply("d2:1600000000000");
+        s.apply("d9:5");
+        s.apply("garbage");
+        assert_eq!(s.take_due_hint(2), Some(1_600_000_000_000));
+        assert_eq!(s.take_due_hint(2), None);
+        assert_eq!(s.take_due_hint(9), None);
+    }
+}
