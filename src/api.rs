@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::config::Config;
-use crate::job::{validate_id, FieldError, JobInput, ValidJob};
+use crate::job::{validate_id, FieldError, JobInput, JobView, ValidJob};
 use crate::store::{EnqueueOutcome, JobRecord, Store, StoreError};
 
 /// An API error: status plus the JSON error body.
@@ -197,16 +197,16 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 }
 
 /// Creates one job; 201 new, 200 identical re-create, 409 conflicting re-create.
-pub async fn create_one(state: &AppState, input: JobInput) -> Result<(StatusCode, serde_json::Value), ApiError> {
+pub async fn create_one(state: &AppState, input: JobInput) -> Result<(StatusCode, JobView), ApiError> {
     let job = input.validate(&state.config)?;
     let outcome = state.store.enqueue(&job.new_job(&state.config)).await?;
     match outcome {
         EnqueueOutcome::Created { state: job_state, due, now } => {
             let view = created_record(job, job_state, due, now, &state.config).view();
-            Ok((StatusCode::CREATED, serde_json::to_value(view).unwrap_or_default()))
+            Ok((StatusCode::CREATED, view))
         }
         EnqueueOutcome::Identical => match state.store.get(&job.id).await? {
-            Some(record) => Ok((StatusCode::OK, serde_json::to_value(record.view()).unwrap_or_default())),
+            Some(record) => Ok((StatusCode::OK, record.view())),
             None => Err(ApiError::not_found(&job.id)),
         },
         EnqueueOutcome::Conflict => Err(ApiError {

@@ -488,6 +488,13 @@ mod tests {
     }
 
     #[test]
+    fn example_config_is_the_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml");
+        let example = Config::load(Some(&path), env(&[])).expect("example loads");
+        assert_eq!(format!("{example:?}"), format!("{:?}", Config::default()));
+    }
+
+    #[test]
     fn sizes() {
         assert_eq!(parse_size("1MiB"), Ok(1 << 20));
         assert_eq!(parse_size("512"), Ok(512));

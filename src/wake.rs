@@ -155,7 +155,7 @@ async fn listen(pubsub: redis::aio::PubSub, signals: &Signals, token: &Cancellat
                 }
             }
             _ = watchdog.tick() => {
-                let ping = tokio::time::timeout(WATCHDOG_TIMEOUT, sink.ping::<String>()).await;
+                let ping = tokio::time::timeout(WATCHDOG_TIMEOUT, sink.ping::<redis::Value>()).await;
                 if !matches!(ping, Ok(Ok(_))) {
                     return false;
                 }

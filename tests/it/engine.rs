@@ -1,0 +1,468 @@
+//! The core engine end to end: on-time delivery, the retry ladder, dead
+//! letters, lease recovery, concurrent carriers and wakeups.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use hookq::carrier::Carrier;
+use hookq::clock::RedisClock;
+use hookq::job::JobInput;
+use hookq::store::Store;
+use hookq::wake::Signals;
+use redis::AsyncCommands;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::support::receiver::Receiver;
+use crate::support::redis::RedisServer;
+use crate::support::wait_until;
+use crate::{get_json, post_json, start_daemon, test_config};
+
+fn epoch_ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH).expect("after 1970").as_millis() as i64
+}
+
+fn parse_rfc3339_ms(text: &str) -> i64 {
+    let t = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .expect("RFC 3339 time");
+    (t.unix_timestamp_nanos() / 1_000_000) as i64
+}
+
+async fn job_state(base: &str, id: &str) -> String {
+    let (_, view) = get_json(&format!("{base}/v1/jobs/{id}")).await;
+    view["state"].as_str().unwrap_or_default().to_string()
+}
+
+#[tokio::test]
+async fn due_now_job_is_delivered_with_its_headers() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+
+    let (status, view) = post_json(
+        &format!("{base}/v1/jobs"),
+        json!({"id": "pay-1", "url": receiver.url("/paid"), "body": {"order": 42}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{view}");
+    assert_eq!(view["state"], "ready");
+
+    let got = receiver.wait_for_count(1, Duration::from_secs(10)).await;
+    let request = &got[0];
+    assert_eq!(request.path, "/paid");
+    assert_eq!(request.body, br#"{"order":42}"#.to_vec());
+    let header = |name: &str| {
+        request
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(header("webhook-id"), "pay-1");
+    assert_eq!(header("hookq-attempt"), "1");
+    assert_eq!(header("content-type"), "application/json");
+    assert!(header("user-agent").starts_with("hookq/"));
+
+    wait_until("job is delivered", Duration::from_secs(5), || async {
+        job_state(&base, "pay-1").await == "delivered"
+    })
+    .await;
+    let (_, view) = get_json(&format!("{base}/v1/jobs/pay-1")).await;
+    assert_eq!(view["attempts"], 1);
+    assert_eq!(view["history"][0]["status"], 200);
+    daemon.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn delayed_jobs_are_never_early() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+
+    let mut due_by_id = HashMap::new();
+    for i in 0..20 {
+        let id = format!("later-{i}");
+        let delay = format!("{}ms", 200 + i * 37);
+        let (status, view) = post_json(
+            &format!("{base}/v1/jobs"),
+            json!({"id": id, "url": receiver.url("/later"), "delay": delay}),
+        )
+        .await;
+        assert_eq!(status, 201, "{view}");
+        assert_eq!(view["state"], "scheduled");
+        due_by_id.insert(id, parse_rfc3339_ms(view["next_attempt_at"].as_str().expect("due")));
+    }
+    let got = receiver.wait_for_count(20, Duration::from_secs(15)).await;
+    let mut lateness = Vec::new();
+    for request in &got {
+        let id = request.headers["webhook-id"].to_str().expect("ascii");
+        let due = due_by_id[id];
+        let received = epoch_ms(request.received_at);
+        assert!(received >= due, "{id} arrived {}ms early", due - received);
+        lateness.push(received - due);
+    }
+    lateness.sort_unstable();
+    eprintln!(
+        "delayed-job lateness (receive - due), debug build: min {}ms median {}ms max {}ms",
+        lateness[0],
+        lateness[lateness.len() / 2],
+        lateness[lateness.len() - 1]
+    );
+    daemon.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn failures_climb_the_whole_ladder_then_dead_letter() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::with_status(500).await;
+    let mut config = test_config(&redis);
+    config.delivery.retry = vec![
+        Duration::from_millis(100),
+        Duration::from_millis(200),
+        Duration::from_millis(300),
+    ];
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+
+    let (status, _) = post_json(
+        &format!("{base}/v1/jobs"),
+        json!({"id": "ladder-1", "topic": "payments", "url": receiver.url("/fail")}),
+    )
+    .await;
+    assert_eq!(status, 201);
+
+    let got = receiver.wait_for_count(4, Duration::from_secs(10)).await;
+    let attempts: Vec<String> = got
+        .iter()
+        .map(|r| r.headers["hookq-attempt"].to_str().expect("ascii").to_string())
+        .collect();
+    assert_eq!(attempts, ["1", "2", "3", "4"]);
+    for (k, rung_ms) in [(1usize, 100u128), (2, 200), (3, 300)] {
+        let gap = got[k]
+            .received_at
+            .duration_since(got[k - 1].received_at)
+            .expect("ordered")
+            .as_millis();
+        assert!(gap >= rung_ms, "attempt {} came {gap}ms after attempt {k}, rung is {rung_ms}ms", k + 1);
+    }
+    wait_until("job is dead", Duration::from_secs(5), || async {
+        job_state(&base, "ladder-1").await == "dead"
+    })
+    .await;
+    // No fifth attempt: the ladder is exhausted.
+    assert_eq!(receiver.count(), 4);
+
+    let (_, view) = get_json(&format!("{base}/v1/jobs/ladder-1")).await;
+    assert_eq!(view["attempts"], 4);
+    assert_eq!(view["history"].as_array().map(Vec::len), Some(4));
+    assert_eq!(view["history"][0]["error"], "http_status");
+
+    // The dead-letter entry carries what an operator needs to replay it.
+    let store_config = config.clone();
+    let keys = hookq::store::Keys::new(&store_config.redis.namespace, store_config.redis.partitions);
+    let stream = keys.dead(keys.partition_of("ladder-1"));
+    let mut conn = redis.conn().await;
+    let entries: redis::streams::StreamRangeReply =
+        conn.xrange_all(&stream).await.expect("XRANGE");
+    assert_eq!(entries.ids.len(), 1);
+    let entry = &entries.ids[0];
+    let field = |name: &str| -> String { entry.get(name).unwrap_or_else(|| panic!("field {name}")) };
+    assert_eq!(field("id"), "ladder-1");
+    assert_eq!(field("topic"), "payments");
+    assert_eq!(field("attempts"), "4");
+    assert_eq!(field("last_status"), "500");
+    assert!(field("last_error").starts_with("http_status"), "{}", field("last_error"));
+    let job: serde_json::Value = serde_json::from_str(&field("job")).expect("job JSON");
+    assert_eq!(job["url"], receiver.url("/fail"));
+    assert!(field("dead_at").parse::<i64>().expect("ms") > 0);
+
+    // The job left every live set.
+    let p = keys.partition_of("ladder-1");
+    let due: i64 = conn.zcard(keys.due(p)).await.expect("ZCARD");
+    let inflight: i64 = conn.zcard(keys.inflight(p)).await.expect("ZCARD");
+    assert_eq!((due, inflight), (0, 0));
+    daemon.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn an_expired_lease_returns_the_job_and_fences_the_late_outcome() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let mut config = test_config(&redis);
+    config.delivery.timeout = Duration::from_millis(200);
+    config.delivery.lease_margin = Duration::from_millis(200);
+
+    // A "daemon" claims the job and dies: the claim is made, no outcome follows.
+    let store = Store::connect(&config).await.expect("store");
+    let job = JobInput {
+        id: Some("crash-1".into()),
+        url: Some(receiver.url("/after-crash")),
+        ..JobInput::default()
+    }
+    .validate(&config)
+    .expect("valid");
+    store.enqueue(&job.new_job(&config)).await.expect("enqueue");
+    let p = store.keys().partition_of("crash-1");
+    let claimed = store.claim(p, 10).await.expect("claim");
+    assert_eq!(claimed.jobs.len(), 1);
+    let lost_attempt = claimed.jobs[0].clone();
+
+    // A live daemon takes the job back once the lease expires and delivers it.
+    let daemon = start_daemon(&config).await;
+    let got = receiver.wait_for_count(1, Duration::from_secs(10)).await;
+    assert_eq!(got[0].headers["hookq-attempt"], "2");
+    let base = daemon.url();
+    wait_until("job is delivered", Duration::from_secs(5), || async {
+        job_state(&base, "crash-1").await == "delivered"
+    })
+    .await;
+    let (_, view) = get_json(&format!("{base}/v1/jobs/crash-1")).await;
+    let errors: Vec<&str> = view["history"]
+        .as_array()
+        .expect("history")
+        .iter()
+        .filter_map(|h| h["error"].as_str())
+        .collect();
+    assert_eq!(errors, ["lease_expired"]);
+
+    // The dead attempt's outcome arrives late: it is discarded, not applied.
+    let applied = store.complete(&lost_attempt, "{}").await.expect("complete");
+    assert!(!applied, "a stale lease must not complete the job");
+    let failure = hookq::store::Failure {
+        record: "{}",
+        last_error: "late",
+        last_status: Some(500),
+        topic: "default",
+        action: hookq::store::FailAction::DeadLetter,
+    };
+    let outcome = store.fail(&lost_attempt, &failure).await.expect("fail");
+    assert_eq!(outcome, hookq::store::FailOutcome::Stale);
+    assert_eq!(job_state(&base, "crash-1").await, "delivered");
+    daemon.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn two_carriers_promote_ten_thousand_jobs_exactly_once() {
+    let redis = RedisServer::start();
+    let config = test_config(&redis);
+    let store = Store::connect(&config).await.expect("store");
+    store.load_scripts().await.expect("scripts");
+
+    // 10,000 jobs due within the same ~300 ms window, enqueued before any carrier runs.
+    let now = store.redis_time_ms().await.expect("TIME");
+    let mut enqueues = Vec::new();
+    for i in 0..10_000 {
+        let job = JobInput {
+            id: Some(format!("bulk-{i}")),
+            url: Some("http://127.0.0.1:9/".into()),
+            run_at: Some(hookq::job::RunAt::Millis(now + 800 + (i % 300))),
+            ..JobInput::default()
+        }
+        .validate(&config)
+        .expect("valid")
+        .new_job(&config);
+        enqueues.push(job);
+    }
+    for chunk in enqueues.chunks(500) {
+        let futures = chunk.iter().map(|job| store.enqueue(job));
+        for result in futures_util::future::join_all(futures).await {
+            result.expect("enqueue");
+        }
+    }
+
+    let token = CancellationToken::new();
+    let mut carriers = Vec::new();
+    for _ in 0..2 {
+        let store = Store::connect(&config).await.expect("store");
+        let signals = Signals::new(config.redis.partitions);
+        let carrier = Carrier::new(store, signals, RedisClock::new(), Duration::from_secs(1));
+        carriers.push(tokio::spawn(carrier.run(token.child_token())));
+    }
+
+    let keys = store.keys().clone();
+    let mut conn = redis.conn().await;
+    wait_until("all jobs promoted", Duration::from_secs(20), || {
+        let mut conn = conn.clone();
+        let keys = keys.clone();
+        async move {
+            let mut total = 0i64;
+            for p in 0..keys.partitions() {
+                total += conn.zcard::<_, i64>(keys.due(p)).await.expect("ZCARD");
+            }
+            total == 0
+        }
+    })
+    .await;
+    token.cancel();
+    for c in carriers {
+        c.await.expect("carrier task");
+    }
+
+    let mut seen = HashSet::new();
+    let mut entries = 0;
+    for p in 0..keys.partitions() {
+        let ids: Vec<String> = conn.lrange(keys.ready(p), 0, -1).await.expect("LRANGE");
+        entries += ids.len();
+        seen.extend(ids);
+    }
+    assert_eq!(entries, 10_000, "ready-list entries (a double promotion adds one)");
+    assert_eq!(seen.len(), 10_000, "distinct jobs promoted");
+}
+
+#[tokio::test]
+async fn two_daemons_deliver_each_job_once() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let config = test_config(&redis);
+    let a = start_daemon(&config).await;
+    let b = start_daemon(&config).await;
+
+    let client = reqwest::Client::new();
+    for i in 0..1000 {
+        let base = if i % 2 == 0 { a.url() } else { b.url() };
+        let response = client
+            .post(format!("{base}/v1/jobs"))
+            .json(&json!({"id": format!("dual-{i}"), "url": receiver.url("/dual"), "delay": format!("{}ms", i % 200)}))
+            .send()
+            .await
+            .expect("sent");
+        assert_eq!(response.status(), 201);
+    }
+    let got = receiver.wait_for_count(1000, Duration::from_secs(30)).await;
+    let ids: HashSet<String> = got
+        .iter()
+        .map(|r| r.headers["webhook-id"].to_str().expect("ascii").to_string())
+        .collect();
+    assert_eq!(ids.len(), 1000);
+    // Give a duplicate a chance to show up before counting again.
+    let base = a.url();
+    wait_until("last job recorded delivered", Duration::from_secs(5), || async {
+        job_state(&base, "dual-999").await == "delivered"
+    })
+    .await;
+    assert_eq!(receiver.count(), 1000, "no job was delivered twice");
+    a.stop().await.expect("clean stop");
+    b.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn an_earlier_job_wakes_a_sleeping_carrier() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let config = test_config(&redis);
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+
+    // The carrier learns of a job an hour away and sleeps on it.
+    let (status, _) = post_json(
+        &format!("{base}/v1/jobs"),
+        json!({"id": "far", "url": receiver.url("/far"), "delay": "1h"}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    // Wait until the daemon is demonstrably idle: its readiness says scripts are loaded.
+    wait_until("daemon ready", Duration::from_secs(5), || async {
+        get_json(&format!("{base}/readyz")).await.0 == 200
+    })
+    .await;
+
+    // An earlier job arrives through another path (straight into Redis, as
+    // another instance or the CLI would do): only the wake channel can tell.
+    let store = Store::connect(&config).await.expect("store");
+    let job = JobInput {
+        id: Some("near".into()),
+        url: Some(receiver.url("/near")),
+        delay: Some("300ms".into()),
+        ..JobInput::default()
+    }
+    .validate(&config)
+    .expect("valid");
+    let hookq::store::EnqueueOutcome::Created { due, .. } =
+        store.enqueue(&job.new_job(&config)).await.expect("enqueue")
+    else {
+        panic!("job was not created");
+    };
+    let got = receiver.wait_for_count(1, Duration::from_secs(10)).await;
+    assert_eq!(got[0].path, "/near");
+    let late = epoch_ms(got[0].received_at) - due;
+    assert!(late >= 0, "delivered {}ms early", -late);
+    // Without a wakeup the carrier would sleep until the hour-away job (or its
+    // 60 s safety re-read); anything near the due time proves the wakeup.
+    assert!(late < 5_000, "delivered {late}ms late: the carrier was not woken");
+    daemon.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn a_job_due_in_a_year_waits_in_the_due_set() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let config = test_config(&redis);
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+
+    let (status, view) = post_json(
+        &format!("{base}/v1/jobs"),
+        json!({"id": "renewal", "url": receiver.url("/renew"), "delay": "365d"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{view}");
+    assert_eq!(view["state"], "scheduled");
+    let due = parse_rfc3339_ms(view["next_attempt_at"].as_str().expect("due"));
+    let created = parse_rfc3339_ms(view["created_at"].as_str().expect("created"));
+    assert_eq!(due - created, 365 * 86_400_000);
+
+    let keys = hookq::store::Keys::new(&config.redis.namespace, config.redis.partitions);
+    let p = keys.partition_of("renewal");
+    let mut conn = redis.conn().await;
+    let members: Vec<(String, f64)> = conn
+        .zrange_withscores(keys.due(p), 0, -1)
+        .await
+        .expect("ZRANGE");
+    assert_eq!(members.len(), 1);
+    assert!(members[0].0.ends_with("renewal"));
+    assert_eq!(members[0].1 as i64, due);
+    assert_eq!(job_state(&base, "renewal").await, "scheduled");
+    assert_eq!(receiver.count(), 0);
+    daemon.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn jobs_due_in_the_same_millisecond_keep_enqueue_order() {
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    config.redis.partitions = 1;
+    let store = Store::connect(&config).await.expect("store");
+    let now = store.redis_time_ms().await.expect("TIME");
+    let at = now + 200;
+    for i in 0..50 {
+        let job = JobInput {
+            id: Some(format!("z-{:02}", 49 - i)),
+            url: Some("http://127.0.0.1:9/".into()),
+            run_at: Some(hookq::job::RunAt::Millis(at)),
+            ..JobInput::default()
+        }
+        .validate(&config)
+        .expect("valid");
+        store.enqueue(&job.new_job(&config)).await.expect("enqueue");
+    }
+    let signals = Signals::new(1);
+    let token = CancellationToken::new();
+    let carrier = Carrier::new(store.clone(), signals, RedisClock::new(), Duration::from_secs(1));
+    let task = tokio::spawn(carrier.run(token.child_token()));
+    let mut conn = redis.conn().await;
+    let ready = store.keys().ready(0);
+    wait_until("all promoted", Duration::from_secs(10), || {
+        let mut conn = conn.clone();
+        let ready = ready.clone();
+        async move { conn.llen::<_, i64>(&ready).await.expect("LLEN") == 50 }
+    })
+    .await;
+    token.cancel();
+    task.await.expect("carrier");
+    let ids: Vec<String> = conn.lrange(&ready, 0, -1).await.expect("LRANGE");
+    let expected: Vec<String> = (0..50).map(|i| format!("z-{:02}", 49 - i)).collect();
+    assert_eq!(ids, expected, "ids sort against enqueue order; order must be enqueue order");
+}

@@ -1,0 +1,56 @@
+//! hookq's integration tests: one binary, a module per area. Every test owns a
+//! real `redis-server` on a private port and real HTTP receivers on loopback,
+//! and runs the daemon in-process on `127.0.0.1:0`.
+
+mod support;
+
+mod engine;
+
+use std::time::Duration;
+
+use hookq::config::Config;
+use hookq::daemon::Daemon;
+use support::redis::RedisServer;
+
+/// A config for tests: the given Redis, private targets allowed, an API on a
+/// free port, and short timeouts and ladders.
+pub fn test_config(redis: &RedisServer) -> Config {
+    let mut config = Config::default();
+    config.redis.url = redis.url();
+    config.redis.partitions = 4;
+    config.api.listen = "127.0.0.1:0".into();
+    config.delivery.allow_private = true;
+    config.delivery.timeout = Duration::from_secs(2);
+    config.delivery.max_timeout = Duration::from_secs(5);
+    config.delivery.lease_margin = Duration::from_millis(300);
+    config.delivery.retry = vec![Duration::from_millis(50), Duration::from_millis(100)];
+    config.delivery.shutdown_grace = Duration::from_secs(2);
+    config.validate().expect("test config is valid");
+    config
+}
+
+/// Starts a daemon with `config`.
+pub async fn start_daemon(config: &Config) -> Daemon {
+    Daemon::start(config.clone()).await.expect("daemon starts")
+}
+
+/// POSTs `body` to `url` and returns the status and the JSON answer.
+pub async fn post_json(url: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+    let response = reqwest::Client::new()
+        .post(url)
+        .json(&body)
+        .send()
+        .await
+        .expect("request is sent");
+    let status = response.status().as_u16();
+    let json = response.json().await.unwrap_or(serde_json::Value::Null);
+    (status, json)
+}
+
+/// GETs `url` and returns the status and the JSON answer.
+pub async fn get_json(url: &str) -> (u16, serde_json::Value) {
+    let response = reqwest::get(url).await.expect("request is sent");
+    let status = response.status().as_u16();
+    let json = response.json().await.unwrap_or(serde_json::Value::Null);
+    (status, json)
+}
