@@ -45,13 +45,18 @@ impl ApiError {
     }
 
     fn not_found(id: &str) -> Self {
-        ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no job with id `{id}`"))
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no job with id `{id}`"),
+        )
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"error": {"code": self.code, "message": self.message, "field": self.field}});
+        let body =
+            json!({"error": {"code": self.code, "message": self.message, "field": self.field}});
         (self.status, Json(body)).into_response()
     }
 }
@@ -85,7 +90,11 @@ impl From<StoreError> for ApiError {
             }
             StoreError::Reply { .. } => {
                 tracing::error!(cause = %e, "unexpected store reply");
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "unexpected store reply")
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "unexpected store reply",
+                )
             }
         }
     }
@@ -192,16 +201,24 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             field,
         }
     })?;
-    de.end().map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", e.to_string()))?;
+    de.end()
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", e.to_string()))?;
     Ok(value)
 }
 
 /// Creates one job; 201 new, 200 identical re-create, 409 conflicting re-create.
-pub async fn create_one(state: &AppState, input: JobInput) -> Result<(StatusCode, JobView), ApiError> {
+pub async fn create_one(
+    state: &AppState,
+    input: JobInput,
+) -> Result<(StatusCode, JobView), ApiError> {
     let job = input.validate(&state.config)?;
     let outcome = state.store.enqueue(&job.new_job(&state.config)).await?;
     match outcome {
-        EnqueueOutcome::Created { state: job_state, due, now } => {
+        EnqueueOutcome::Created {
+            state: job_state,
+            due,
+            now,
+        } => {
             let view = created_record(job, job_state, due, now, &state.config).view();
             Ok((StatusCode::CREATED, view))
         }
@@ -218,7 +235,13 @@ pub async fn create_one(state: &AppState, input: JobInput) -> Result<(StatusCode
     }
 }
 
-fn created_record(job: ValidJob, state: crate::job::State, due: i64, now: i64, config: &Config) -> JobRecord {
+fn created_record(
+    job: ValidJob,
+    state: crate::job::State,
+    due: i64,
+    now: i64,
+    config: &Config,
+) -> JobRecord {
     JobRecord {
         max_attempts: job.spec.max_attempts(config),
         id: job.id,
@@ -241,7 +264,10 @@ async fn create_job(
     Ok((status, Json(view)).into_response())
 }
 
-async fn get_job(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn get_job(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     validate_id(&id)?;
     match state.store.get(&id).await? {
         Some(record) => Ok(Json(record.view()).into_response()),
@@ -272,7 +298,12 @@ async fn metrics_text(State(state): State<AppState>) -> Response {
             handle.render(),
         )
             .into_response(),
-        None => ApiError::new(StatusCode::NOT_FOUND, "not_found", "metrics are not enabled").into_response(),
+        None => ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "metrics are not enabled",
+        )
+        .into_response(),
     }
 }
 
@@ -291,11 +322,13 @@ mod tests {
     fn parse_errors_name_fields() {
         let e = parse_json::<JobInput>(br#"{"url": 5}"#).expect_err("type");
         assert_eq!(e.field.as_deref(), Some("url"));
-        let e = parse_json::<JobInput>(br#"{"url": "http://a.example/", "bogus": 1}"#).expect_err("unknown");
+        let e = parse_json::<JobInput>(br#"{"url": "http://a.example/", "bogus": 1}"#)
+            .expect_err("unknown");
         assert_eq!(e.field.as_deref(), Some("bogus"));
         let e = parse_json::<JobInput>(br#"{"url": "#).expect_err("syntax");
         assert_eq!(e.code, "invalid_json");
-        let e = parse_json::<JobInput>(br#"{"url": "http://a.example/"} trailing"#).expect_err("trailing");
+        let e = parse_json::<JobInput>(br#"{"url": "http://a.example/"} trailing"#)
+            .expect_err("trailing");
         assert_eq!(e.code, "invalid_json");
     }
 }

@@ -45,7 +45,12 @@ pub struct Carrier {
 impl Carrier {
     /// A carrier over `store`; `lease_recheck` should not exceed the shortest
     /// lease (the lease margin does not).
-    pub fn new(store: Store, signals: Arc<Signals>, clock: RedisClock, lease_recheck: Duration) -> Self {
+    pub fn new(
+        store: Store,
+        signals: Arc<Signals>,
+        clock: RedisClock,
+        lease_recheck: Duration,
+    ) -> Self {
         Carrier {
             store,
             signals,
@@ -67,19 +72,29 @@ impl Carrier {
                 }
             }
             let now = self.clock.now_ms();
-            let due_now: Vec<u16> = (0..partitions).filter(|p| next_due[*p as usize] <= now).collect();
-            let leases_now: Vec<u16> = (0..partitions).filter(|p| next_lease[*p as usize] <= now).collect();
+            let due_now: Vec<u16> = (0..partitions)
+                .filter(|p| next_due[*p as usize] <= now)
+                .collect();
+            let leases_now: Vec<u16> = (0..partitions)
+                .filter(|p| next_lease[*p as usize] <= now)
+                .collect();
 
             let mut again = false;
             let mut ok = true;
-            let promotions = join_all(due_now.iter().map(|&p| self.store.promote(p, PROMOTE_BATCH))).await;
+            let promotions = join_all(
+                due_now
+                    .iter()
+                    .map(|&p| self.store.promote(p, PROMOTE_BATCH)),
+            )
+            .await;
             for (&p, result) in due_now.iter().zip(promotions) {
                 match result {
                     Ok(promotion) => {
                         self.clock.observe(promotion.now);
                         if promotion.moved > 0 {
                             self.signals.ready(p);
-                            metrics::counter!("hookq_promoted_total").increment(promotion.moved as u64);
+                            metrics::counter!("hookq_promoted_total")
+                                .increment(promotion.moved as u64);
                         }
                         if promotion.moved == PROMOTE_BATCH {
                             again = true;
@@ -94,7 +109,12 @@ impl Carrier {
                     }
                 }
             }
-            let reclaims = join_all(leases_now.iter().map(|&p| self.store.reclaim(p, RECLAIM_BATCH))).await;
+            let reclaims = join_all(
+                leases_now
+                    .iter()
+                    .map(|&p| self.store.reclaim(p, RECLAIM_BATCH)),
+            )
+            .await;
             for (&p, result) in leases_now.iter().zip(reclaims) {
                 match result {
                     Ok(reclaim) => {
@@ -112,7 +132,8 @@ impl Carrier {
                                 .increment((reclaim.requeued + reclaim.dead) as u64);
                         }
                         let recheck = reclaim.now + self.lease_recheck.as_millis() as i64;
-                        next_lease[p as usize] = if reclaim.requeued + reclaim.dead == RECLAIM_BATCH {
+                        next_lease[p as usize] = if reclaim.requeued + reclaim.dead == RECLAIM_BATCH
+                        {
                             again = true;
                             0
                         } else {
@@ -147,7 +168,12 @@ impl Carrier {
                 continue;
             }
 
-            let earliest = next_due.iter().chain(next_lease.iter()).copied().min().unwrap_or(NEVER);
+            let earliest = next_due
+                .iter()
+                .chain(next_lease.iter())
+                .copied()
+                .min()
+                .unwrap_or(NEVER);
             let max_wake = tokio::time::Instant::now() + MAX_SLEEP;
             let wake_at = if earliest == NEVER {
                 max_wake

@@ -95,7 +95,10 @@ pub struct CliError {
 
 impl<E: Into<anyhow::Error>> From<E> for CliError {
     fn from(e: E) -> Self {
-        CliError { code: 1, error: e.into() }
+        CliError {
+            code: 1,
+            error: e.into(),
+        }
     }
 }
 
@@ -169,7 +172,7 @@ pub async fn run(cli: Cli, config: Config) -> Result<ExitCode, CliError> {
             method,
         } => {
             let body = body
-                .map(|b| serde_json::value::RawValue::from_string(b))
+                .map(serde_json::value::RawValue::from_string)
                 .transpose()
                 .map_err(|e| usage(format!("--body: not valid JSON: {e}")))?;
             let run_at = at.map(|a| match a.parse::<i64>() {
@@ -189,7 +192,9 @@ pub async fn run(cli: Cli, config: Config) -> Result<ExitCode, CliError> {
                 ..JobInput::default()
             };
             let job = input.validate(&config).map_err(field_error)?;
-            let store = Store::connect(&config).await.context("cannot connect to Redis")?;
+            let store = Store::connect(&config)
+                .await
+                .context("cannot connect to Redis")?;
             match store.enqueue(&job.new_job(&config)).await? {
                 EnqueueOutcome::Created { state, due, .. } => {
                     println!(
@@ -210,7 +215,9 @@ pub async fn run(cli: Cli, config: Config) -> Result<ExitCode, CliError> {
         }
         Command::Show { id } => {
             crate::job::validate_id(&id).map_err(field_error)?;
-            let store = Store::connect(&config).await.context("cannot connect to Redis")?;
+            let store = Store::connect(&config)
+                .await
+                .context("cannot connect to Redis")?;
             match store.get(&id).await? {
                 Some(record) => {
                     println!("{}", serde_json::to_string_pretty(&record.view())?);
@@ -224,7 +231,9 @@ pub async fn run(cli: Cli, config: Config) -> Result<ExitCode, CliError> {
         }
         Command::Cancel { id } => {
             crate::job::validate_id(&id).map_err(field_error)?;
-            let store = Store::connect(&config).await.context("cannot connect to Redis")?;
+            let store = Store::connect(&config)
+                .await
+                .context("cannot connect to Redis")?;
             match store.cancel(&id).await? {
                 CancelOutcome::Cancelled | CancelOutcome::AlreadyCancelled => {
                     println!("cancelled {id}");

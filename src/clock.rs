@@ -31,7 +31,8 @@ impl RedisClock {
 
     /// Records that Redis's clock read `redis_ms` just now.
     pub fn observe(&self, redis_ms: i64) {
-        self.offset_ms.store(redis_ms - local_ms(), Ordering::Relaxed);
+        self.offset_ms
+            .store(redis_ms - local_ms(), Ordering::Relaxed);
     }
 
     /// Estimated Redis time now, epoch ms.

@@ -14,7 +14,7 @@ use anyhow::{bail, Context};
 use serde::{Deserialize, Deserializer};
 
 /// The whole daemon configuration, one struct per TOML section.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// `[redis]`: where jobs live.
@@ -117,18 +117,6 @@ pub struct LogConfig {
     pub level: String,
 }
 
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            redis: RedisConfig::default(),
-            api: ApiConfig::default(),
-            delivery: DeliveryConfig::default(),
-            retention: RetentionConfig::default(),
-            log: LogConfig::default(),
-        }
-    }
-}
-
 impl Default for RedisConfig {
     fn default() -> Self {
         RedisConfig {
@@ -217,8 +205,8 @@ impl Config {
             None => toml::Table::new(),
         };
         apply_env(&mut table, env)?;
-        let config: Config = serde_path_to_error::deserialize(toml::Value::Table(table))
-            .map_err(|err| {
+        let config: Config =
+            serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|err| {
                 let path = err.path().to_string();
                 anyhow::anyhow!("config key `{}`: {}", path, err.into_inner())
             })?;
@@ -235,8 +223,12 @@ impl Config {
     pub fn validate(&self) -> anyhow::Result<()> {
         let r = &self.redis;
         if r.cluster_nodes.is_empty() {
-            redis::parse_redis_url(&r.url)
-                .with_context(|| format!("config key `redis.url`: `{}` is not a redis:// or rediss:// URL", r.url))?;
+            redis::parse_redis_url(&r.url).with_context(|| {
+                format!(
+                    "config key `redis.url`: `{}` is not a redis:// or rediss:// URL",
+                    r.url
+                )
+            })?;
         }
         for node in &r.cluster_nodes {
             if redis::parse_redis_url(node).is_none() {
@@ -256,9 +248,12 @@ impl Config {
             bail!("config key `redis.partitions`: must be between 1 and 1024");
         }
         let a = &self.api;
-        a.listen
-            .parse::<SocketAddr>()
-            .with_context(|| format!("config key `api.listen`: `{}` is not an address like 127.0.0.1:8080", a.listen))?;
+        a.listen.parse::<SocketAddr>().with_context(|| {
+            format!(
+                "config key `api.listen`: `{}` is not an address like 127.0.0.1:8080",
+                a.listen
+            )
+        })?;
         if a.tokens.iter().any(|t| t.len() < 8) {
             bail!("config key `api.tokens`: every token must be at least 8 characters");
         }
@@ -290,12 +285,16 @@ impl Config {
         if d.per_host_concurrency == 0 {
             bail!("config key `delivery.per_host_concurrency`: must be at least 1");
         }
-        if d.dead_letter_statuses.iter().any(|s| !(100..=599).contains(s)) {
+        if d.dead_letter_statuses
+            .iter()
+            .any(|s| !(100..=599).contains(s))
+        {
             bail!("config key `delivery.dead_letter_statuses`: statuses must be 100..=599");
         }
         for cidr in &d.allow_cidrs {
-            cidr.parse::<ipnet::IpNet>()
-                .with_context(|| format!("config key `delivery.allow_cidrs`: `{cidr}` is not a CIDR like 10.0.0.0/8"))?;
+            cidr.parse::<ipnet::IpNet>().with_context(|| {
+                format!("config key `delivery.allow_cidrs`: `{cidr}` is not a CIDR like 10.0.0.0/8")
+            })?;
         }
         for (i, secret) in d.signing_secrets.iter().enumerate() {
             crate::delivery::signing::SigningSecret::parse(secret)
@@ -313,8 +312,12 @@ impl Config {
         if !matches!(self.log.format.as_str(), "text" | "json") {
             bail!("config key `log.format`: must be `text` or `json`");
         }
-        tracing_subscriber::EnvFilter::try_new(&self.log.level)
-            .with_context(|| format!("config key `log.level`: `{}` is not a log filter", self.log.level))?;
+        tracing_subscriber::EnvFilter::try_new(&self.log.level).with_context(|| {
+            format!(
+                "config key `log.level`: `{}` is not a log filter",
+                self.log.level
+            )
+        })?;
         Ok(())
     }
 
@@ -375,7 +378,11 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "mib" => 1 << 20,
         "g" | "gb" => 1_000_000_000,
         "gib" => 1 << 30,
-        _ => return Err(format!("`{text}` has an unknown size unit (use B, KiB, MiB, GiB)")),
+        _ => {
+            return Err(format!(
+                "`{text}` has an unknown size unit (use B, KiB, MiB, GiB)"
+            ))
+        }
     };
     n.checked_mul(mult)
         .ok_or_else(|| format!("`{text}` is too large"))
@@ -450,7 +457,10 @@ mod tests {
         .expect("load");
         assert!(c.delivery.allow_private);
         assert_eq!(c.redis.url, "redis://127.0.0.1:7000/2");
-        assert_eq!(c.delivery.retry, vec![Duration::from_millis(50), Duration::from_millis(100)]);
+        assert_eq!(
+            c.delivery.retry,
+            vec![Duration::from_millis(50), Duration::from_millis(100)]
+        );
         assert_eq!(c.api.max_body, 2 << 20);
     }
 
@@ -470,7 +480,10 @@ mod tests {
         for (key, value, named) in cases {
             let err = Config::load(None, env(&[(key, value)])).expect_err(key);
             let text = format!("{err:#}");
-            assert!(text.contains(named), "{key}={value}: `{text}` should name {named}");
+            assert!(
+                text.contains(named),
+                "{key}={value}: `{text}` should name {named}"
+            );
         }
     }
 

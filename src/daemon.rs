@@ -34,13 +34,14 @@ pub struct Daemon {
 /// The process-wide Prometheus recorder (the `metrics` facade is global by
 /// design; installed once, shared by every daemon in the process).
 fn metrics_handle() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
-    static HANDLE: OnceLock<Option<metrics_exporter_prometheus::PrometheusHandle>> = OnceLock::new();
+    static HANDLE: OnceLock<Option<metrics_exporter_prometheus::PrometheusHandle>> =
+        OnceLock::new();
     HANDLE
         .get_or_init(|| {
             let builder = metrics_exporter_prometheus::PrometheusBuilder::new()
                 .set_buckets(&[
-                    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-                    30.0, 60.0,
+                    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                    10.0, 30.0, 60.0,
                 ])
                 .ok()?;
             builder.install_recorder().ok()
@@ -74,7 +75,12 @@ impl Daemon {
         let token = CancellationToken::new();
         let listener = tokio::net::TcpListener::bind(&config.api.listen)
             .await
-            .with_context(|| format!("config key `api.listen`: cannot listen on {}", config.api.listen))?;
+            .with_context(|| {
+                format!(
+                    "config key `api.listen`: cannot listen on {}",
+                    config.api.listen
+                )
+            })?;
         let addr = listener.local_addr()?;
         if config.api.tokens.is_empty() {
             tracing::warn!("api.tokens is empty: the API accepts requests without authentication");
@@ -133,7 +139,8 @@ impl Daemon {
                     config.delivery.lease_margin,
                 );
                 let carrier = tokio::spawn(carrier.run(token.child_token()));
-                let pool = WorkerPool::new(store.clone(), deliverer, config.clone(), signals, clock);
+                let pool =
+                    WorkerPool::new(store.clone(), deliverer, config.clone(), signals, clock);
                 let pool = tokio::spawn(pool.run(token.child_token()));
                 let api_token = token.child_token();
                 let server = axum::serve(listener, app)

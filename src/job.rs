@@ -466,8 +466,7 @@ pub fn validate_headers(headers: &BTreeMap<String, String>) -> Result<(), FieldE
                 format!("header `{name}` is set by hookq (hop-by-hop, framing or signature header) and may not be given"),
             ));
         }
-        if value.len() > MAX_HEADER_VALUE
-            || reqwest::header::HeaderValue::from_str(value).is_err()
+        if value.len() > MAX_HEADER_VALUE || reqwest::header::HeaderValue::from_str(value).is_err()
         {
             return Err(FieldError::new(
                 "invalid_header",
@@ -734,16 +733,21 @@ mod tests {
 
     #[test]
     fn body_is_kept_verbatim() {
-        let job = input(r#"{"url":"http://a.example/","body": {"b":1, "a":[1,2]}}"#).expect("valid");
+        let job =
+            input(r#"{"url":"http://a.example/","body": {"b":1, "a":[1,2]}}"#).expect("valid");
         assert_eq!(job.spec.payload().0, br#"{"b":1, "a":[1,2]}"#);
         let text = input(r#"{"url":"http://a.example/","body_text":"a=1&b=2","content_type":"application/x-www-form-urlencoded"}"#)
             .expect("valid");
-        assert_eq!(text.spec.payload(), (&b"a=1&b=2"[..], "application/x-www-form-urlencoded"));
+        assert_eq!(
+            text.spec.payload(),
+            (&b"a=1&b=2"[..], "application/x-www-form-urlencoded")
+        );
     }
 
     #[test]
     fn due_times() {
-        let at = input(r#"{"url":"http://a.example/","run_at":"2030-01-01T00:00:00Z"}"#).expect("valid");
+        let at =
+            input(r#"{"url":"http://a.example/","run_at":"2030-01-01T00:00:00Z"}"#).expect("valid");
         assert_eq!(at.due, Due::At(1_893_456_000_000));
         let ms = input(r#"{"url":"http://a.example/","run_at":1893456000000}"#).expect("valid");
         assert_eq!(ms.due, Due::At(1_893_456_000_000));
@@ -763,16 +767,40 @@ mod tests {
             (r#"{"url":"http://a.example/","topic":"a/b"}"#, "topic"),
             (r#"{"url":"http://a.example/","method":"GET"}"#, "method"),
             (r#"{"url":"http://a.example/","delay":"soon"}"#, "delay"),
-            (r#"{"url":"http://a.example/","delay":"1s","run_at":1}"#, "delay"),
+            (
+                r#"{"url":"http://a.example/","delay":"1s","run_at":1}"#,
+                "delay",
+            ),
             (r#"{"url":"http://a.example/","run_at":-5}"#, "run_at"),
-            (r#"{"url":"http://a.example/","run_at":"tomorrow"}"#, "run_at"),
-            (r#"{"url":"http://a.example/","retry":["1s","0s"]}"#, "retry[1]"),
+            (
+                r#"{"url":"http://a.example/","run_at":"tomorrow"}"#,
+                "run_at",
+            ),
+            (
+                r#"{"url":"http://a.example/","retry":["1s","0s"]}"#,
+                "retry[1]",
+            ),
             (r#"{"url":"http://a.example/","timeout":"2h"}"#, "timeout"),
-            (r#"{"url":"http://a.example/","headers":{"Webhook-Signature":"x"}}"#, "headers.Webhook-Signature"),
-            (r#"{"url":"http://a.example/","headers":{"connection":"close"}}"#, "headers.connection"),
-            (r#"{"url":"http://a.example/","headers":{"x-a":"line\nbreak"}}"#, "headers.x-a"),
-            (r#"{"url":"http://a.example/","body":1,"body_text":"x"}"#, "body_text"),
-            (r#"{"url":"http://a.example/","content_type":"text/xml"}"#, "content_type"),
+            (
+                r#"{"url":"http://a.example/","headers":{"Webhook-Signature":"x"}}"#,
+                "headers.Webhook-Signature",
+            ),
+            (
+                r#"{"url":"http://a.example/","headers":{"connection":"close"}}"#,
+                "headers.connection",
+            ),
+            (
+                r#"{"url":"http://a.example/","headers":{"x-a":"line\nbreak"}}"#,
+                "headers.x-a",
+            ),
+            (
+                r#"{"url":"http://a.example/","body":1,"body_text":"x"}"#,
+                "body_text",
+            ),
+            (
+                r#"{"url":"http://a.example/","content_type":"text/xml"}"#,
+                "content_type",
+            ),
         ];
         for (json, field) in cases {
             let err = input(json).expect_err(json);

@@ -73,18 +73,36 @@ mod tests {
             attempt += 1;
         }
         assert_eq!(attempt, 9, "the 9th failure dead-letters");
-        assert_eq!(total, secs(15 + 180 + 600 + 1800 + 3600 + 7200 + 21600 + 54000));
+        assert_eq!(
+            total,
+            secs(15 + 180 + 600 + 1800 + 3600 + 7200 + 21600 + 54000)
+        );
         assert!(total > secs(24 * 3600) && total < secs(25 * 3600));
     }
 
     #[test]
     fn each_rung_in_order() {
         let ladder = [secs(1), secs(2), secs(3)];
-        assert_eq!(next_delay(&ladder, 1, RETRY, 0.0, 0.0), FailAction::Retry(secs(1)));
-        assert_eq!(next_delay(&ladder, 2, RETRY, 0.0, 0.0), FailAction::Retry(secs(2)));
-        assert_eq!(next_delay(&ladder, 3, RETRY, 0.0, 0.0), FailAction::Retry(secs(3)));
-        assert_eq!(next_delay(&ladder, 4, RETRY, 0.0, 0.0), FailAction::DeadLetter);
-        assert_eq!(next_delay(&ladder, 0, RETRY, 0.0, 0.0), FailAction::DeadLetter);
+        assert_eq!(
+            next_delay(&ladder, 1, RETRY, 0.0, 0.0),
+            FailAction::Retry(secs(1))
+        );
+        assert_eq!(
+            next_delay(&ladder, 2, RETRY, 0.0, 0.0),
+            FailAction::Retry(secs(2))
+        );
+        assert_eq!(
+            next_delay(&ladder, 3, RETRY, 0.0, 0.0),
+            FailAction::Retry(secs(3))
+        );
+        assert_eq!(
+            next_delay(&ladder, 4, RETRY, 0.0, 0.0),
+            FailAction::DeadLetter
+        );
+        assert_eq!(
+            next_delay(&ladder, 0, RETRY, 0.0, 0.0),
+            FailAction::DeadLetter
+        );
     }
 
     #[test]
@@ -112,18 +130,35 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
-        assert_eq!(next_delay(&ladder, 1, RETRY, 1.0, 0.5), FailAction::Retry(secs(15)));
+        assert_eq!(
+            next_delay(&ladder, 1, RETRY, 1.0, 0.5),
+            FailAction::Retry(secs(15))
+        );
     }
 
     #[test]
     fn retry_after_raises_the_wait_but_is_capped_by_the_last_rung() {
         let ladder = [secs(1), secs(60)];
-        let asked = |s| FailureKind::Retryable { retry_after: Some(secs(s)) };
-        assert_eq!(next_delay(&ladder, 1, asked(30), 0.0, 0.0), FailAction::Retry(secs(30)));
-        assert_eq!(next_delay(&ladder, 1, asked(3600), 0.0, 0.0), FailAction::Retry(secs(60)));
+        let asked = |s| FailureKind::Retryable {
+            retry_after: Some(secs(s)),
+        };
+        assert_eq!(
+            next_delay(&ladder, 1, asked(30), 0.0, 0.0),
+            FailAction::Retry(secs(30))
+        );
+        assert_eq!(
+            next_delay(&ladder, 1, asked(3600), 0.0, 0.0),
+            FailAction::Retry(secs(60))
+        );
         // A Retry-After shorter than the rung never shortens it.
-        assert_eq!(next_delay(&ladder, 2, asked(5), 0.0, 0.0), FailAction::Retry(secs(60)));
+        assert_eq!(
+            next_delay(&ladder, 2, asked(5), 0.0, 0.0),
+            FailAction::Retry(secs(60))
+        );
         // Still dead when no rung is left.
-        assert_eq!(next_delay(&ladder, 3, asked(5), 0.0, 0.0), FailAction::DeadLetter);
+        assert_eq!(
+            next_delay(&ladder, 3, asked(5), 0.0, 0.0),
+            FailAction::DeadLetter
+        );
     }
 }

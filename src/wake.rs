@@ -55,7 +55,10 @@ impl Signals {
 
     /// Takes the pending due hint of partition `p`.
     pub fn take_due_hint(&self, p: u16) -> Option<i64> {
-        let hint = self.due_hints.get(p as usize)?.swap(i64::MAX, Ordering::AcqRel);
+        let hint = self
+            .due_hints
+            .get(p as usize)?
+            .swap(i64::MAX, Ordering::AcqRel);
         (hint != i64::MAX).then_some(hint)
     }
 
@@ -132,7 +135,10 @@ pub async fn run_subscriber(
     }
 }
 
-async fn subscribe(client: &redis::Client, channel: &str) -> redis::RedisResult<redis::aio::PubSub> {
+async fn subscribe(
+    client: &redis::Client,
+    channel: &str,
+) -> redis::RedisResult<redis::aio::PubSub> {
     let mut pubsub = client.get_async_pubsub().await?;
     pubsub.subscribe(channel).await?;
     Ok(pubsub)

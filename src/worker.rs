@@ -205,7 +205,10 @@ impl WorkerPool {
     /// would have expired anyway (then lease recovery takes over).
     fn recording_deadline(&self, job: &Claimed, spec_timeout: Duration) -> tokio::time::Instant {
         let lease = self.config.lease_for(spec_timeout);
-        tokio::time::Instant::from_std(self.clock.instant_at(job.claimed_at + lease.as_millis() as i64))
+        tokio::time::Instant::from_std(
+            self.clock
+                .instant_at(job.claimed_at + lease.as_millis() as i64),
+        )
     }
 
     async fn record_success(&self, job: &Claimed, record: &AttemptRecord) {
@@ -232,7 +235,13 @@ impl WorkerPool {
         }
     }
 
-    async fn record_failure(&self, job: &Claimed, topic: &str, record: &AttemptRecord, action: FailAction) {
+    async fn record_failure(
+        &self,
+        job: &Claimed,
+        topic: &str,
+        record: &AttemptRecord,
+        action: FailAction,
+    ) {
         let json = record.to_json();
         let last_error = record.last_error();
         let failure = Failure {

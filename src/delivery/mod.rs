@@ -371,7 +371,10 @@ mod tests {
         let header = httpdate::fmt_http_date(later);
         let parsed = parse_retry_after(&header).expect("date parses");
         assert!(parsed > Duration::from_secs(3590) && parsed <= Duration::from_secs(3600));
-        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), Some(Duration::ZERO));
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"),
+            Some(Duration::ZERO)
+        );
         assert_eq!(parse_retry_after("soon"), None);
     }
 }

@@ -106,7 +106,15 @@ mod tests {
         let p = k.partition_of("order-1");
         assert!(p < 16);
         let tag = format!("{{{p}}}");
-        for key in [k.job(p, "order-1"), k.due(p), k.ready(p), k.inflight(p), k.dead(p), k.seq(p), k.history(p, "order-1")] {
+        for key in [
+            k.job(p, "order-1"),
+            k.due(p),
+            k.ready(p),
+            k.inflight(p),
+            k.dead(p),
+            k.seq(p),
+            k.history(p, "order-1"),
+        ] {
             assert!(key.starts_with("hq:"), "{key}");
             assert!(key.contains(&tag), "{key}");
         }

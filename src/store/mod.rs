@@ -47,7 +47,7 @@ impl StoreError {
 }
 
 /// Encodes one script argument.
-fn arg<T: redis::ToRedisArgs + ?Sized>(value: &T) -> Vec<u8> {
+fn arg<T: redis::ToRedisArgs>(value: &T) -> Vec<u8> {
     value.to_redis_args().concat()
 }
 
@@ -267,11 +267,10 @@ impl JobRecord {
             body: self.spec.body,
             body_text: self.spec.body_text,
             content_type: self.spec.content_type,
-            retry: self.spec.retry_ms.map(|r| {
-                r.into_iter()
-                    .map(crate::job::format_duration_ms)
-                    .collect()
-            }),
+            retry: self
+                .spec
+                .retry_ms
+                .map(|r| r.into_iter().map(crate::job::format_duration_ms).collect()),
             timeout: self.spec.timeout_ms.map(crate::job::format_duration_ms),
             state: self.state,
             attempts: self.attempts,
@@ -318,10 +317,11 @@ impl Store {
                 .set_max_delay(2000);
             RedisConn::Single(ConnectionManager::new_with_config(client, manager_config).await?)
         } else {
-            let client = redis::cluster::ClusterClientBuilder::new(config.redis.cluster_nodes.clone())
-                .connection_timeout(CONNECT_TIMEOUT)
-                .response_timeout(RESPONSE_TIMEOUT)
-                .build()?;
+            let client =
+                redis::cluster::ClusterClientBuilder::new(config.redis.cluster_nodes.clone())
+                    .connection_timeout(CONNECT_TIMEOUT)
+                    .response_timeout(RESPONSE_TIMEOUT)
+                    .build()?;
             RedisConn::Cluster(client.get_async_connection().await?)
         };
         Ok(Store::with_conn(conn, config))
@@ -464,7 +464,12 @@ impl Store {
             .invoke(
                 &scripts::PROMOTE_DUE,
                 &[&self.keys.due(p), &self.keys.ready(p)],
-                &[arg(&batch), arg(&self.keys.job_prefix(p)), arg(&self.channel), arg(&p)],
+                &[
+                    arg(&batch),
+                    arg(&self.keys.job_prefix(p)),
+                    arg(&self.channel),
+                    arg(&p),
+                ],
             )
             .await?;
         Ok(Promotion {
@@ -480,7 +485,11 @@ impl Store {
             .invoke(
                 &scripts::CLAIM_READY,
                 &[&self.keys.ready(p), &self.keys.inflight(p)],
-                &[arg(&max), arg(&self.keys.job_prefix(p)), arg(&self.settings.default_lease_ms)],
+                &[
+                    arg(&max),
+                    arg(&self.keys.job_prefix(p)),
+                    arg(&self.settings.default_lease_ms),
+                ],
             )
             .await?;
         let bad = |d: &str| StoreError::reply("claim_ready", d.to_string());
@@ -518,7 +527,12 @@ impl Store {
                     &self.keys.inflight(p),
                     &self.keys.history(p, &job.id),
                 ],
-                &[arg(&job.id), arg(&job.attempt), arg(&record), arg(&self.settings.retention_ms)],
+                &[
+                    arg(&job.id),
+                    arg(&job.attempt),
+                    arg(&record),
+                    arg(&self.settings.retention_ms),
+                ],
             )
             .await?;
         Ok(done == 1)
@@ -578,7 +592,11 @@ impl Store {
         let (requeued, dead, next, now): (usize, usize, i64, i64) = self
             .invoke(
                 &scripts::RECLAIM_EXPIRED,
-                &[&self.keys.inflight(p), &self.keys.ready(p), &self.keys.dead(p)],
+                &[
+                    &self.keys.inflight(p),
+                    &self.keys.ready(p),
+                    &self.keys.dead(p),
+                ],
                 &[
                     arg(&batch),
                     arg(&self.keys.job_prefix(p)),
@@ -636,7 +654,9 @@ impl Store {
             return Ok(None);
         }
         let bad = |d: String| StoreError::reply("job hash", format!("{id}: {d}"));
-        let spec_json = fields.get("job").ok_or_else(|| bad("no job field".into()))?;
+        let spec_json = fields
+            .get("job")
+            .ok_or_else(|| bad("no job field".into()))?;
         let spec: JobSpec =
             serde_json::from_str(spec_json).map_err(|e| bad(format!("job field: {e}")))?;
         let state = fields

@@ -121,16 +121,33 @@ mod tests {
             assert!(def.source.starts_with("--[["), "{} has no header", def.name);
             assert_eq!(declared(def.source, "KEYS"), def.keys, "{} KEYS", def.name);
             assert_eq!(declared(def.source, "ARGV"), def.args, "{} ARGV", def.name);
-            assert!(def.source.contains("Output:"), "{} header names no output", def.name);
+            assert!(
+                def.source.contains("Output:"),
+                "{} header names no output",
+                def.name
+            );
         }
     }
 
     #[test]
     fn scripts_touch_only_declared_inputs() {
         for def in ALL {
-            let body = def.source.split("]]").skip(1).collect::<Vec<_>>().join("]]");
-            assert!(declared(&body, "KEYS") <= def.keys, "{} uses an undeclared KEYS", def.name);
-            assert!(declared(&body, "ARGV") <= def.args, "{} uses an undeclared ARGV", def.name);
+            let body = def
+                .source
+                .split("]]")
+                .skip(1)
+                .collect::<Vec<_>>()
+                .join("]]");
+            assert!(
+                declared(&body, "KEYS") <= def.keys,
+                "{} uses an undeclared KEYS",
+                def.name
+            );
+            assert!(
+                declared(&body, "ARGV") <= def.args,
+                "{} uses an undeclared ARGV",
+                def.name
+            );
             for banned in ["KEYS *", "'KEYS'", "SCAN", "LREM", "SMEMBERS"] {
                 assert!(!body.contains(banned), "{} uses {banned}", def.name);
             }

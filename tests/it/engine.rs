@@ -19,7 +19,9 @@ use crate::support::wait_until;
 use crate::{get_json, post_json, start_daemon, test_config};
 
 fn epoch_ms(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH).expect("after 1970").as_millis() as i64
+    t.duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as i64
 }
 
 fn parse_rfc3339_ms(text: &str) -> i64 {
@@ -93,7 +95,10 @@ async fn delayed_jobs_are_never_early() {
         .await;
         assert_eq!(status, 201, "{view}");
         assert_eq!(view["state"], "scheduled");
-        due_by_id.insert(id, parse_rfc3339_ms(view["next_attempt_at"].as_str().expect("due")));
+        due_by_id.insert(
+            id,
+            parse_rfc3339_ms(view["next_attempt_at"].as_str().expect("due")),
+        );
     }
     let got = receiver.wait_for_count(20, Duration::from_secs(15)).await;
     let mut lateness = Vec::new();
@@ -137,7 +142,12 @@ async fn failures_climb_the_whole_ladder_then_dead_letter() {
     let got = receiver.wait_for_count(4, Duration::from_secs(10)).await;
     let attempts: Vec<String> = got
         .iter()
-        .map(|r| r.headers["hookq-attempt"].to_str().expect("ascii").to_string())
+        .map(|r| {
+            r.headers["hookq-attempt"]
+                .to_str()
+                .expect("ascii")
+                .to_string()
+        })
         .collect();
     assert_eq!(attempts, ["1", "2", "3", "4"]);
     for (k, rung_ms) in [(1usize, 100u128), (2, 200), (3, 300)] {
@@ -146,7 +156,11 @@ async fn failures_climb_the_whole_ladder_then_dead_letter() {
             .duration_since(got[k - 1].received_at)
             .expect("ordered")
             .as_millis();
-        assert!(gap >= rung_ms, "attempt {} came {gap}ms after attempt {k}, rung is {rung_ms}ms", k + 1);
+        assert!(
+            gap >= rung_ms,
+            "attempt {} came {gap}ms after attempt {k}, rung is {rung_ms}ms",
+            k + 1
+        );
     }
     wait_until("job is dead", Duration::from_secs(5), || async {
         job_state(&base, "ladder-1").await == "dead"
@@ -162,19 +176,24 @@ async fn failures_climb_the_whole_ladder_then_dead_letter() {
 
     // The dead-letter entry carries what an operator needs to replay it.
     let store_config = config.clone();
-    let keys = hookq::store::Keys::new(&store_config.redis.namespace, store_config.redis.partitions);
+    let keys =
+        hookq::store::Keys::new(&store_config.redis.namespace, store_config.redis.partitions);
     let stream = keys.dead(keys.partition_of("ladder-1"));
     let mut conn = redis.conn().await;
-    let entries: redis::streams::StreamRangeReply =
-        conn.xrange_all(&stream).await.expect("XRANGE");
+    let entries: redis::streams::StreamRangeReply = conn.xrange_all(&stream).await.expect("XRANGE");
     assert_eq!(entries.ids.len(), 1);
     let entry = &entries.ids[0];
-    let field = |name: &str| -> String { entry.get(name).unwrap_or_else(|| panic!("field {name}")) };
+    let field =
+        |name: &str| -> String { entry.get(name).unwrap_or_else(|| panic!("field {name}")) };
     assert_eq!(field("id"), "ladder-1");
     assert_eq!(field("topic"), "payments");
     assert_eq!(field("attempts"), "4");
     assert_eq!(field("last_status"), "500");
-    assert!(field("last_error").starts_with("http_status"), "{}", field("last_error"));
+    assert!(
+        field("last_error").starts_with("http_status"),
+        "{}",
+        field("last_error")
+    );
     let job: serde_json::Value = serde_json::from_str(&field("job")).expect("job JSON");
     assert_eq!(job["url"], receiver.url("/fail"));
     assert!(field("dead_at").parse::<i64>().expect("ms") > 0);
@@ -308,7 +327,10 @@ async fn two_carriers_promote_ten_thousand_jobs_exactly_once() {
         entries += ids.len();
         seen.extend(ids);
     }
-    assert_eq!(entries, 10_000, "ready-list entries (a double promotion adds one)");
+    assert_eq!(
+        entries, 10_000,
+        "ready-list entries (a double promotion adds one)"
+    );
     assert_eq!(seen.len(), 10_000, "distinct jobs promoted");
 }
 
@@ -339,9 +361,11 @@ async fn two_daemons_deliver_each_job_once() {
     assert_eq!(ids.len(), 1000);
     // Give a duplicate a chance to show up before counting again.
     let base = a.url();
-    wait_until("last job recorded delivered", Duration::from_secs(5), || async {
-        job_state(&base, "dual-999").await == "delivered"
-    })
+    wait_until(
+        "last job recorded delivered",
+        Duration::from_secs(5),
+        || async { job_state(&base, "dual-999").await == "delivered" },
+    )
     .await;
     assert_eq!(receiver.count(), 1000, "no job was delivered twice");
     a.stop().await.expect("clean stop");
@@ -391,7 +415,10 @@ async fn an_earlier_job_wakes_a_sleeping_carrier() {
     assert!(late >= 0, "delivered {}ms early", -late);
     // Without a wakeup the carrier would sleep until the hour-away job (or its
     // 60 s safety re-read); anything near the due time proves the wakeup.
-    assert!(late < 5_000, "delivered {late}ms late: the carrier was not woken");
+    assert!(
+        late < 5_000,
+        "delivered {late}ms late: the carrier was not woken"
+    );
     daemon.stop().await.expect("clean stop");
 }
 
@@ -450,7 +477,12 @@ async fn jobs_due_in_the_same_millisecond_keep_enqueue_order() {
     }
     let signals = Signals::new(1);
     let token = CancellationToken::new();
-    let carrier = Carrier::new(store.clone(), signals, RedisClock::new(), Duration::from_secs(1));
+    let carrier = Carrier::new(
+        store.clone(),
+        signals,
+        RedisClock::new(),
+        Duration::from_secs(1),
+    );
     let task = tokio::spawn(carrier.run(token.child_token()));
     let mut conn = redis.conn().await;
     let ready = store.keys().ready(0);
@@ -464,5 +496,8 @@ async fn jobs_due_in_the_same_millisecond_keep_enqueue_order() {
     task.await.expect("carrier");
     let ids: Vec<String> = conn.lrange(&ready, 0, -1).await.expect("LRANGE");
     let expected: Vec<String> = (0..50).map(|i| format!("z-{:02}", 49 - i)).collect();
-    assert_eq!(ids, expected, "ids sort against enqueue order; order must be enqueue order");
+    assert_eq!(
+        ids, expected,
+        "ids sort against enqueue order; order must be enqueue order"
+    );
 }

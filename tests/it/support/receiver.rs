@@ -89,8 +89,11 @@ async fn record(
     if let Some(delay) = reply.delay {
         tokio::time::sleep(delay).await;
     }
-    let mut response =
-        (StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK), reply.body).into_response();
+    let mut response = (
+        StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK),
+        reply.body,
+    )
+        .into_response();
     for (name, value) in reply.headers {
         if let (Ok(n), Ok(v)) = (
             axum::http::HeaderName::from_bytes(name.as_bytes()),
