@@ -6,6 +6,7 @@
     KEYS[1] job hash        <ns>:{p}:job:<id>
     KEYS[2] inflight zset   <ns>:{p}:inflight
     KEYS[3] history list    <ns>:{p}:hist:<id>
+    KEYS[4] stats hash      <ns>:{p}:stats
     ARGV[1] id
     ARGV[2] fencing token (the attempt number the lease was granted for)
     ARGV[3] attempt record JSON
@@ -26,4 +27,5 @@ rcall('LPUSH', KEYS[3], ARGV[3])
 rcall('LTRIM', KEYS[3], 0, 19)
 rcall('PEXPIRE', KEYS[1], ARGV[4])
 rcall('PEXPIRE', KEYS[3], ARGV[4])
+rcall('HINCRBY', KEYS[4], 'delivered', 1)
 return 1

@@ -10,6 +10,7 @@
     KEYS[4] due zset        <ns>:{p}:due
     KEYS[5] sequence        <ns>:{p}:seq
     KEYS[6] dead stream     <ns>:{p}:dead
+    KEYS[7] stats hash      <ns>:{p}:stats
     ARGV[1] id
     ARGV[2] fencing token (the attempt number the lease was granted for)
     ARGV[3] attempt record JSON
@@ -35,6 +36,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 rcall('ZREM', KEYS[2], ARGV[1])
 rcall('LPUSH', KEYS[3], ARGV[3])
 rcall('LTRIM', KEYS[3], 0, 19)
+rcall('HINCRBY', KEYS[7], 'failed_attempts', 1)
 
 local delay = tonumber(ARGV[4])
 if delay >= 0 then
@@ -56,4 +58,5 @@ local entry = rcall('XADD', KEYS[6], 'MAXLEN', '~', ARGV[9], '*',
 rcall('HSET', KEYS[1], 'state', 'dead', 'dl', entry, 'ut', now)
 rcall('PEXPIRE', KEYS[1], ARGV[5])
 rcall('PEXPIRE', KEYS[3], ARGV[5])
+rcall('HINCRBY', KEYS[7], 'dead_lettered', 1)
 return {2, entry}

@@ -8,6 +8,7 @@
     KEYS[1] inflight zset   <ns>:{p}:inflight
     KEYS[2] ready list      <ns>:{p}:ready
     KEYS[3] dead stream     <ns>:{p}:dead
+    KEYS[4] stats hash      <ns>:{p}:stats
     ARGV[1] batch size
     ARGV[2] job key prefix      <ns>:{p}:job:   (same hash tag)
     ARGV[3] history key prefix  <ns>:{p}:hist:  (same hash tag)
@@ -55,6 +56,10 @@ for _, id in ipairs(ids) do
   end
 end
 if #ids > 0 then rcall('ZREM', KEYS[1], unpack(ids)) end
+if requeued + dead > 0 then
+  rcall('HINCRBY', KEYS[4], 'expired_leases', requeued + dead)
+  if dead > 0 then rcall('HINCRBY', KEYS[4], 'dead_lettered', dead) end
+end
 
 local head = rcall('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local next_deadline = -1

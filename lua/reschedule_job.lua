@@ -16,15 +16,18 @@
     ARGV[6] lease in ms for this job, or "" for the daemon default
     ARGV[7] wake channel
     ARGV[8] partition number
+    ARGV[9] the spec JSON the change was computed from (optimistic check)
   Output:
     {1, state, due, now}   changed
     {-1}                   no such job
     {-2, state}            not scheduled (nothing changed)
+    {-3, state}            changed by someone else since it was read (nothing changed)
 ]]
 local rcall = redis.call
-local f = rcall('HMGET', KEYS[1], 'state', 'seq', 'due')
+local f = rcall('HMGET', KEYS[1], 'state', 'seq', 'due', 'job')
 if not f[1] then return {-1} end
 if f[1] ~= 'scheduled' then return {-2, f[1]} end
+if f[4] ~= ARGV[9] then return {-3, f[1]} end
 
 local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -29,6 +29,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod daemon;
+pub mod deadletter;
 pub mod delivery;
 pub mod job;
 pub mod retry;

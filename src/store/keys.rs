@@ -84,6 +84,12 @@ impl Keys {
         format!("{}dead", self.prefix(p))
     }
 
+    /// HASH `<ns>:{p}:stats`: delivery counters (`delivered`,
+    /// `failed_attempts`, `dead_lettered`, `expired_leases`).
+    pub fn stats(&self, p: u16) -> String {
+        format!("{}stats", self.prefix(p))
+    }
+
     /// STRING `<ns>:{p}:seq`: enqueue sequence counter of the due set.
     pub fn seq(&self, p: u16) -> String {
         format!("{}seq", self.prefix(p))

@@ -7,8 +7,10 @@
 //! `inflight` zset of leases, the `dead` stream and the `seq` counter.
 
 pub mod keys;
+pub mod listing;
 pub mod scripts;
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -215,6 +217,54 @@ pub enum CancelOutcome {
     Finished,
 }
 
+/// A change to a scheduled job (`PATCH /v1/jobs/{id}`).
+#[derive(Debug, Clone)]
+pub struct Reschedule<'a> {
+    /// Job id.
+    pub id: &'a str,
+    /// The spec the change was computed from.
+    pub old_spec_json: &'a str,
+    /// The new spec.
+    pub new_spec_json: &'a str,
+    /// A new due time, or None to keep the current one.
+    pub due: Option<Due>,
+    /// Attempts allowed by the new spec.
+    pub max_attempts: u32,
+    /// The new spec's own lease, if it has its own timeout.
+    pub lease_ms: Option<u64>,
+}
+
+/// What `reschedule` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RescheduleOutcome {
+    /// Changed; the job is now `state`, due at `due`.
+    Changed {
+        /// `scheduled`, or `ready` when the new due time has passed.
+        state: State,
+        /// Due time, epoch ms.
+        due: i64,
+        /// Redis time, epoch ms.
+        now: i64,
+    },
+    /// No such job.
+    NotFound,
+    /// The job is no longer scheduled; nothing changed.
+    NotScheduled(State),
+    /// The job changed since it was read; nothing changed.
+    Modified,
+}
+
+/// What `replay` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplayOutcome {
+    /// The job is live again and its dead letter is gone.
+    Revived,
+    /// The job was live already; its stale dead letter was deleted.
+    AlreadyLive,
+    /// No such dead-letter entry.
+    Gone,
+}
+
 /// A failed attempt, as recorded on the job.
 #[derive(Debug, Clone)]
 pub struct Failure<'a> {
@@ -235,6 +285,8 @@ pub struct Failure<'a> {
 pub struct JobRecord {
     /// Job id.
     pub id: String,
+    /// The stored spec JSON, byte for byte (for optimistic changes).
+    pub spec_json: String,
     /// Content.
     pub spec: JobSpec,
     /// Lifecycle state.
@@ -254,6 +306,46 @@ pub struct JobRecord {
 }
 
 impl JobRecord {
+    /// Builds a record from a job hash's fields; None when the hash is empty.
+    pub fn from_fields(
+        id: &str,
+        fields: HashMap<String, String>,
+        history: Vec<String>,
+    ) -> StoreResult<Option<JobRecord>> {
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        let bad = |d: String| StoreError::reply("job hash", format!("{id}: {d}"));
+        let int = |name: &str| -> i64 {
+            fields
+                .get(name)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_default()
+        };
+        let state = fields
+            .get("state")
+            .and_then(|s| State::parse(s))
+            .ok_or_else(|| bad("no valid state".into()))?;
+        let spec_json = fields
+            .get("job")
+            .ok_or_else(|| bad("no job field".into()))?
+            .clone();
+        let spec: JobSpec =
+            serde_json::from_str(&spec_json).map_err(|e| bad(format!("job field: {e}")))?;
+        Ok(Some(JobRecord {
+            id: id.to_string(),
+            spec_json,
+            spec,
+            state,
+            attempts: int("att") as u32,
+            max_attempts: int("max") as u32,
+            due: int("due"),
+            created: int("ct"),
+            updated: int("ut"),
+            history,
+        }))
+    }
+
     /// The API view of this record.
     pub fn view(self) -> JobView {
         let next_attempt_at = matches!(self.state, State::Scheduled | State::Ready)
@@ -385,12 +477,13 @@ impl Store {
         Ok(secs * 1000 + micros / 1000)
     }
 
-    async fn invoke<T: FromRedisValue>(
+    /// Builds a checked invocation of `def` (the counts must match the header).
+    fn invocation(
         &self,
         def: &'static ScriptDef,
         keys: &[&str],
         args: &[Vec<u8>],
-    ) -> StoreResult<T> {
+    ) -> StoreResult<redis::ScriptInvocation<'_>> {
         if keys.len() != def.keys || args.len() != def.args {
             return Err(StoreError::reply(
                 "script wrapper",
@@ -404,47 +497,56 @@ impl Store {
                 ),
             ));
         }
-        let script = self.scripts.get(def);
-        let mut invocation = script.prepare_invoke();
+        let mut invocation = self.scripts.get(def).prepare_invoke();
         for key in keys {
             invocation.key(*key);
         }
         for arg in args {
             invocation.arg(arg.as_slice());
         }
+        Ok(invocation)
+    }
+
+    async fn invoke<T: FromRedisValue>(
+        &self,
+        def: &'static ScriptDef,
+        keys: &[&str],
+        args: &[Vec<u8>],
+    ) -> StoreResult<T> {
+        let invocation = self.invocation(def, keys, args)?;
         let mut conn = self.conn.clone();
         Ok(invocation.invoke_async(&mut conn).await?)
     }
 
-    /// Creates a job (idempotently by id).
-    pub async fn enqueue(&self, job: &NewJob) -> StoreResult<EnqueueOutcome> {
+    /// KEYS and ARGV of `enqueue_job` for `job`.
+    fn enqueue_inputs(&self, job: &NewJob) -> (Vec<String>, Vec<Vec<u8>>) {
         let p = self.keys.partition_of(&job.id);
         let (at, delay) = match job.due {
             Due::At(ms) => (ms.to_string(), 0u64),
             Due::After(ms) => (String::new(), ms),
         };
         let lease = job.lease_ms.map(|l| l.to_string()).unwrap_or_default();
-        let (code, state, due, now): (i64, String, i64, i64) = self
-            .invoke(
-                &scripts::ENQUEUE_JOB,
-                &[
-                    &self.keys.job(p, &job.id),
-                    &self.keys.due(p),
-                    &self.keys.ready(p),
-                    &self.keys.seq(p),
-                ],
-                &[
-                    arg(&job.id),
-                    arg(&job.spec_json),
-                    arg(&at),
-                    arg(&delay),
-                    arg(&job.max_attempts),
-                    arg(&lease),
-                    arg(&self.channel),
-                    arg(&p),
-                ],
-            )
-            .await?;
+        let keys = vec![
+            self.keys.job(p, &job.id),
+            self.keys.due(p),
+            self.keys.ready(p),
+            self.keys.seq(p),
+        ];
+        let args = vec![
+            arg(&job.id),
+            arg(&job.spec_json),
+            arg(&at),
+            arg(&delay),
+            arg(&job.max_attempts),
+            arg(&lease),
+            arg(&self.channel),
+            arg(&p),
+        ];
+        (keys, args)
+    }
+
+    fn enqueue_outcome(reply: &Value) -> StoreResult<EnqueueOutcome> {
+        let (code, state, due, now): (i64, String, i64, i64) = redis::from_redis_value(reply)?;
         match code {
             0 => Ok(EnqueueOutcome::Created {
                 state: State::parse(&state)
@@ -456,6 +558,44 @@ impl Store {
             2 => Ok(EnqueueOutcome::Conflict),
             other => Err(StoreError::reply("enqueue_job", format!("code {other}"))),
         }
+    }
+
+    /// Creates a job (idempotently by id).
+    pub async fn enqueue(&self, job: &NewJob) -> StoreResult<EnqueueOutcome> {
+        let (keys, args) = self.enqueue_inputs(job);
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let reply: Value = self.invoke(&scripts::ENQUEUE_JOB, &keys, &args).await?;
+        Self::enqueue_outcome(&reply)
+    }
+
+    /// Creates many jobs in one pipelined round trip; each job is atomic on
+    /// its own, outcomes come back in order.
+    pub async fn enqueue_many(
+        &self,
+        jobs: &[NewJob],
+    ) -> StoreResult<Vec<StoreResult<EnqueueOutcome>>> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let inputs: Vec<(Vec<String>, Vec<Vec<u8>>)> =
+            jobs.iter().map(|j| self.enqueue_inputs(j)).collect();
+        let mut pipe = redis::pipe();
+        for (keys, args) in &inputs {
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            pipe.invoke_script(&self.invocation(&scripts::ENQUEUE_JOB, &keys, args)?);
+        }
+        let mut conn = self.conn.clone();
+        let replies: Vec<Value> = match pipe.query_async(&mut conn).await {
+            Ok(r) => r,
+            Err(err) if err.kind() == redis::ErrorKind::NoScriptError => {
+                // Redis lost its script cache (restart): load and try once more.
+                // Nothing ran, since every EVALSHA of the pipeline failed alike.
+                self.load_scripts().await?;
+                pipe.query_async(&mut conn).await?
+            }
+            Err(err) => return Err(err.into()),
+        };
+        Ok(replies.iter().map(Self::enqueue_outcome).collect())
     }
 
     /// Moves up to `batch` due jobs of partition `p` to its ready list.
@@ -526,6 +666,7 @@ impl Store {
                     &self.keys.job(p, &job.id),
                     &self.keys.inflight(p),
                     &self.keys.history(p, &job.id),
+                    &self.keys.stats(p),
                 ],
                 &[
                     arg(&job.id),
@@ -559,6 +700,7 @@ impl Store {
                     &self.keys.due(p),
                     &self.keys.seq(p),
                     &self.keys.dead(p),
+                    &self.keys.stats(p),
                 ],
                 &[
                     arg(&job.id),
@@ -596,6 +738,7 @@ impl Store {
                     &self.keys.inflight(p),
                     &self.keys.ready(p),
                     &self.keys.dead(p),
+                    &self.keys.stats(p),
                 ],
                 &[
                     arg(&batch),
@@ -640,45 +783,121 @@ impl Store {
         }
     }
 
+    /// Replaces a scheduled job's content and/or due time, provided it is
+    /// still `scheduled` and its stored spec is still `old_spec_json`.
+    pub async fn reschedule(&self, change: &Reschedule<'_>) -> StoreResult<RescheduleOutcome> {
+        let id = change.id;
+        let p = self.keys.partition_of(id);
+        let (at, delay) = match change.due {
+            Some(Due::At(ms)) => (ms.to_string(), 0u64),
+            Some(Due::After(ms)) => (String::new(), ms),
+            None => ("keep".to_string(), 0),
+        };
+        let lease = change.lease_ms.map(|l| l.to_string()).unwrap_or_default();
+        let reply: Vec<Value> = self
+            .invoke(
+                &scripts::RESCHEDULE_JOB,
+                &[
+                    &self.keys.job(p, id),
+                    &self.keys.due(p),
+                    &self.keys.ready(p),
+                    &self.keys.seq(p),
+                ],
+                &[
+                    arg(&id),
+                    arg(&change.new_spec_json),
+                    arg(&at),
+                    arg(&delay),
+                    arg(&change.max_attempts),
+                    arg(&lease),
+                    arg(&self.channel),
+                    arg(&p),
+                    arg(&change.old_spec_json),
+                ],
+            )
+            .await?;
+        let code: i64 = match reply.first() {
+            Some(v) => redis::from_redis_value(v)?,
+            None => return Err(StoreError::reply("reschedule_job", "empty reply")),
+        };
+        let state_at = |i: usize| -> StoreResult<State> {
+            let text: String = match reply.get(i) {
+                Some(v) => redis::from_redis_value(v)?,
+                None => return Err(StoreError::reply("reschedule_job", "no state")),
+            };
+            State::parse(&text)
+                .ok_or_else(|| StoreError::reply("reschedule_job", format!("state {text}")))
+        };
+        match code {
+            1 => {
+                let due: i64 = reply
+                    .get(2)
+                    .map(redis::from_redis_value)
+                    .transpose()?
+                    .unwrap_or_default();
+                let now: i64 = reply
+                    .get(3)
+                    .map(redis::from_redis_value)
+                    .transpose()?
+                    .unwrap_or_default();
+                Ok(RescheduleOutcome::Changed {
+                    state: state_at(1)?,
+                    due,
+                    now,
+                })
+            }
+            -1 => Ok(RescheduleOutcome::NotFound),
+            -2 => Ok(RescheduleOutcome::NotScheduled(state_at(1)?)),
+            -3 => Ok(RescheduleOutcome::Modified),
+            other => Err(StoreError::reply("reschedule_job", format!("code {other}"))),
+        }
+    }
+
+    /// Revives the dead letter `entry_id` of job `id` with `spec_json`.
+    pub async fn replay(
+        &self,
+        id: &str,
+        entry_id: &str,
+        spec_json: &str,
+        max_attempts: u32,
+    ) -> StoreResult<ReplayOutcome> {
+        let p = self.keys.partition_of(id);
+        let code: i64 = self
+            .invoke(
+                &scripts::REPLAY_DEAD,
+                &[
+                    &self.keys.job(p, id),
+                    &self.keys.ready(p),
+                    &self.keys.dead(p),
+                    &self.keys.history(p, id),
+                ],
+                &[
+                    arg(&id),
+                    arg(&entry_id),
+                    arg(&spec_json),
+                    arg(&max_attempts),
+                    arg(&self.channel),
+                    arg(&p),
+                ],
+            )
+            .await?;
+        match code {
+            1 => Ok(ReplayOutcome::Revived),
+            0 => Ok(ReplayOutcome::AlreadyLive),
+            -1 => Ok(ReplayOutcome::Gone),
+            other => Err(StoreError::reply("replay_dead", format!("code {other}"))),
+        }
+    }
+
     /// Reads a job record and its history; None if unknown (or expired).
     pub async fn get(&self, id: &str) -> StoreResult<Option<JobRecord>> {
         let p = self.keys.partition_of(id);
         let mut conn = self.conn.clone();
-        let (fields, history): (std::collections::HashMap<String, String>, Vec<String>) =
-            redis::pipe()
-                .hgetall(self.keys.job(p, id))
-                .lrange(self.keys.history(p, id), 0, 19)
-                .query_async(&mut conn)
-                .await?;
-        if fields.is_empty() {
-            return Ok(None);
-        }
-        let bad = |d: String| StoreError::reply("job hash", format!("{id}: {d}"));
-        let spec_json = fields
-            .get("job")
-            .ok_or_else(|| bad("no job field".into()))?;
-        let spec: JobSpec =
-            serde_json::from_str(spec_json).map_err(|e| bad(format!("job field: {e}")))?;
-        let state = fields
-            .get("state")
-            .and_then(|s| State::parse(s))
-            .ok_or_else(|| bad("no valid state".into()))?;
-        let int = |name: &str| -> i64 {
-            fields
-                .get(name)
-                .and_then(|v| v.parse().ok())
-                .unwrap_or_default()
-        };
-        Ok(Some(JobRecord {
-            id: id.to_string(),
-            spec,
-            state,
-            attempts: int("att") as u32,
-            max_attempts: int("max") as u32,
-            due: int("due"),
-            created: int("ct"),
-            updated: int("ut"),
-            history,
-        }))
+        let (fields, history): (HashMap<String, String>, Vec<String>) = redis::pipe()
+            .hgetall(self.keys.job(p, id))
+            .lrange(self.keys.history(p, id), 0, 19)
+            .query_async(&mut conn)
+            .await?;
+        JobRecord::from_fields(id, fields, history)
     }
 }

@@ -37,15 +37,18 @@ pub const PROMOTE_DUE: ScriptDef = script!("promote_due", 2, 4);
 /// `claim_ready`: lease ready jobs to workers.
 pub const CLAIM_READY: ScriptDef = script!("claim_ready", 2, 3);
 /// `complete_job`: record a 2xx.
-pub const COMPLETE_JOB: ScriptDef = script!("complete_job", 3, 4);
+pub const COMPLETE_JOB: ScriptDef = script!("complete_job", 4, 4);
 /// `fail_job`: record a failure (next rung or dead letter).
-pub const FAIL_JOB: ScriptDef = script!("fail_job", 6, 11);
+pub const FAIL_JOB: ScriptDef = script!("fail_job", 7, 11);
 /// `reclaim_expired`: take back attempts whose lease expired.
-pub const RECLAIM_EXPIRED: ScriptDef = script!("reclaim_expired", 3, 7);
+pub const RECLAIM_EXPIRED: ScriptDef = script!("reclaim_expired", 4, 7);
 /// `cancel_job`: cancel an unfinished job.
 pub const CANCEL_JOB: ScriptDef = script!("cancel_job", 4, 2);
 /// `reschedule_job`: change a scheduled job.
-pub const RESCHEDULE_JOB: ScriptDef = script!("reschedule_job", 4, 8);
+pub const RESCHEDULE_JOB: ScriptDef = script!("reschedule_job", 4, 9);
+
+/// `replay_dead`: revive a dead letter.
+pub const REPLAY_DEAD: ScriptDef = script!("replay_dead", 4, 6);
 
 /// Every script, for loading at start-up and for the header check.
 pub const ALL: &[&ScriptDef] = &[
@@ -57,6 +60,7 @@ pub const ALL: &[&ScriptDef] = &[
     &RECLAIM_EXPIRED,
     &CANCEL_JOB,
     &RESCHEDULE_JOB,
+    &REPLAY_DEAD,
 ];
 
 /// The compiled scripts (with their SHA1s), built once per store.

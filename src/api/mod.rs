@@ -1,24 +1,30 @@
-//! The HTTP ingest API (axum): job creation and lookup, health, readiness and
-//! metrics. Handlers validate with [`crate::job`] and change state only through
-//! [`Store`]; every error leaves as `{"error": {"code", "message", "field"}}`.
+//! The HTTP ingest API (axum): the router, authentication, the error shape,
+//! health, readiness, metrics and the OpenAPI document. Job routes live in
+//! [`jobs`], dead-letter routes in [`dead_letters`]. Handlers validate with
+//! [`crate::job`] and change state only through [`Store`]; every error leaves
+//! as `{"error": {"code", "message", "field"}}`.
+
+mod dead_letters;
+mod jobs;
+
+pub use jobs::create_one;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::config::Config;
-use crate::job::{validate_id, FieldError, JobInput, JobView, ValidJob};
-use crate::store::{EnqueueOutcome, JobRecord, Store, StoreError};
+use crate::job::FieldError;
+use crate::store::{Store, StoreError};
 
 /// An API error: status plus the JSON error body.
 #[derive(Debug)]
@@ -42,14 +48,6 @@ impl ApiError {
             message: message.into(),
             field: None,
         }
-    }
-
-    fn not_found(id: &str) -> Self {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("no job with id `{id}`"),
-        )
     }
 }
 
@@ -128,13 +126,28 @@ pub struct AppState {
 /// The router of the whole API.
 pub fn router(state: AppState) -> Router {
     let max_body = state.config.api.max_body as usize;
+    let max_batch_body = state.config.api.max_batch_body as usize;
+    let batch = Router::new()
+        .route("/v1/jobs/batch", post(jobs::create_batch))
+        .layer(DefaultBodyLimit::max(max_batch_body));
     let v1 = Router::new()
-        .route("/v1/jobs", post(create_job))
-        .route("/v1/jobs/{id}", get(get_job))
+        .route("/v1/jobs", post(jobs::create_job).get(jobs::list_jobs))
+        .route(
+            "/v1/jobs/{id}",
+            get(jobs::get_job)
+                .patch(jobs::patch_job)
+                .delete(jobs::cancel_job),
+        )
+        .route("/v1/stats", get(jobs::stats))
+        .route("/v1/dead-letters", get(dead_letters::list))
+        .route("/v1/dead-letters/replay", post(dead_letters::replay))
+        .route("/v1/dead-letters/{id}", delete(dead_letters::drop))
         .layer(DefaultBodyLimit::max(max_body))
+        .merge(batch)
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .merge(v1)
+        .route("/openapi.json", get(openapi))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
@@ -206,72 +219,47 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     Ok(value)
 }
 
-/// Creates one job; 201 new, 200 identical re-create, 409 conflicting re-create.
-pub async fn create_one(
-    state: &AppState,
-    input: JobInput,
-) -> Result<(StatusCode, JobView), ApiError> {
-    let job = input.validate(&state.config)?;
-    let outcome = state.store.enqueue(&job.new_job(&state.config)).await?;
-    match outcome {
-        EnqueueOutcome::Created {
-            state: job_state,
-            due,
-            now,
-        } => {
-            let view = created_record(job, job_state, due, now, &state.config).view();
-            Ok((StatusCode::CREATED, view))
+/// The OpenAPI document of this API (also `openapi.json` in the repository).
+pub const OPENAPI: &str = include_str!("../../openapi.json");
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+/// Parses a query string into pairs, refusing parameters not in `allowed`.
+pub fn parse_query(raw: Option<&str>, allowed: &[&str]) -> Result<Vec<(String, String)>, ApiError> {
+    let pairs: Vec<(String, String)> = url::form_urlencoded::parse(raw.unwrap_or("").as_bytes())
+        .into_owned()
+        .collect();
+    for (name, _) in &pairs {
+        if !allowed.contains(&name.as_str()) {
+            return Err(FieldError::new(
+                "unknown_parameter",
+                name,
+                format!(
+                    "unknown query parameter `{name}` (allowed: {})",
+                    allowed.join(", ")
+                ),
+            )
+            .into());
         }
-        EnqueueOutcome::Identical => match state.store.get(&job.id).await? {
-            Some(record) => Ok((StatusCode::OK, record.view())),
-            None => Err(ApiError::not_found(&job.id)),
+    }
+    Ok(pairs)
+}
+
+/// Parses the `limit` query parameter: 1..=1000, default 100.
+pub fn parse_limit(value: Option<&str>) -> Result<usize, ApiError> {
+    match value {
+        None => Ok(100),
+        Some(v) => match v.parse::<usize>() {
+            Ok(n) if (1..=1000).contains(&n) => Ok(n),
+            _ => Err(FieldError::new(
+                "invalid_limit",
+                "limit",
+                "limit must be an integer from 1 to 1000",
+            )
+            .into()),
         },
-        EnqueueOutcome::Conflict => Err(ApiError {
-            status: StatusCode::CONFLICT,
-            code: "conflict",
-            message: format!("a job with id `{}` exists with different content", job.id),
-            field: Some("id".into()),
-        }),
-    }
-}
-
-fn created_record(
-    job: ValidJob,
-    state: crate::job::State,
-    due: i64,
-    now: i64,
-    config: &Config,
-) -> JobRecord {
-    JobRecord {
-        max_attempts: job.spec.max_attempts(config),
-        id: job.id,
-        spec: job.spec,
-        state,
-        attempts: 0,
-        due,
-        created: now,
-        updated: now,
-        history: Vec::new(),
-    }
-}
-
-async fn create_job(
-    State(state): State<AppState>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let input: JobInput = parse_json(&body?)?;
-    let (status, view) = create_one(&state, input).await?;
-    Ok((status, Json(view)).into_response())
-}
-
-async fn get_job(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    validate_id(&id)?;
-    match state.store.get(&id).await? {
-        Some(record) => Ok(Json(record.view()).into_response()),
-        None => Err(ApiError::not_found(&id)),
     }
 }
 
@@ -320,6 +308,7 @@ mod tests {
 
     #[test]
     fn parse_errors_name_fields() {
+        use crate::job::JobInput;
         let e = parse_json::<JobInput>(br#"{"url": 5}"#).expect_err("type");
         assert_eq!(e.field.as_deref(), Some("url"));
         let e = parse_json::<JobInput>(br#"{"url": "http://a.example/", "bogus": 1}"#)

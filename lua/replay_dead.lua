@@ -1,0 +1,45 @@
+--[[
+  Replay one dead letter: the job becomes live again (ready, due now, a fresh
+  ladder) and its dead-letter entry is deleted, in this one atomic step, so a
+  crash can neither lose the job nor leave it both live and dead-lettered.
+  A job that is live already (replayed before, or re-created) is not revived
+  twice: its stale entry is only deleted.
+
+  Input:
+    KEYS[1] job hash        <ns>:{p}:job:<id>
+    KEYS[2] ready list      <ns>:{p}:ready
+    KEYS[3] dead stream     <ns>:{p}:dead
+    KEYS[4] history list    <ns>:{p}:hist:<id>
+    ARGV[1] id
+    ARGV[2] dead-letter entry id
+    ARGV[3] job spec JSON to revive (the entry's `job`, maybe with a new url)
+    ARGV[4] max attempts (rungs + 1)
+    ARGV[5] wake channel
+    ARGV[6] partition number
+  Output:
+     1 revived
+     0 the job was live already; the stale entry was deleted
+    -1 no such dead-letter entry (nothing changed)
+]]
+local rcall = redis.call
+local entry = rcall('XRANGE', KEYS[3], ARGV[2], ARGV[2])
+if #entry == 0 then return -1 end
+
+local state = rcall('HGET', KEYS[1], 'state')
+if state == 'scheduled' or state == 'ready' or state == 'inflight' then
+  rcall('XDEL', KEYS[3], ARGV[2])
+  return 0
+end
+
+local t = rcall('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local created = rcall('HGET', KEYS[1], 'ct') or now
+rcall('DEL', KEYS[1])
+rcall('HSET', KEYS[1], 'job', ARGV[3], 'state', 'ready', 'att', 0, 'max', ARGV[4],
+  'due', now, 'ct', created, 'ut', now)
+rcall('PERSIST', KEYS[4])
+if rcall('RPUSH', KEYS[2], ARGV[1]) == 1 then
+  rcall('PUBLISH', ARGV[5], 'r' .. ARGV[6])
+end
+rcall('XDEL', KEYS[3], ARGV[2])
+return 1

@@ -1,0 +1,399 @@
+//! Job routes: create (one or a batch), read, change, cancel, list, stats.
+
+use std::collections::BTreeMap;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use super::{parse_json, parse_limit, parse_query, ApiError, AppState};
+use crate::config::Config;
+use crate::job::{
+    validate_id, FieldError, JobInput, JobSpec, JobView, RunAt, State as JobState, ValidJob,
+};
+use crate::store::listing::Cursor;
+use crate::store::{CancelOutcome, EnqueueOutcome, JobRecord, Reschedule, RescheduleOutcome};
+
+/// Most jobs in one batch.
+pub const MAX_BATCH: usize = 1000;
+
+fn conflict(id: &str) -> ApiError {
+    ApiError {
+        status: StatusCode::CONFLICT,
+        code: "conflict",
+        message: format!("a job with id `{id}` exists with different content"),
+        field: Some("id".into()),
+    }
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!("no job with id `{id}`"),
+    )
+}
+
+fn created_view(job: ValidJob, state: JobState, due: i64, now: i64, config: &Config) -> JobView {
+    JobRecord {
+        max_attempts: job.spec.max_attempts(config),
+        spec_json: String::new(),
+        id: job.id,
+        spec: job.spec,
+        state,
+        attempts: 0,
+        due,
+        created: now,
+        updated: now,
+        history: Vec::new(),
+    }
+    .view()
+}
+
+/// Creates one job; 201 new, 200 identical re-create, 409 conflicting re-create.
+pub async fn create_one(
+    state: &AppState,
+    input: JobInput,
+) -> Result<(StatusCode, JobView), ApiError> {
+    let job = input.validate(&state.config)?;
+    let outcome = state.store.enqueue(&job.new_job(&state.config)).await?;
+    outcome_view(state, job, outcome).await
+}
+
+async fn outcome_view(
+    state: &AppState,
+    job: ValidJob,
+    outcome: EnqueueOutcome,
+) -> Result<(StatusCode, JobView), ApiError> {
+    match outcome {
+        EnqueueOutcome::Created {
+            state: job_state,
+            due,
+            now,
+        } => Ok((
+            StatusCode::CREATED,
+            created_view(job, job_state, due, now, &state.config),
+        )),
+        EnqueueOutcome::Identical => match state.store.get(&job.id).await? {
+            Some(record) => Ok((StatusCode::OK, record.view())),
+            None => Err(not_found(&job.id)),
+        },
+        EnqueueOutcome::Conflict => Err(conflict(&job.id)),
+    }
+}
+
+pub(super) async fn create_job(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let input: JobInput = parse_json(&body?)?;
+    let (status, view) = create_one(&state, input).await?;
+    Ok((status, Json(view)).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchInput {
+    jobs: Vec<Box<RawValue>>,
+}
+
+/// One result of a batch, in request order.
+#[derive(Serialize)]
+struct BatchResult {
+    id: Option<String>,
+    status: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    job: Option<JobView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<serde_json::Value>,
+}
+
+impl BatchResult {
+    fn error(id: Option<String>, e: ApiError) -> BatchResult {
+        BatchResult {
+            id,
+            status: e.status.as_u16(),
+            job: None,
+            error: Some(
+                serde_json::json!({"code": e.code, "message": e.message, "field": e.field}),
+            ),
+        }
+    }
+}
+
+/// `POST /v1/jobs/batch`: each item validated and created on its own (one
+/// pipelined round trip for all valid items), results in request order.
+pub(super) async fn create_batch(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let batch: BatchInput = parse_json(&body?)?;
+    if batch.jobs.is_empty() || batch.jobs.len() > MAX_BATCH {
+        return Err(FieldError::new(
+            "invalid_batch",
+            "jobs",
+            format!("jobs must hold 1 to {MAX_BATCH} jobs"),
+        )
+        .into());
+    }
+    let mut results: Vec<Option<BatchResult>> = Vec::with_capacity(batch.jobs.len());
+    let mut valid: Vec<(usize, ValidJob)> = Vec::new();
+    for (i, raw) in batch.jobs.iter().enumerate() {
+        let parsed = parse_json::<JobInput>(raw.get().as_bytes())
+            .and_then(|input| input.validate(&state.config).map_err(ApiError::from));
+        match parsed {
+            Ok(job) => {
+                results.push(None);
+                valid.push((i, job));
+            }
+            Err(e) => {
+                let id = serde_json::from_str::<serde_json::Value>(raw.get())
+                    .ok()
+                    .and_then(|v| v.get("id").and_then(|id| id.as_str()).map(str::to_string));
+                results.push(Some(BatchResult::error(id, e)));
+            }
+        }
+    }
+    let new_jobs: Vec<_> = valid
+        .iter()
+        .map(|(_, j)| j.new_job(&state.config))
+        .collect();
+    let outcomes = state.store.enqueue_many(&new_jobs).await?;
+    for ((i, job), outcome) in valid.into_iter().zip(outcomes) {
+        let id = Some(job.id.clone());
+        let result = match outcome {
+            Ok(outcome) => match outcome_view(&state, job, outcome).await {
+                Ok((status, view)) => BatchResult {
+                    id,
+                    status: status.as_u16(),
+                    job: Some(view),
+                    error: None,
+                },
+                Err(e) => BatchResult::error(id, e),
+            },
+            Err(e) => BatchResult::error(id, e.into()),
+        };
+        results[i] = Some(result);
+    }
+    let results: Vec<BatchResult> = results.into_iter().flatten().collect();
+    Ok(Json(serde_json::json!({ "results": results })).into_response())
+}
+
+pub(super) async fn get_job(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    validate_id(&id)?;
+    match state.store.get(&id).await? {
+        Some(record) => Ok(Json(record.view()).into_response()),
+        None => Err(not_found(&id)),
+    }
+}
+
+/// The fields `PATCH /v1/jobs/{id}` may change.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JobPatch {
+    run_at: Option<RunAt>,
+    delay: Option<String>,
+    body: Option<Box<RawValue>>,
+    body_text: Option<String>,
+    content_type: Option<String>,
+    url: Option<String>,
+    headers: Option<BTreeMap<String, String>>,
+    retry: Option<Vec<String>>,
+}
+
+/// The stored spec as the input it could have come from, so a merged change
+/// goes through the very same validation as a create.
+fn spec_as_input(id: &str, spec: &JobSpec) -> JobInput {
+    let as_ms = |ms: u64| format!("{ms}ms");
+    JobInput {
+        id: Some(id.to_string()),
+        topic: Some(spec.topic.clone()),
+        url: Some(spec.url.clone()),
+        method: Some(
+            match spec.method {
+                crate::job::Method::Post => "POST",
+                crate::job::Method::Put => "PUT",
+                crate::job::Method::Patch => "PATCH",
+            }
+            .to_string(),
+        ),
+        headers: Some(spec.headers.clone()),
+        body: spec.body.clone(),
+        body_text: spec.body_text.clone(),
+        content_type: spec.content_type.clone(),
+        run_at: spec.run_at.map(RunAt::Millis),
+        delay: spec.delay_ms.map(as_ms),
+        retry: spec
+            .retry_ms
+            .as_ref()
+            .map(|r| r.iter().copied().map(as_ms).collect()),
+        timeout: spec.timeout_ms.map(as_ms),
+    }
+}
+
+/// `PATCH /v1/jobs/{id}`: only while scheduled; applied atomically against
+/// the very spec it was computed from, so it never half-applies or races the
+/// carrier (a job promoted or changed meanwhile answers 409).
+pub(super) async fn patch_job(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    validate_id(&id)?;
+    let patch: JobPatch = parse_json(&body?)?;
+    if patch.body.is_some() && patch.body_text.is_some() {
+        return Err(FieldError::new(
+            "conflicting_fields",
+            "body_text",
+            "give either body or body_text, not both",
+        )
+        .into());
+    }
+    if patch.run_at.is_some() && patch.delay.is_some() {
+        return Err(FieldError::new(
+            "conflicting_fields",
+            "delay",
+            "give either run_at or delay, not both",
+        )
+        .into());
+    }
+    let Some(record) = state.store.get(&id).await? else {
+        return Err(not_found(&id));
+    };
+    if record.state != JobState::Scheduled {
+        return Err(not_scheduled(&id, record.state));
+    }
+    let mut input = spec_as_input(&id, &record.spec);
+    let reschedules = patch.run_at.is_some() || patch.delay.is_some();
+    if reschedules {
+        input.run_at = patch.run_at;
+        input.delay = patch.delay;
+    }
+    if let Some(body) = patch.body {
+        input.body = Some(body);
+        input.body_text = None;
+        input.content_type = None;
+    }
+    if let Some(text) = patch.body_text {
+        input.body = None;
+        input.body_text = Some(text);
+        input.content_type = patch.content_type;
+    } else if patch.content_type.is_some() {
+        input.content_type = patch.content_type;
+    }
+    if let Some(url) = patch.url {
+        input.url = Some(url);
+    }
+    if let Some(headers) = patch.headers {
+        input.headers = Some(headers);
+    }
+    if let Some(retry) = patch.retry {
+        input.retry = Some(retry);
+    }
+    let job = input.validate(&state.config)?;
+    let new_job = job.new_job(&state.config);
+    let change = Reschedule {
+        id: &id,
+        old_spec_json: &record.spec_json,
+        new_spec_json: &new_job.spec_json,
+        due: reschedules.then_some(job.due),
+        max_attempts: new_job.max_attempts,
+        lease_ms: new_job.lease_ms,
+    };
+    match state.store.reschedule(&change).await? {
+        RescheduleOutcome::Changed { .. } => match state.store.get(&id).await? {
+            Some(record) => Ok(Json(record.view()).into_response()),
+            None => Err(not_found(&id)),
+        },
+        RescheduleOutcome::NotFound => Err(not_found(&id)),
+        RescheduleOutcome::NotScheduled(s) => Err(not_scheduled(&id, s)),
+        RescheduleOutcome::Modified => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "modified",
+            format!("job `{id}` changed while this change was prepared; read it again and retry"),
+        )),
+    }
+}
+
+fn not_scheduled(id: &str, state: JobState) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "not_scheduled",
+        format!(
+            "job `{id}` is {}; only a scheduled job can be changed",
+            state.as_str()
+        ),
+    )
+}
+
+/// `DELETE /v1/jobs/{id}`: cancel.
+pub(super) async fn cancel_job(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    validate_id(&id)?;
+    match state.store.cancel(&id).await? {
+        CancelOutcome::Cancelled | CancelOutcome::AlreadyCancelled => {
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
+        CancelOutcome::NotFound => Err(not_found(&id)),
+        CancelOutcome::Finished => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "finished",
+            format!("job `{id}` is already delivered or dead"),
+        )),
+    }
+}
+
+/// `GET /v1/jobs?state=&topic=&limit=&cursor=`.
+pub(super) async fn list_jobs(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let pairs = parse_query(query.as_deref(), &["state", "topic", "limit", "cursor"])?;
+    let get = |name: &str| {
+        pairs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let job_state = get("state")
+        .map(|s| {
+            JobState::parse(s).ok_or_else(|| {
+                FieldError::new(
+                    "invalid_state",
+                    "state",
+                    "state must be scheduled, ready, inflight, delivered, dead or cancelled",
+                )
+            })
+        })
+        .transpose()?;
+    let topic = get("topic");
+    if let Some(t) = topic {
+        crate::job::validate_topic(t)?;
+    }
+    let limit = parse_limit(get("limit"))?;
+    let cursor = get("cursor")
+        .map(|c| Cursor::parse(c, state.store.keys().partitions(), "cursor"))
+        .transpose()?;
+    let page = state
+        .store
+        .list_jobs(job_state, topic, limit, cursor)
+        .await?;
+    let jobs: Vec<JobView> = page.items.into_iter().map(JobRecord::view).collect();
+    Ok(Json(serde_json::json!({"jobs": jobs, "next_cursor": page.next_cursor})).into_response())
+}
+
+/// `GET /v1/stats`.
+pub(super) async fn stats(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let stats = state.store.stats().await?;
+    Ok(Json(stats).into_response())
+}

@@ -1,0 +1,261 @@
+//! Dead letters: choosing which to replay (by job ids, or all of a topic
+//! and/or since a time), reviving them with a fresh ladder (optionally at a new
+//! URL) and reporting what happened. Shared by `POST /v1/dead-letters/replay`
+//! and `hookq replay --dead-letters`.
+//!
+//! Each revival is one `replay_dead` script: the job is live again and its
+//! stream entry deleted in the same atomic step, so an interrupted replay
+//! loses nothing and a repeated one revives nothing twice.
+
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::job::{validate_id, validate_topic, validate_url, FieldError, JobSpec};
+use crate::store::listing::DeadLetter;
+use crate::store::{ReplayOutcome, Store, StoreResult};
+
+/// Dead letters read per page while replaying by filter.
+const PAGE: usize = 500;
+
+/// Which dead letters to replay.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// These jobs' newest dead letters.
+    pub ids: Vec<String>,
+    /// Or every dead letter (`all`), narrowed by topic and time.
+    pub all: bool,
+    /// Only this topic.
+    pub topic: Option<String>,
+    /// Only dead-lettered at or after this epoch ms.
+    pub since_ms: Option<i64>,
+}
+
+impl Selection {
+    /// Checks the selection: ids, or `all` (optionally with topic/since).
+    pub fn validate(&self) -> Result<(), FieldError> {
+        if self.ids.len() > 10_000 {
+            return Err(FieldError::new(
+                "invalid_ids",
+                "ids",
+                "at most 10000 ids per replay",
+            ));
+        }
+        for (i, id) in self.ids.iter().enumerate() {
+            validate_id(id).map_err(|mut e| {
+                e.field = Some(format!("ids[{i}]"));
+                e
+            })?;
+        }
+        if let Some(topic) = &self.topic {
+            validate_topic(topic)?;
+        }
+        match (self.ids.is_empty(), self.all) {
+            (false, true) => Err(FieldError::new(
+                "conflicting_fields",
+                "all",
+                "give either ids or all, not both",
+            )),
+            (false, false) if self.topic.is_some() || self.since_ms.is_some() => {
+                Err(FieldError::new(
+                    "conflicting_fields",
+                    "ids",
+                    "topic and since narrow `all`; they do not combine with ids",
+                ))
+            }
+            (true, false) => Err(FieldError::new(
+                "missing_field",
+                "all",
+                "give ids, or all: true (optionally narrowed by topic and since)",
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What a replay did (or, dry, would do).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ReplayReport {
+    /// True when nothing was changed.
+    pub dry_run: bool,
+    /// Jobs revived (or, dry, that would be).
+    pub replayed: Vec<String>,
+    /// Jobs that were live already: their stale dead letters were dropped.
+    pub already_live: Vec<String>,
+    /// Requested ids with no dead letter.
+    pub not_found: Vec<String>,
+}
+
+/// Parses `since`: RFC 3339, epoch milliseconds, or a humantime duration
+/// meaning that long ago (`"2h"`).
+pub fn parse_since(text: &str, field: &str) -> Result<i64, FieldError> {
+    if let Ok(ms) = text.parse::<i64>() {
+        return Ok(ms);
+    }
+    if let Ok(t) = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+    {
+        return Ok((t.unix_timestamp_nanos() / 1_000_000) as i64);
+    }
+    if let Ok(ago) = humantime::parse_duration(text) {
+        return Ok(crate::job::now_ms() - ago.as_millis() as i64);
+    }
+    Err(FieldError::new(
+        "invalid_time",
+        field,
+        format!(
+            "{field} `{text}` is not an RFC 3339 time, epoch milliseconds or a duration like 2h"
+        ),
+    ))
+}
+
+/// The spec a dead letter revives with: its own, or sent to `url`.
+fn revived_spec(dead: &DeadLetter, url: Option<&str>) -> Option<JobSpec> {
+    let mut spec: JobSpec = serde_json::from_str(&dead.job_json).ok()?;
+    if let Some(url) = url {
+        spec.url = url.to_string();
+    }
+    Some(spec)
+}
+
+/// Replays the selected dead letters; `progress` is called with the running
+/// count of handled entries.
+pub async fn replay(
+    store: &Store,
+    config: &Config,
+    selection: &Selection,
+    url: Option<&str>,
+    dry_run: bool,
+    mut progress: impl FnMut(usize),
+) -> StoreResult<ReplayReport> {
+    let mut report = ReplayReport {
+        dry_run,
+        ..ReplayReport::default()
+    };
+    let mut handled = 0;
+    if !selection.ids.is_empty() {
+        for id in &selection.ids {
+            match store.find_dead(id).await? {
+                Some(dead) => revive(store, config, &dead, url, dry_run, &mut report).await?,
+                None => report.not_found.push(id.clone()),
+            }
+            handled += 1;
+            progress(handled);
+        }
+        return Ok(report);
+    }
+    let mut cursor = None;
+    loop {
+        let page = store
+            .list_dead(selection.topic.as_deref(), selection.since_ms, PAGE, cursor)
+            .await?;
+        for dead in &page.items {
+            revive(store, config, dead, url, dry_run, &mut report).await?;
+            handled += 1;
+            progress(handled);
+        }
+        match page.next_cursor {
+            Some(next) => {
+                cursor = Some(
+                    crate::store::listing::Cursor::parse(
+                        &next,
+                        store.keys().partitions(),
+                        "cursor",
+                    )
+                    .map_err(|e| crate::store::StoreError::Reply {
+                        what: "dead-letter cursor",
+                        detail: e.message,
+                    })?,
+                );
+            }
+            None => return Ok(report),
+        }
+    }
+}
+
+async fn revive(
+    store: &Store,
+    config: &Config,
+    dead: &DeadLetter,
+    url: Option<&str>,
+    dry_run: bool,
+    report: &mut ReplayReport,
+) -> StoreResult<()> {
+    let Some(spec) = revived_spec(dead, url) else {
+        tracing::warn!(job_id = %dead.id, entry = %dead.entry_id, "dead letter has no readable job; skipped");
+        report.not_found.push(dead.id.clone());
+        return Ok(());
+    };
+    if dry_run {
+        report.replayed.push(dead.id.clone());
+        return Ok(());
+    }
+    let outcome = store
+        .replay(
+            &dead.id,
+            &dead.entry_id,
+            &spec.to_json(),
+            spec.max_attempts(config),
+        )
+        .await?;
+    match outcome {
+        ReplayOutcome::Revived => report.replayed.push(dead.id.clone()),
+        ReplayOutcome::AlreadyLive => report.already_live.push(dead.id.clone()),
+        ReplayOutcome::Gone => report.not_found.push(dead.id.clone()),
+    }
+    Ok(())
+}
+
+/// Checks a replay's new URL.
+pub fn validate_replay_url(url: &str) -> Result<(), FieldError> {
+    validate_url(url, "url")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selections() {
+        let ok = Selection {
+            ids: vec!["a".into()],
+            ..Selection::default()
+        };
+        assert!(ok.validate().is_ok());
+        let all = Selection {
+            all: true,
+            topic: Some("payments".into()),
+            ..Selection::default()
+        };
+        assert!(all.validate().is_ok());
+        let nothing = Selection::default();
+        assert_eq!(
+            nothing.validate().expect_err("empty").field.as_deref(),
+            Some("all")
+        );
+        let both = Selection {
+            ids: vec!["a".into()],
+            all: true,
+            ..Selection::default()
+        };
+        assert!(both.validate().is_err());
+        let bad_id = Selection {
+            ids: vec!["ok".into(), "no spaces".into()],
+            ..Selection::default()
+        };
+        assert_eq!(
+            bad_id.validate().expect_err("bad").field.as_deref(),
+            Some("ids[1]")
+        );
+    }
+
+    #[test]
+    fn since_forms() {
+        assert_eq!(parse_since("1700000000000", "since"), Ok(1_700_000_000_000));
+        assert_eq!(
+            parse_since("2023-11-14T22:13:20Z", "since"),
+            Ok(1_700_000_000_000)
+        );
+        let ago = parse_since("1h", "since").expect("duration");
+        assert!((crate::job::now_ms() - ago - 3_600_000).abs() < 1000);
+        assert!(parse_since("yesterday", "since").is_err());
+    }
+}

@@ -1,0 +1,440 @@
+//! Read-only views across partitions: paging through jobs by state or topic,
+//! the counts of `GET /v1/stats`, and reading dead letters. Nothing here
+//! changes state, so none of it needs a script; each page costs a few
+//! pipelined round trips per partition visited and never reads a whole set.
+//!
+//! Cursors are `<partition>:<position>`, where the position is an index into
+//! the partition's zset or list, a `SCAN` cursor, or a stream entry id.
+
+use std::collections::HashMap;
+
+use redis::streams::{StreamId, StreamRangeReply};
+use serde::Serialize;
+
+use super::{JobRecord, Store, StoreResult};
+use crate::job::{FieldError, State};
+
+/// Partitions visited at most per page, so one request stays bounded.
+const MAX_PARTITIONS_PER_PAGE: u16 = 64;
+
+/// A page of results.
+#[derive(Debug, Clone, Serialize)]
+pub struct Page<T> {
+    /// The items.
+    pub items: Vec<T>,
+    /// Pass as `cursor` to get the next page; None at the end.
+    pub next_cursor: Option<String>,
+}
+
+/// A position in a cross-partition listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    /// Partition to continue in.
+    pub partition: u16,
+    /// Position inside it (meaning depends on the listing).
+    pub position: String,
+}
+
+impl Cursor {
+    /// Parses `<partition>:<position>`; `field` names the parameter in errors.
+    pub fn parse(text: &str, partitions: u16, field: &str) -> Result<Cursor, FieldError> {
+        let bad = || {
+            FieldError::new(
+                "invalid_cursor",
+                field,
+                format!("{field} `{text}` is not a cursor returned by a previous page"),
+            )
+        };
+        let (p, position) = text.split_once(':').ok_or_else(bad)?;
+        let partition: u16 = p.parse().map_err(|_| bad())?;
+        if partition >= partitions || position.is_empty() || position.len() > 64 {
+            return Err(bad());
+        }
+        Ok(Cursor {
+            partition,
+            position: position.to_string(),
+        })
+    }
+
+    fn start(partition: u16, position: &str) -> Cursor {
+        Cursor {
+            partition,
+            position: position.to_string(),
+        }
+    }
+
+    fn encode(&self) -> String {
+        format!("{}:{}", self.partition, self.position)
+    }
+}
+
+/// Counts of `GET /v1/stats`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Stats {
+    /// Jobs waiting for their due time (including between retries).
+    pub scheduled: u64,
+    /// Ids in ready lists (may include ids of jobs cancelled while queued).
+    pub ready: u64,
+    /// Attempts under a lease.
+    pub inflight: u64,
+    /// Dead letters in the streams.
+    pub dead: u64,
+    /// How long the oldest ready job has been due, ms (0 when none).
+    pub oldest_ready_lag_ms: i64,
+    /// Attempts that got a 2xx.
+    pub delivered: u64,
+    /// Attempts that failed.
+    pub failed_attempts: u64,
+    /// Jobs dead-lettered.
+    pub dead_lettered: u64,
+    /// Attempts whose lease expired (daemon died or hung).
+    pub expired_leases: u64,
+}
+
+/// One dead letter, as listed and replayed.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeadLetter {
+    /// Stream entry id.
+    pub entry_id: String,
+    /// Partition of the stream.
+    #[serde(skip)]
+    pub partition: u16,
+    /// Job id.
+    pub id: String,
+    /// Topic.
+    pub topic: String,
+    /// Attempts made.
+    pub attempts: u32,
+    /// `kind: message` of the last failure.
+    pub last_error: String,
+    /// Last HTTP status, if a response came.
+    pub last_status: Option<u16>,
+    /// When it was dead-lettered (RFC 3339).
+    pub dead_at: String,
+    /// Dead-lettered at, epoch ms.
+    #[serde(skip)]
+    pub dead_at_ms: i64,
+    /// The job's spec JSON (what a replay revives).
+    #[serde(skip)]
+    pub job_json: String,
+    /// The job's spec, for display.
+    pub job: serde_json::Value,
+}
+
+impl DeadLetter {
+    fn from_entry(partition: u16, entry: &StreamId) -> Option<DeadLetter> {
+        let text = |name: &str| -> Option<String> { entry.get(name) };
+        let id = text("id")?;
+        let job_json = text("job").unwrap_or_default();
+        let dead_at_ms: i64 = text("dead_at")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_default();
+        Some(DeadLetter {
+            entry_id: entry.id.clone(),
+            partition,
+            id,
+            topic: text("topic").unwrap_or_else(|| crate::job::DEFAULT_TOPIC.into()),
+            attempts: text("attempts")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_default(),
+            last_error: text("last_error").unwrap_or_default(),
+            last_status: text("last_status").and_then(|v| v.parse().ok()),
+            dead_at: crate::job::format_ms(dead_at_ms),
+            dead_at_ms,
+            job: serde_json::from_str(&job_json).unwrap_or(serde_json::Value::Null),
+            job_json,
+        })
+    }
+}
+
+/// Which ids a job listing walks.
+enum Source {
+    Due,
+    Ready,
+    Inflight,
+    Scan,
+}
+
+impl Store {
+    /// Reads job records (without history) of partition `p`, in order; ids
+    /// whose record is gone are skipped.
+    async fn records(&self, p: u16, ids: &[String]) -> StoreResult<Vec<JobRecord>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for id in ids {
+            pipe.hgetall(self.keys.job(p, id));
+        }
+        let mut conn = self.conn.clone();
+        let all: Vec<HashMap<String, String>> = pipe.query_async(&mut conn).await?;
+        let mut out = Vec::with_capacity(ids.len());
+        for (id, fields) in ids.iter().zip(all) {
+            if let Some(record) = JobRecord::from_fields(id, fields, Vec::new())? {
+                out.push(record);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Pages through jobs, optionally of one state and one topic. Views carry
+    /// no history (read one job for that).
+    pub async fn list_jobs(
+        &self,
+        state: Option<State>,
+        topic: Option<&str>,
+        limit: usize,
+        cursor: Option<Cursor>,
+    ) -> StoreResult<Page<JobRecord>> {
+        let source = match state {
+            Some(State::Scheduled) => Source::Due,
+            Some(State::Ready) => Source::Ready,
+            Some(State::Inflight) => Source::Inflight,
+            _ => Source::Scan,
+        };
+        let initial = "0";
+        let partitions = self.keys.partitions();
+        let mut cursor = cursor.unwrap_or_else(|| Cursor::start(0, initial));
+        let mut items = Vec::new();
+        let mut visited = 0;
+        let mut conn = self.conn.clone();
+        while cursor.partition < partitions
+            && items.len() < limit
+            && visited < MAX_PARTITIONS_PER_PAGE
+        {
+            let p = cursor.partition;
+            let want = limit - items.len();
+            let (ids, next): (Vec<String>, Option<String>) = match source {
+                Source::Due | Source::Inflight | Source::Ready => {
+                    let offset: isize = cursor.position.parse().unwrap_or(0);
+                    let stop = offset + want as isize - 1;
+                    let raw: Vec<String> = match source {
+                        Source::Due => {
+                            redis::cmd("ZRANGE")
+                                .arg(self.keys.due(p))
+                                .arg(offset)
+                                .arg(stop)
+                                .query_async(&mut conn)
+                                .await?
+                        }
+                        Source::Inflight => {
+                            redis::cmd("ZRANGE")
+                                .arg(self.keys.inflight(p))
+                                .arg(offset)
+                                .arg(stop)
+                                .query_async(&mut conn)
+                                .await?
+                        }
+                        _ => {
+                            redis::cmd("LRANGE")
+                                .arg(self.keys.ready(p))
+                                .arg(offset)
+                                .arg(stop)
+                                .query_async(&mut conn)
+                                .await?
+                        }
+                    };
+                    let full = raw.len() == want;
+                    let next = full.then(|| (offset + raw.len() as isize).to_string());
+                    let ids = match source {
+                        Source::Due => raw
+                            .into_iter()
+                            .map(|m| m.get(12..).unwrap_or_default().to_string())
+                            .collect(),
+                        _ => raw,
+                    };
+                    (ids, next)
+                }
+                Source::Scan => {
+                    let (next, keys): (String, Vec<String>) = redis::cmd("SCAN")
+                        .arg(&cursor.position)
+                        .arg("MATCH")
+                        .arg(format!("{}*", self.keys.job_prefix(p)))
+                        .arg("COUNT")
+                        .arg(want.max(100))
+                        .query_async(&mut conn)
+                        .await?;
+                    let prefix_len = self.keys.job_prefix(p).len();
+                    let ids = keys
+                        .into_iter()
+                        .map(|k| k[prefix_len..].to_string())
+                        .collect();
+                    (ids, (next != "0").then_some(next))
+                }
+            };
+            for record in self.records(p, &ids).await? {
+                let state_ok = state.is_none_or(|s| s == record.state);
+                let topic_ok = topic.is_none_or(|t| t == record.spec.topic);
+                if state_ok && topic_ok && items.len() < limit {
+                    items.push(record);
+                }
+            }
+            cursor = match next {
+                Some(position) => Cursor::start(p, &position),
+                None => {
+                    visited += 1;
+                    Cursor::start(p + 1, initial)
+                }
+            };
+        }
+        Ok(Page {
+            items,
+            next_cursor: (cursor.partition < partitions).then(|| cursor.encode()),
+        })
+    }
+
+    /// Counts per state and the delivery counters, over all partitions.
+    pub async fn stats(&self) -> StoreResult<Stats> {
+        let mut conn = self.conn.clone();
+        let mut stats = Stats::default();
+        let now = self.redis_time_ms().await?;
+        for p in 0..self.keys.partitions() {
+            let (due, ready, inflight, dead, counters, head): (
+                u64,
+                u64,
+                u64,
+                u64,
+                HashMap<String, u64>,
+                Option<String>,
+            ) = redis::pipe()
+                .zcard(self.keys.due(p))
+                .llen(self.keys.ready(p))
+                .zcard(self.keys.inflight(p))
+                .xlen(self.keys.dead(p))
+                .hgetall(self.keys.stats(p))
+                .lindex(self.keys.ready(p), 0)
+                .query_async(&mut conn)
+                .await?;
+            stats.scheduled += due;
+            stats.ready += ready;
+            stats.inflight += inflight;
+            stats.dead += dead;
+            let counter = |name: &str| counters.get(name).copied().unwrap_or_default();
+            stats.delivered += counter("delivered");
+            stats.failed_attempts += counter("failed_attempts");
+            stats.dead_lettered += counter("dead_lettered");
+            stats.expired_leases += counter("expired_leases");
+            if let Some(id) = head {
+                let due: Option<i64> = redis::cmd("HGET")
+                    .arg(self.keys.job(p, &id))
+                    .arg("due")
+                    .query_async(&mut conn)
+                    .await?;
+                if let Some(due) = due {
+                    stats.oldest_ready_lag_ms = stats.oldest_ready_lag_ms.max(now - due);
+                }
+            }
+        }
+        Ok(stats)
+    }
+
+    /// Pages through dead letters, oldest first per partition, optionally of
+    /// one topic and dead-lettered at or after `since_ms`.
+    pub async fn list_dead(
+        &self,
+        topic: Option<&str>,
+        since_ms: Option<i64>,
+        limit: usize,
+        cursor: Option<Cursor>,
+    ) -> StoreResult<Page<DeadLetter>> {
+        let initial = since_ms.map_or_else(|| "-".to_string(), |ms| format!("{}", ms.max(0)));
+        let partitions = self.keys.partitions();
+        let mut cursor = cursor.unwrap_or_else(|| Cursor::start(0, &initial));
+        let mut items = Vec::new();
+        let mut visited = 0;
+        let mut conn = self.conn.clone();
+        while cursor.partition < partitions
+            && items.len() < limit
+            && visited < MAX_PARTITIONS_PER_PAGE
+        {
+            let p = cursor.partition;
+            let want = limit - items.len();
+            let reply: StreamRangeReply = redis::cmd("XRANGE")
+                .arg(self.keys.dead(p))
+                .arg(&cursor.position)
+                .arg("+")
+                .arg("COUNT")
+                .arg(want)
+                .query_async(&mut conn)
+                .await?;
+            let full = reply.ids.len() == want;
+            let last = reply.ids.last().map(|e| format!("({}", e.id));
+            for entry in &reply.ids {
+                if let Some(dead) = DeadLetter::from_entry(p, entry) {
+                    if topic.is_none_or(|t| t == dead.topic) {
+                        items.push(dead);
+                    }
+                }
+            }
+            cursor = match (full, last) {
+                (true, Some(position)) => Cursor::start(p, &position),
+                _ => {
+                    visited += 1;
+                    Cursor::start(p + 1, &initial)
+                }
+            };
+        }
+        Ok(Page {
+            items,
+            next_cursor: (cursor.partition < partitions).then(|| cursor.encode()),
+        })
+    }
+
+    /// The newest dead letter of job `id`, found through the job record's
+    /// `dl` field or, once the record has expired, by reading the
+    /// partition's stream from the newest entry back.
+    pub async fn find_dead(&self, id: &str) -> StoreResult<Option<DeadLetter>> {
+        let p = self.keys.partition_of(id);
+        let mut conn = self.conn.clone();
+        let entry_id: Option<String> = redis::cmd("HGET")
+            .arg(self.keys.job(p, id))
+            .arg("dl")
+            .query_async(&mut conn)
+            .await?;
+        if let Some(entry_id) = entry_id {
+            let reply: StreamRangeReply = redis::cmd("XRANGE")
+                .arg(self.keys.dead(p))
+                .arg(&entry_id)
+                .arg(&entry_id)
+                .query_async(&mut conn)
+                .await?;
+            if let Some(dead) = reply.ids.first().and_then(|e| DeadLetter::from_entry(p, e)) {
+                return Ok(Some(dead));
+            }
+        }
+        let mut end = "+".to_string();
+        loop {
+            let reply: StreamRangeReply = redis::cmd("XREVRANGE")
+                .arg(self.keys.dead(p))
+                .arg(&end)
+                .arg("-")
+                .arg("COUNT")
+                .arg(500)
+                .query_async(&mut conn)
+                .await?;
+            for entry in &reply.ids {
+                if entry.get::<String>("id").as_deref() == Some(id) {
+                    return Ok(DeadLetter::from_entry(p, entry));
+                }
+            }
+            match reply.ids.last() {
+                Some(last) if reply.ids.len() == 500 => end = format!("({}", last.id),
+                _ => return Ok(None),
+            }
+        }
+    }
+
+    /// Deletes job `id`'s newest dead letter; false when it has none.
+    pub async fn drop_dead(&self, id: &str) -> StoreResult<bool> {
+        let Some(dead) = self.find_dead(id).await? else {
+            return Ok(false);
+        };
+        let mut conn = self.conn.clone();
+        let deleted: i64 = redis::cmd("XDEL")
+            .arg(self.keys.dead(dead.partition))
+            .arg(&dead.entry_id)
+            .query_async(&mut conn)
+            .await?;
+        Ok(deleted == 1)
+    }
+}
