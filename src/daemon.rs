@@ -108,15 +108,19 @@ impl Daemon {
         };
         let app = api::router(state);
 
-        let task = {
+        // The engine (wake subscriber, carrier, workers) starts once the
+        // scripts are loaded; the API serves from the start, answering
+        // not-ready (and 503 on Redis errors) meanwhile.
+        let engine = {
             let token = token.clone();
+            let config = config.clone();
+            let store = store.clone();
             tokio::spawn(async move {
-                // Scripts first: readiness means they are loaded.
                 let mut backoff = Duration::from_millis(100);
                 while let Err(err) = store.load_scripts().await {
                     tracing::warn!(cause = %err, "cannot load scripts yet");
                     tokio::select! {
-                        _ = token.cancelled() => return Ok(()),
+                        _ = token.cancelled() => return,
                         _ = tokio::time::sleep(backoff) => {}
                     }
                     backoff = (backoff * 2).min(Duration::from_secs(5));
@@ -125,7 +129,6 @@ impl Daemon {
                 if let Ok(now) = store.redis_time_ms().await {
                     clock.observe(now);
                 }
-
                 let subscriber = tokio::spawn(wake::run_subscriber(
                     wake_client,
                     store.keys().wake_channel(),
@@ -139,16 +142,21 @@ impl Daemon {
                     config.delivery.lease_margin,
                 );
                 let carrier = tokio::spawn(carrier.run(token.child_token()));
-                let pool =
-                    WorkerPool::new(store.clone(), deliverer, config.clone(), signals, clock);
+                let pool = WorkerPool::new(store, deliverer, config, signals, clock);
                 let pool = tokio::spawn(pool.run(token.child_token()));
+                let _ = tokio::join!(subscriber, carrier, pool);
+            })
+        };
+        let task = {
+            let token = token.clone();
+            tokio::spawn(async move {
                 let api_token = token.child_token();
                 let server = axum::serve(listener, app)
                     .with_graceful_shutdown(async move { api_token.cancelled().await });
                 tracing::info!(%addr, "hookq serving");
                 let served = server.await;
                 token.cancel();
-                let _ = tokio::join!(subscriber, carrier, pool);
+                let _ = engine.await;
                 served.context("API server failed")
             })
         };

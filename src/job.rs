@@ -478,6 +478,36 @@ pub fn validate_headers(headers: &BTreeMap<String, String>) -> Result<(), FieldE
     Ok(())
 }
 
+/// Deepest nesting of arrays and objects a JSON body may have (serde_json's
+/// own recursion limit, so every accepted body can be parsed again).
+pub const MAX_BODY_DEPTH: usize = 128;
+
+/// Nesting depth of valid JSON text, counting brackets outside strings.
+fn json_depth(text: &str) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for b in text.bytes() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 /// Checks `body` / `body_text` / `content_type` together.
 fn validate_body(input: &JobInput, config: &Config) -> Result<(), FieldError> {
     let limit = config.api.max_body;
@@ -494,6 +524,13 @@ fn validate_body(input: &JobInput, config: &Config) -> Result<(), FieldError> {
                 "body_too_large",
                 "body",
                 format!("body is larger than {limit} bytes (api.max_body)"),
+            ));
+        }
+        if json_depth(raw.get()) > MAX_BODY_DEPTH {
+            return Err(FieldError::new(
+                "body_too_deep",
+                "body",
+                format!("body nests arrays and objects deeper than {MAX_BODY_DEPTH} levels"),
             ));
         }
     }
@@ -755,6 +792,13 @@ mod tests {
         assert_eq!(d.due, Due::After(5_400_000));
         let year = input(r#"{"url":"http://a.example/","delay":"365d"}"#).expect("valid");
         assert_eq!(year.due, Due::After(365 * 86_400_000));
+    }
+
+    #[test]
+    fn json_depth_ignores_brackets_in_strings() {
+        assert_eq!(json_depth(r#"{"a": [1, {"b": "[[[["}]}"#), 3);
+        assert_eq!(json_depth(r#""\"[""#), 0);
+        assert_eq!(json_depth("1"), 0);
     }
 
     #[test]

@@ -199,7 +199,15 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         let path = err.path().to_string();
         let inner = err.into_inner();
         let message = inner.to_string();
-        let field = (path != ".").then_some(path);
+        let missing = message
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.split('`').next());
+        let field = match (path.as_str(), missing) {
+            (".", Some(name)) => Some(name.to_string()),
+            (_, Some(name)) => Some(format!("{path}.{name}")),
+            (".", None) => None,
+            _ => Some(path),
+        };
         let code = if inner.is_syntax() || inner.is_eof() {
             "invalid_json"
         } else if field.is_none() {

@@ -405,8 +405,10 @@ impl Store {
             let manager_config = ConnectionManagerConfig::new()
                 .set_connection_timeout(CONNECT_TIMEOUT)
                 .set_response_timeout(RESPONSE_TIMEOUT)
-                .set_number_of_retries(2)
-                .set_max_delay(2000);
+                // Each caller (API, carrier, workers) has its own backoff, so a
+                // failed reconnect should fail the call at once rather than
+                // hold it for seconds.
+                .set_number_of_retries(0);
             RedisConn::Single(ConnectionManager::new_with_config(client, manager_config).await?)
         } else {
             let client =

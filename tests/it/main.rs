@@ -4,6 +4,7 @@
 
 mod support;
 
+mod api;
 mod engine;
 
 use std::time::Duration;
@@ -31,6 +32,7 @@ pub fn test_config(redis: &RedisServer) -> Config {
 
 /// Starts a daemon with `config`.
 pub async fn start_daemon(config: &Config) -> Daemon {
+    support::init_tracing();
     Daemon::start(config.clone()).await.expect("daemon starts")
 }
 

@@ -1,0 +1,982 @@
+//! The HTTP API against a real Redis and daemon: every route's happy path,
+//! idempotency, races with the carrier, malformed input, auth and limits.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use serde_json::{json, Value};
+
+use crate::support::receiver::Receiver;
+use crate::support::redis::RedisServer;
+use crate::support::wait_until;
+use crate::{get_json, post_json, start_daemon, test_config};
+
+async fn send(method: reqwest::Method, url: &str, body: Option<Value>) -> (u16, Value) {
+    let client = reqwest::Client::new();
+    let mut request = client.request(method, url);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.expect("request is sent");
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// Every key of the Redis with its DUMP, to prove a request changed nothing.
+async fn snapshot(redis: &RedisServer) -> BTreeMap<String, Vec<u8>> {
+    let mut conn = redis.conn().await;
+    let keys: Vec<String> = conn.keys("*").await.expect("KEYS");
+    let mut out = BTreeMap::new();
+    for key in keys {
+        let dump: Vec<u8> = redis::cmd("DUMP")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .expect("DUMP");
+        out.insert(key, dump);
+    }
+    out
+}
+
+fn assert_error_shape(status: u16, body: &Value, context: &str) {
+    assert!(
+        (400..500).contains(&status),
+        "{context}: status {status} {body}"
+    );
+    let error = &body["error"];
+    assert!(error["code"].is_string(), "{context}: no code in {body}");
+    assert!(
+        error["message"].is_string(),
+        "{context}: no message in {body}"
+    );
+    assert!(
+        error.get("field").is_some(),
+        "{context}: no field key in {body}"
+    );
+}
+
+#[tokio::test]
+async fn create_is_idempotent_by_id() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let url = format!("{}/v1/jobs", daemon.url());
+    let job = json!({"id": "idem-1", "url": receiver.url("/x"), "delay": "1h", "body": {"a": 1}});
+
+    let (first, view) = post_json(&url, job.clone()).await;
+    assert_eq!(first, 201, "{view}");
+    let (again, same) = post_json(&url, job.clone()).await;
+    assert_eq!(again, 200, "{same}");
+    assert_eq!(same["id"], "idem-1");
+    assert_eq!(same["created_at"], view["created_at"]);
+    let mut changed = job.clone();
+    changed["body"] = json!({"a": 2});
+    let (conflict, error) = post_json(&url, changed).await;
+    assert_eq!(conflict, 409, "{error}");
+    assert_eq!(error["error"]["code"], "conflict");
+    assert_eq!(error["error"]["field"], "id");
+    daemon.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn every_route_works() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::with_status(410).await;
+    let mut config = test_config(&redis);
+    config.redis.partitions = 2;
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+
+    // Batch: results in request order, with each item's own status.
+    let (status, batch) = post_json(
+        &format!("{base}/v1/jobs/batch"),
+        json!({"jobs": [
+            {"id": "b-1", "url": receiver.url("/b"), "delay": "1h", "topic": "orders"},
+            {"id": "b-2", "url": "not a url"},
+            {"id": "b-1", "url": receiver.url("/b"), "delay": "1h", "topic": "orders"},
+            {"id": "b-1", "url": receiver.url("/other"), "delay": "1h"},
+            {"id": "b-3", "url": receiver.url("/b"), "delay": "2h"}
+        ]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{batch}");
+    let statuses: Vec<u64> = batch["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| r["status"].as_u64().expect("status"))
+        .collect();
+    assert_eq!(statuses, [201, 400, 200, 409, 201]);
+    assert_eq!(batch["results"][1]["error"]["field"], "url");
+    assert_eq!(batch["results"][0]["job"]["state"], "scheduled");
+
+    // GET one.
+    let (status, job) = get_json(&format!("{base}/v1/jobs/b-1")).await;
+    assert_eq!((status, job["topic"].as_str()), (200, Some("orders")));
+
+    // PATCH a scheduled job: new body and due time.
+    let (status, patched) = send(
+        reqwest::Method::PATCH,
+        &format!("{base}/v1/jobs/b-3"),
+        Some(json!({"body": {"v": 2}, "delay": "3h", "retry": ["1s"]})),
+    )
+    .await;
+    assert_eq!(status, 200, "{patched}");
+    assert_eq!(patched["body"], json!({"v": 2}));
+    assert_eq!(patched["max_attempts"], 2);
+    assert_eq!(patched["state"], "scheduled");
+
+    // List by state and topic, paging with a cursor.
+    let (status, page) = get_json(&format!("{base}/v1/jobs?state=scheduled&limit=1")).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["jobs"].as_array().map(Vec::len), Some(1));
+    let mut seen = vec![page["jobs"][0]["id"].as_str().expect("id").to_string()];
+    let mut cursor = page["next_cursor"].as_str().map(str::to_string);
+    while let Some(c) = cursor {
+        let (_, page) = get_json(&format!(
+            "{base}/v1/jobs?state=scheduled&limit=1&cursor={c}"
+        ))
+        .await;
+        for job in page["jobs"].as_array().expect("jobs") {
+            seen.push(job["id"].as_str().expect("id").to_string());
+        }
+        cursor = page["next_cursor"].as_str().map(str::to_string);
+    }
+    seen.sort();
+    assert_eq!(seen, ["b-1", "b-3"]);
+    let (_, by_topic) = get_json(&format!("{base}/v1/jobs?topic=orders")).await;
+    assert_eq!(by_topic["jobs"].as_array().map(Vec::len), Some(1));
+
+    // DELETE cancels; a second DELETE is still 204; unknown is 404.
+    let (status, _) = send(
+        reqwest::Method::DELETE,
+        &format!("{base}/v1/jobs/b-3"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 204);
+    let (status, _) = send(
+        reqwest::Method::DELETE,
+        &format!("{base}/v1/jobs/b-3"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 204);
+    let (status, body) = send(
+        reqwest::Method::DELETE,
+        &format!("{base}/v1/jobs/nope"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
+    let (_, cancelled) = get_json(&format!("{base}/v1/jobs/b-3")).await;
+    assert_eq!(cancelled["state"], "cancelled");
+    let (status, _) = send(
+        reqwest::Method::PATCH,
+        &format!("{base}/v1/jobs/b-3"),
+        Some(json!({"delay": "1s"})),
+    )
+    .await;
+    assert_eq!(status, 409, "a cancelled job cannot be changed");
+
+    // A 410 dead-letters at once; list, replay to a new URL, drop.
+    let good = Receiver::ok().await;
+    let (status, _) = post_json(
+        &format!("{base}/v1/jobs"),
+        json!({"id": "gone-1", "topic": "orders", "url": receiver.url("/gone")}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    wait_until("gone-1 is dead", Duration::from_secs(10), || async {
+        get_json(&format!("{base}/v1/jobs/gone-1")).await.1["state"] == "dead"
+    })
+    .await;
+    let (status, stats) = get_json(&format!("{base}/v1/stats")).await;
+    assert_eq!(status, 200);
+    assert_eq!(stats["dead"], 1, "{stats}");
+    assert_eq!(stats["dead_lettered"], 1, "{stats}");
+    assert_eq!(stats["scheduled"], 1, "{stats}");
+    let (status, dead) = get_json(&format!("{base}/v1/dead-letters?topic=orders")).await;
+    assert_eq!(status, 200, "{dead}");
+    assert_eq!(dead["dead_letters"][0]["id"], "gone-1");
+    assert_eq!(dead["dead_letters"][0]["last_status"], 410);
+
+    let (status, dry) = post_json(
+        &format!("{base}/v1/dead-letters/replay"),
+        json!({"ids": ["gone-1"], "dry_run": true}),
+    )
+    .await;
+    assert_eq!(
+        (status, &dry["replayed"]),
+        (200, &json!(["gone-1"])),
+        "{dry}"
+    );
+    let (_, still) = get_json(&format!("{base}/v1/dead-letters")).await;
+    assert_eq!(
+        still["dead_letters"].as_array().map(Vec::len),
+        Some(1),
+        "dry run changed nothing"
+    );
+
+    let (status, report) = post_json(
+        &format!("{base}/v1/dead-letters/replay"),
+        json!({"all": true, "topic": "orders", "url": good.url("/moved")}),
+    )
+    .await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["replayed"], json!(["gone-1"]));
+    let got = good.wait_for_count(1, Duration::from_secs(10)).await;
+    assert_eq!(got[0].path, "/moved");
+    assert_eq!(got[0].headers["webhook-id"], "gone-1");
+    let (_, empty) = get_json(&format!("{base}/v1/dead-letters")).await;
+    assert_eq!(empty["dead_letters"], json!([]));
+
+    // Replaying again finds nothing; dropping an absent dead letter is 404.
+    let (_, again) = post_json(
+        &format!("{base}/v1/dead-letters/replay"),
+        json!({"ids": ["gone-1"]}),
+    )
+    .await;
+    assert_eq!(again["not_found"], json!(["gone-1"]));
+    let (status, _) = send(
+        reqwest::Method::DELETE,
+        &format!("{base}/v1/dead-letters/gone-1"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 404);
+
+    // Health, readiness, metrics, OpenAPI.
+    assert_eq!(get_json(&format!("{base}/healthz")).await.0, 200);
+    assert_eq!(get_json(&format!("{base}/readyz")).await.0, 200);
+    let metrics = reqwest::get(format!("{base}/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(metrics.contains("hookq_attempts_total"), "{metrics}");
+    daemon.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn a_dead_letter_can_be_dropped() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::with_status(410).await;
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+    post_json(
+        &format!("{base}/v1/jobs"),
+        json!({"id": "drop-1", "url": receiver.url("/")}),
+    )
+    .await;
+    wait_until("drop-1 is dead", Duration::from_secs(10), || async {
+        get_json(&format!("{base}/v1/jobs/drop-1")).await.1["state"] == "dead"
+    })
+    .await;
+    let (status, _) = send(
+        reqwest::Method::DELETE,
+        &format!("{base}/v1/dead-letters/drop-1"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 204);
+    let (_, list) = get_json(&format!("{base}/v1/dead-letters")).await;
+    assert_eq!(list["dead_letters"], json!([]));
+    daemon.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn openapi_document_is_served_and_matches_the_router() {
+    let redis = RedisServer::start();
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+    let served = reqwest::get(format!("{base}/openapi.json"))
+        .await
+        .expect("get")
+        .text()
+        .await
+        .expect("text");
+    let committed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json"))
+        .expect("openapi.json");
+    assert_eq!(served, committed);
+    let doc: Value = serde_json::from_str(&committed).expect("valid JSON");
+    // Every documented operation is routed (the fallback answers code "not_found"
+    // with message "no such route"; a routed 404 names the missing thing).
+    for (path, ops) in doc["paths"].as_object().expect("paths") {
+        let concrete = path.replace("{id}", "some-id");
+        for method in ops
+            .as_object()
+            .expect("ops")
+            .keys()
+            .filter(|m| *m != "parameters")
+        {
+            let method =
+                reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).expect("method");
+            let (status, body) = send(
+                method.clone(),
+                &format!("{base}{concrete}"),
+                Some(json!({})),
+            )
+            .await;
+            assert!(
+                !(status == 404 && body["error"]["message"] == "no such route") && status != 405,
+                "{method} {path} is documented but not routed ({status})"
+            );
+        }
+    }
+    daemon.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn tokens_are_required_when_configured() {
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    config.api.tokens = vec!["s3cret-token".into()];
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    let client = reqwest::Client::new();
+    let none = client
+        .get(format!("{base}/v1/stats"))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(none.status(), 401);
+    let body: Value = none.json().await.expect("json");
+    assert_eq!(body["error"]["code"], "unauthorized");
+    let wrong = client
+        .get(format!("{base}/v1/stats"))
+        .bearer_auth("s3cret-tokem")
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(wrong.status(), 401);
+    let right = client
+        .get(format!("{base}/v1/stats"))
+        .bearer_auth("s3cret-token")
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(right.status(), 200);
+    // Health endpoints need no token.
+    assert_eq!(
+        client
+            .get(format!("{base}/healthz"))
+            .send()
+            .await
+            .expect("sent")
+            .status(),
+        200
+    );
+    daemon.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn redis_down_answers_503_then_the_daemon_resumes() {
+    let mut redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+    redis.kill();
+    let (status, body) = post_json(
+        &format!("{base}/v1/jobs"),
+        json!({"url": "http://127.0.0.1:9/"}),
+    )
+    .await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "redis_unavailable");
+    assert_eq!(get_json(&format!("{base}/readyz")).await.0, 503);
+
+    // Redis comes back: readiness returns and jobs flow again, unattended.
+    redis.restart();
+    wait_until("ready again", Duration::from_secs(20), || async {
+        get_json(&format!("{base}/readyz")).await.0 == 200
+    })
+    .await;
+    let (status, body) = post_json(
+        &format!("{base}/v1/jobs"),
+        json!({"url": receiver.url("/back"), "delay": "100ms"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    receiver.wait_for_count(1, Duration::from_secs(20)).await;
+    daemon.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn malformed_requests_get_4xx_and_change_nothing() {
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    config.api.max_body = 4096;
+    config.api.max_batch_body = 64 * 1024;
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    // One existing job, so PATCH/DELETE cases have something to refuse to touch.
+    let (status, _) = post_json(
+        &format!("{base}/v1/jobs"),
+        json!({"id": "keep", "url": "http://127.0.0.1:9/", "delay": "1h"}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let before = snapshot(&redis).await;
+
+    let url = "http://127.0.0.1:9/x";
+    let big = "x".repeat(5000);
+    let many: Vec<Value> = (0..1001)
+        .map(|i| json!({"id": format!("m{i}"), "url": url}))
+        .collect();
+    let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    let cases: Vec<(&str, &str, String, Option<&str>)> = vec![
+        // (method, path, raw body, expected field)
+        ("POST", "/v1/jobs", "".into(), None),
+        ("POST", "/v1/jobs", "not json".into(), None),
+        ("POST", "/v1/jobs", "[]".into(), None),
+        ("POST", "/v1/jobs", "null".into(), None),
+        (
+            "POST",
+            "/v1/jobs",
+            r#"{"url": "http://a.example/"} x"#.into(),
+            None,
+        ),
+        ("POST", "/v1/jobs", "{}".into(), Some("url")),
+        ("POST", "/v1/jobs", r#"{"url": 5}"#.into(), Some("url")),
+        (
+            "POST",
+            "/v1/jobs",
+            r#"{"url": "ftp://a.example/"}"#.into(),
+            Some("url"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            r#"{"url": "/relative"}"#.into(),
+            Some("url"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "http://a.example/{}"}}"#, "a".repeat(2100)),
+            Some("url"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            r#"{"url": "http://"}"#.into(),
+            Some("url"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "id": ""}}"#),
+            Some("id"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "id": "a b"}}"#),
+            Some("id"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "id": "{}"}}"#, "i".repeat(129)),
+            Some("id"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "id": 7}}"#),
+            Some("id"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "topic": "a/b"}}"#),
+            Some("topic"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "topic": ""}}"#),
+            Some("topic"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "method": "GET"}}"#),
+            Some("method"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "method": 1}}"#),
+            Some("method"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "delay": "soon"}}"#),
+            Some("delay"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "delay": "-5s"}}"#),
+            Some("delay"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "delay": "100y"}}"#),
+            Some("delay"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "delay": 30}}"#),
+            Some("delay"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "delay": "1s", "run_at": 1}}"#),
+            Some("delay"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "run_at": -1}}"#),
+            Some("run_at"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "run_at": "tomorrow"}}"#),
+            Some("run_at"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "run_at": "2999-01-01T00:00:00Z"}}"#),
+            Some("run_at"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "run_at": 1.5}}"#),
+            Some("run_at"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "retry": "1s"}}"#),
+            Some("retry"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "retry": ["1s", "x"]}}"#),
+            Some("retry[1]"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "retry": ["0s"]}}"#),
+            Some("retry[0]"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "timeout": "1h"}}"#),
+            Some("timeout"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "timeout": "0s"}}"#),
+            Some("timeout"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "headers": {{"webhook-signature": "v1,x"}}}}"#),
+            Some("headers.webhook-signature"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "headers": {{"Webhook-Id": "x"}}}}"#),
+            Some("headers.Webhook-Id"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "headers": {{"Transfer-Encoding": "chunked"}}}}"#),
+            Some("headers.Transfer-Encoding"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "headers": {{"bad name": "x"}}}}"#),
+            Some("headers.bad name"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "headers": {{"x-a": "a\nb"}}}}"#),
+            Some("headers.x-a"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "headers": {{"x-a": 1}}}}"#),
+            Some("headers.x-a"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "body": {{}}, "body_text": "x"}}"#),
+            Some("body_text"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "content_type": "text/xml"}}"#),
+            Some("content_type"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "body_text": 5}}"#),
+            Some("body_text"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "surprise": true}}"#),
+            Some("surprise"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "body": "{big}"}}"#),
+            None,
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"url": "{url}", "body": {deep}}}"#),
+            None,
+        ),
+        ("POST", "/v1/jobs/batch", "{}".into(), Some("jobs")),
+        (
+            "POST",
+            "/v1/jobs/batch",
+            r#"{"jobs": []}"#.into(),
+            Some("jobs"),
+        ),
+        (
+            "POST",
+            "/v1/jobs/batch",
+            r#"{"jobs": {}}"#.into(),
+            Some("jobs"),
+        ),
+        (
+            "POST",
+            "/v1/jobs/batch",
+            json!({"jobs": many}).to_string(),
+            Some("jobs"),
+        ),
+        ("GET", "/v1/jobs/bad%20id", "".into(), Some("id")),
+        ("GET", "/v1/jobs?state=sleeping", "".into(), Some("state")),
+        ("GET", "/v1/jobs?limit=0", "".into(), Some("limit")),
+        ("GET", "/v1/jobs?limit=abc", "".into(), Some("limit")),
+        ("GET", "/v1/jobs?cursor=zzz", "".into(), Some("cursor")),
+        ("GET", "/v1/jobs?cursor=99:0", "".into(), Some("cursor")),
+        ("GET", "/v1/jobs?colour=red", "".into(), Some("colour")),
+        ("GET", "/v1/jobs?topic=a/b", "".into(), Some("topic")),
+        (
+            "GET",
+            "/v1/dead-letters?since=whenever",
+            "".into(),
+            Some("since"),
+        ),
+        (
+            "PATCH",
+            "/v1/jobs/keep",
+            r#"{"topic": "x"}"#.into(),
+            Some("topic"),
+        ),
+        (
+            "PATCH",
+            "/v1/jobs/keep",
+            r#"{"url": "nope"}"#.into(),
+            Some("url"),
+        ),
+        (
+            "PATCH",
+            "/v1/jobs/keep",
+            r#"{"delay": "1s", "run_at": 5}"#.into(),
+            Some("delay"),
+        ),
+        (
+            "PATCH",
+            "/v1/jobs/keep",
+            r#"{"retry": ["never"]}"#.into(),
+            Some("retry[0]"),
+        ),
+        (
+            "PATCH",
+            "/v1/jobs/keep",
+            r#"{"headers": {"host": "x"}}"#.into(),
+            Some("headers.host"),
+        ),
+        (
+            "PATCH",
+            "/v1/jobs/missing",
+            r#"{"delay": "1s"}"#.into(),
+            None,
+        ),
+        ("DELETE", "/v1/jobs/bad%20id", "".into(), Some("id")),
+        ("POST", "/v1/dead-letters/replay", "{}".into(), Some("all")),
+        (
+            "POST",
+            "/v1/dead-letters/replay",
+            r#"{"ids": ["a"], "all": true}"#.into(),
+            Some("all"),
+        ),
+        (
+            "POST",
+            "/v1/dead-letters/replay",
+            r#"{"ids": ["a b"]}"#.into(),
+            Some("ids[0]"),
+        ),
+        (
+            "POST",
+            "/v1/dead-letters/replay",
+            r#"{"all": true, "url": "mailto:x"}"#.into(),
+            Some("url"),
+        ),
+        (
+            "POST",
+            "/v1/dead-letters/replay",
+            r#"{"all": true, "since": "later"}"#.into(),
+            Some("since"),
+        ),
+        ("DELETE", "/v1/dead-letters/keep", "".into(), None),
+        ("GET", "/v1/nothing-here", "".into(), None),
+    ];
+    assert!(cases.len() >= 40);
+    let client = reqwest::Client::new();
+    for (method, path, body, field) in &cases {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut request = client.request(method.clone(), format!("{base}{path}"));
+        if !body.is_empty() {
+            request = request
+                .header("content-type", "application/json")
+                .body(body.clone());
+        }
+        let response = request.send().await.expect("sent");
+        let status = response.status().as_u16();
+        let json: Value =
+            serde_json::from_str(&response.text().await.expect("text")).unwrap_or(Value::Null);
+        let context = format!(
+            "{method} {path} {}",
+            body.chars().take(80).collect::<String>()
+        );
+        assert_error_shape(status, &json, &context);
+        if let Some(field) = field {
+            assert_eq!(
+                json["error"]["field"].as_str(),
+                Some(*field),
+                "{context}: {json}"
+            );
+        }
+    }
+    // An oversized body is 413 with the JSON shape.
+    let response = client
+        .post(format!("{base}/v1/jobs"))
+        .header("content-type", "application/json")
+        .body(format!(
+            r#"{{"url": "{url}", "body_text": "{}"}}"#,
+            "y".repeat(10_000)
+        ))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(response.status(), 413);
+    let json: Value = response.json().await.expect("json");
+    assert_eq!(json["error"]["code"], "body_too_large");
+
+    assert_eq!(
+        snapshot(&redis).await,
+        before,
+        "a refused request changed Redis"
+    );
+    daemon.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn patch_and_delete_racing_the_carrier_are_all_or_nothing() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+    const JOBS: usize = 200;
+    let mut jobs = Vec::new();
+    for i in 0..JOBS {
+        jobs.push(json!({"id": format!("race-{i}"), "url": receiver.url("/race"), "body": {"v": "old"}, "delay": format!("{}ms", 100 + (i % 50))}));
+    }
+    let (status, _) = post_json(&format!("{base}/v1/jobs/batch"), json!({"jobs": jobs})).await;
+    assert_eq!(status, 200);
+
+    // Race the carrier: PATCH the even jobs, DELETE the odd ones, all at once.
+    let mut tasks = Vec::new();
+    for i in 0..JOBS {
+        let url = format!("{base}/v1/jobs/race-{i}");
+        tasks.push(tokio::spawn(async move {
+            if i % 2 == 0 {
+                send(
+                    reqwest::Method::PATCH,
+                    &url,
+                    Some(json!({"body": {"v": "new"}})),
+                )
+                .await
+                .0
+            } else {
+                send(reqwest::Method::DELETE, &url, None).await.0
+            }
+        }));
+    }
+    let mut answers = HashMap::new();
+    for (i, task) in tasks.into_iter().enumerate() {
+        answers.insert(i, task.await.expect("task"));
+    }
+
+    // Every job ends delivered or cancelled; wait for the dust to settle.
+    wait_until("every job finished", Duration::from_secs(20), || async {
+        let (_, stats) = get_json(&format!("{base}/v1/stats")).await;
+        stats["scheduled"] == 0 && stats["inflight"] == 0
+    })
+    .await;
+    let delivered: HashMap<String, Value> = receiver
+        .requests()
+        .into_iter()
+        .map(|r| {
+            let id = r.headers["webhook-id"].to_str().expect("ascii").to_string();
+            (id, serde_json::from_slice(&r.body).expect("json body"))
+        })
+        .collect();
+    let mut patched = 0;
+    let mut cancelled = 0;
+    for i in 0..JOBS {
+        let id = format!("race-{i}");
+        let (_, view) = get_json(&format!("{base}/v1/jobs/{id}")).await;
+        let answer = answers[&i];
+        if i % 2 == 0 {
+            match answer {
+                200 => {
+                    patched += 1;
+                    assert_eq!(
+                        delivered.get(&id),
+                        Some(&json!({"v": "new"})),
+                        "{id}: PATCH 200 but old body sent"
+                    );
+                }
+                409 => assert_eq!(
+                    delivered.get(&id),
+                    Some(&json!({"v": "old"})),
+                    "{id}: PATCH 409 but body changed"
+                ),
+                other => panic!("{id}: PATCH answered {other}"),
+            }
+            assert_eq!(view["state"], "delivered");
+        } else {
+            match answer {
+                204 => {
+                    cancelled += 1;
+                    assert_eq!(view["state"], "cancelled", "{id}");
+                }
+                409 => assert_eq!(view["state"], "delivered", "{id}"),
+                other => panic!("{id}: DELETE answered {other}"),
+            }
+        }
+    }
+    eprintln!(
+        "race: {patched} PATCHes applied, {cancelled} DELETEs applied of {} each",
+        JOBS / 2
+    );
+    daemon.stop().await.expect("clean stop");
+}
+
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(|f| json!(f)),
+            ".{0,40}".prop_map(Value::String),
+            prop_oneof![
+                Just("http://127.0.0.1:9/x"),
+                Just("1h"),
+                Just("2030-01-01T00:00:00Z"),
+                Just("POST"),
+                Just("webhook-id")
+            ]
+            .prop_map(|s| Value::String(s.into())),
+        ];
+        leaf.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::btree_map(
+                    prop_oneof![
+                        Just("url".to_string()),
+                        Just("id".to_string()),
+                        Just("delay".to_string()),
+                        Just("run_at".to_string()),
+                        Just("body".to_string()),
+                        Just("body_text".to_string()),
+                        Just("headers".to_string()),
+                        Just("retry".to_string()),
+                        Just("timeout".to_string()),
+                        Just("method".to_string()),
+                        Just("topic".to_string()),
+                        "[a-z_]{1,8}",
+                    ],
+                    inner,
+                    0..6
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    #[test]
+    fn arbitrary_json_never_gets_a_5xx() {
+        let runtime = tokio::runtime::Runtime::new().expect("runtime");
+        let redis = RedisServer::start();
+        let daemon = runtime.block_on(start_daemon(&test_config(&redis)));
+        let url = format!("{}/v1/jobs", daemon.url());
+        let client = reqwest::Client::new();
+        let config = ProptestConfig {
+            cases: 256,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        };
+        proptest!(config, |(body in arb_json())| {
+            let status = runtime.block_on(async {
+                client.post(&url).json(&body).send().await.expect("sent").status().as_u16()
+            });
+            prop_assert!(status < 500, "{} answered {}", body, status);
+        });
+        runtime.block_on(daemon.stop()).expect("clean stop");
+    }
+}
