@@ -17,11 +17,16 @@ use tokio_util::task::TaskTracker;
 
 use crate::clock::RedisClock;
 use crate::config::Config;
+use crate::delivery::hosts::HostLimits;
 use crate::delivery::{AttemptRecord, Deliverer, ErrorKind, Outcome};
 use crate::job::JobSpec;
 use crate::retry::{next_delay, FailureKind};
 use crate::store::{Claimed, FailAction, Failure, Store};
 use crate::wake::Signals;
+
+/// Longest wait for a slot of a host at its concurrency limit before the job
+/// is given back to Redis (also at most half the lease margin).
+pub const HOST_WAIT: Duration = Duration::from_secs(1);
 
 /// How long an idle claim loop waits before looking at its ready list even
 /// without a signal (a safety net for lost pub/sub messages).
@@ -35,6 +40,7 @@ pub struct WorkerPool {
     signals: Arc<Signals>,
     clock: RedisClock,
     permits: Arc<Semaphore>,
+    hosts: HostLimits,
     tracker: TaskTracker,
 }
 
@@ -48,6 +54,7 @@ impl WorkerPool {
         clock: RedisClock,
     ) -> Self {
         let permits = Arc::new(Semaphore::new(config.delivery.workers));
+        let hosts = HostLimits::new(config.delivery.per_host_concurrency);
         WorkerPool {
             store,
             deliverer,
@@ -55,6 +62,7 @@ impl WorkerPool {
             signals,
             clock,
             permits,
+            hosts,
             tracker: TaskTracker::new(),
         }
     }
@@ -148,16 +156,13 @@ impl WorkerPool {
     }
 
     #[tracing::instrument(skip_all, fields(job_id = %job.id, attempt = job.attempt))]
-    async fn run_attempt(self: Arc<Self>, job: Claimed, _permit: OwnedSemaphorePermit) {
-        let started_at = self.clock.now_ms();
-        let lateness = (started_at - job.due).max(0) as f64 / 1000.0;
-        metrics::histogram!("hookq_lateness_seconds").record(lateness);
+    async fn run_attempt(self: Arc<Self>, job: Claimed, permit: OwnedSemaphorePermit) {
         let spec: JobSpec = match serde_json::from_str(&job.spec_json) {
             Ok(spec) => spec,
             Err(err) => {
                 let record = AttemptRecord {
                     attempt: job.attempt,
-                    at: started_at,
+                    at: self.clock.now_ms(),
                     duration_ms: 0,
                     status: None,
                     error: Some(ErrorKind::InvalidJob),
@@ -171,6 +176,28 @@ impl WorkerPool {
             }
         };
         let timeout = spec.timeout(&self.config);
+        let host = HostLimits::key(&spec.url);
+        let (_permit, _slot) = match self.hosts.try_acquire(&host) {
+            Some(slot) => (permit, slot),
+            None => {
+                // The host is full. A few jobs (as many as the host has slots)
+                // may wait briefly for one; the rest, and those whose wait runs
+                // out, go back to Redis, so one slow host can hold at most
+                // twice its slots in workers.
+                let wait = (self.config.delivery.lease_margin / 2).min(HOST_WAIT);
+                match self.hosts.acquire_within(&host, wait).await {
+                    Some(slot) => (permit, slot),
+                    None => {
+                        drop(permit);
+                        self.defer(&job, timeout).await;
+                        return;
+                    }
+                }
+            }
+        };
+        let started_at = self.clock.now_ms();
+        let lateness = (started_at - job.due).max(0) as f64 / 1000.0;
+        metrics::histogram!("hookq_lateness_seconds").record(lateness);
         let report = self
             .deliverer
             .attempt(&job.id, job.attempt, &spec, timeout, started_at)
@@ -209,6 +236,18 @@ impl WorkerPool {
             self.clock
                 .instant_at(job.claimed_at + lease.as_millis() as i64),
         )
+    }
+
+    /// Gives a job back to Redis unattempted because its host is full. The
+    /// delay is a quarter of the attempt timeout (the longest a slot can stay
+    /// taken), between 100 ms and 5 s, plus up to 50% jitter.
+    async fn defer(&self, job: &Claimed, timeout: Duration) {
+        let base = (timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
+        let delay = base + base.mul_f64(rand::random::<f64>() * 0.5);
+        metrics::counter!("hookq_deferred_total").increment(1);
+        if let Err(err) = self.store.defer(job, delay).await {
+            tracing::warn!(cause = %err, "cannot give the job back; its lease will return it");
+        }
     }
 
     async fn record_success(&self, job: &Claimed, record: &AttemptRecord) {

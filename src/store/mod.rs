@@ -731,6 +731,34 @@ impl Store {
         }
     }
 
+    /// Gives a claimed job back unattempted, due again after `delay`;
+    /// None when the lease was stale.
+    pub async fn defer(&self, job: &Claimed, delay: Duration) -> StoreResult<Option<i64>> {
+        let p = job.partition;
+        let reply: Vec<i64> = self
+            .invoke(
+                &scripts::DEFER_JOB,
+                &[
+                    &self.keys.job(p, &job.id),
+                    &self.keys.inflight(p),
+                    &self.keys.due(p),
+                    &self.keys.seq(p),
+                ],
+                &[
+                    arg(&job.id),
+                    arg(&job.attempt),
+                    arg(&(delay.as_millis() as u64)),
+                    arg(&self.channel),
+                    arg(&p),
+                ],
+            )
+            .await?;
+        Ok(match reply.as_slice() {
+            [1, due] => Some(*due),
+            _ => None,
+        })
+    }
+
     /// Takes back up to `batch` expired leases of partition `p`.
     pub async fn reclaim(&self, p: u16, batch: usize) -> StoreResult<Reclaim> {
         let (requeued, dead, next, now): (usize, usize, i64, i64) = self

@@ -50,6 +50,9 @@ pub const RESCHEDULE_JOB: ScriptDef = script!("reschedule_job", 4, 9);
 /// `replay_dead`: revive a dead letter.
 pub const REPLAY_DEAD: ScriptDef = script!("replay_dead", 4, 6);
 
+/// `defer_job`: give a claimed job back unattempted.
+pub const DEFER_JOB: ScriptDef = script!("defer_job", 4, 5);
+
 /// Every script, for loading at start-up and for the header check.
 pub const ALL: &[&ScriptDef] = &[
     &ENQUEUE_JOB,
@@ -61,6 +64,7 @@ pub const ALL: &[&ScriptDef] = &[
     &CANCEL_JOB,
     &RESCHEDULE_JOB,
     &REPLAY_DEAD,
+    &DEFER_JOB,
 ];
 
 /// The compiled scripts (with their SHA1s), built once per store.

@@ -5,6 +5,7 @@
 mod support;
 
 mod api;
+mod delivery;
 mod engine;
 
 use std::time::Duration;

@@ -1,0 +1,395 @@
+//! What receivers and security reviewers see: Standard Webhooks signatures
+//! checked by the official library, the SSRF guard, redirects, 410,
+//! Retry-After, bounded response reading and per-host fairness.
+
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::receiver::{Receiver, Recorded, Reply};
+use crate::support::redis::RedisServer;
+use crate::support::wait_until;
+use crate::{get_json, post_json, start_daemon, test_config};
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const ROTATED: &str = "whsec_Vm9yc2ljaHQgYmVpbSBSb3RpZXJlbiE=";
+
+/// Runs the official Python library over `requests`; one verdict per request.
+fn verify_with_standardwebhooks(
+    secret: &str,
+    requests: &[(Vec<(String, String)>, Vec<u8>)],
+) -> Vec<String> {
+    let input = json!({
+        "secret": secret,
+        "requests": requests.iter().map(|(headers, body)| json!({
+            "headers": headers.iter().cloned().collect::<std::collections::HashMap<_, _>>(),
+            "body": String::from_utf8_lossy(body),
+        })).collect::<Vec<_>>(),
+    });
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/it/verify_standardwebhooks.py"
+    );
+    let mut child = Command::new("python3")
+        .arg(script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("python3 runs (scripts/test.sh installs standardwebhooks)");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin
+            .write_all(input.to_string().as_bytes())
+            .expect("write");
+    }
+    let output = child.wait_with_output().expect("python finishes");
+    assert!(
+        output.status.success(),
+        "the standardwebhooks check failed to run"
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn headers_of(r: &Recorded) -> Vec<(String, String)> {
+    r.headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or_default().to_string()))
+        .collect()
+}
+
+async fn wait_state(base: &str, id: &str, state: &str) -> Value {
+    wait_until(
+        &format!("{id} is {state}"),
+        Duration::from_secs(15),
+        || async { get_json(&format!("{base}/v1/jobs/{id}")).await.1["state"] == state },
+    )
+    .await;
+    get_json(&format!("{base}/v1/jobs/{id}")).await.1
+}
+
+#[tokio::test]
+async fn signatures_verify_with_the_official_library() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let mut config = test_config(&redis);
+    config.delivery.signing_secrets = vec![SECRET.into(), ROTATED.into()];
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    post_json(&format!("{base}/v1/jobs"), json!({"id": "signed-1", "url": receiver.url("/s"), "body": {"amount": 100, "note": "é ✓"}})).await;
+    post_json(&format!("{base}/v1/jobs"), json!({"id": "signed-2", "url": receiver.url("/s"), "body_text": "a=1&b=2", "content_type": "application/x-www-form-urlencoded"})).await;
+    let got = receiver.wait_for_count(2, Duration::from_secs(10)).await;
+    for r in &got {
+        let signature = r.headers["webhook-signature"].to_str().expect("ascii");
+        assert_eq!(
+            signature.split(' ').count(),
+            2,
+            "one signature per secret: {signature}"
+        );
+        assert!(r.headers.contains_key("webhook-timestamp"));
+    }
+    let requests: Vec<_> = got
+        .iter()
+        .map(|r| (headers_of(r), r.body.clone()))
+        .collect();
+    // Both the current and the rotated secret verify every request.
+    for secret in [SECRET, ROTATED] {
+        let verdicts = verify_with_standardwebhooks(secret, &requests);
+        assert_eq!(verdicts, ["ok", "ok"], "secret {secret}");
+    }
+    // An altered body, or an unknown secret, fails verification.
+    let mut tampered = requests.clone();
+    tampered[0].1 = br#"{"amount": 1000000}"#.to_vec();
+    let verdicts = verify_with_standardwebhooks(SECRET, &tampered);
+    assert!(verdicts[0].starts_with("fail"), "{verdicts:?}");
+    let other = "whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+    assert!(verify_with_standardwebhooks(other, &requests)
+        .iter()
+        .all(|v| v.starts_with("fail")));
+    daemon.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn private_targets_are_refused_and_dead_lettered_at_once() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let port = receiver
+        .url("/")
+        .split(':')
+        .nth(2)
+        .and_then(|p| p.split('/').next())
+        .expect("port")
+        .to_string();
+    let mut config = test_config(&redis);
+    config.delivery.allow_private = false;
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    let targets = [
+        ("lit-v4", format!("http://127.0.0.1:{port}/")),
+        ("name", format!("http://localhost:{port}/")),
+        ("lit-v6", format!("http://[::1]:{port}/")),
+        ("mapped", format!("http://[::ffff:127.0.0.1]:{port}/")),
+        ("private", "http://10.0.0.1:9/".to_string()),
+        (
+            "metadata",
+            "http://169.254.169.254/latest/meta-data/".to_string(),
+        ),
+    ];
+    for (id, url) in &targets {
+        let (status, body) =
+            post_json(&format!("{base}/v1/jobs"), json!({"id": id, "url": url})).await;
+        assert_eq!(status, 201, "{body}");
+    }
+    for (id, _) in &targets {
+        let view = wait_state(&base, id, "dead").await;
+        assert_eq!(view["attempts"], 1, "{id}: no retry for a refused target");
+        assert_eq!(view["history"][0]["error"], "ssrf_blocked", "{id}: {view}");
+    }
+    assert_eq!(receiver.count(), 0, "nothing reached the loopback receiver");
+    daemon.stop().await.expect("clean stop");
+
+    // An allowlisted range lets the same loopback target through.
+    let mut config = test_config(&redis);
+    config.redis.namespace = "allow".into();
+    config.delivery.allow_private = false;
+    config.delivery.allow_cidrs = vec!["127.0.0.0/8".into()];
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    post_json(
+        &format!("{base}/v1/jobs"),
+        json!({"id": "allowed", "url": format!("http://localhost:{port}/ok")}),
+    )
+    .await;
+    receiver.wait_for_count(1, Duration::from_secs(10)).await;
+    wait_state(&base, "allowed", "delivered").await;
+    daemon.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn redirects_are_failures_and_410_is_final() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::start(Arc::new(|r: &Recorded| match r.path.as_str() {
+        "/moved" => Reply {
+            status: 302,
+            headers: vec![("location".into(), "/elsewhere".into())],
+            body: Vec::new(),
+            delay: None,
+        },
+        "/gone" => Reply::status(410),
+        _ => Reply::status(200),
+    }))
+    .await;
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+    post_json(
+        &format!("{base}/v1/jobs"),
+        json!({"id": "redir", "url": receiver.url("/moved"), "retry": []}),
+    )
+    .await;
+    post_json(
+        &format!("{base}/v1/jobs"),
+        json!({"id": "gone", "url": receiver.url("/gone")}),
+    )
+    .await;
+    let redir = wait_state(&base, "redir", "dead").await;
+    assert_eq!(redir["history"][0]["error"], "redirect");
+    assert_eq!(redir["history"][0]["location"], "/elsewhere");
+    let gone = wait_state(&base, "gone", "dead").await;
+    assert_eq!(
+        gone["attempts"], 1,
+        "410 is not retried although rungs are left"
+    );
+    assert!(
+        receiver.requests().iter().all(|r| r.path != "/elsewhere"),
+        "the redirect was followed"
+    );
+    daemon.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn retry_after_delays_the_next_attempt_within_the_ladder() {
+    let redis = RedisServer::start();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let receiver = Receiver::start(Arc::new(move |r: &Recorded| {
+        let n = seen.fetch_add(1, Ordering::SeqCst);
+        let first = r.headers["hookq-attempt"] == "1";
+        let retry_after = match r.path.as_str() {
+            "/seconds" => "1".to_string(),
+            "/date" => {
+                httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(2))
+            }
+            _ => "3600".to_string(),
+        };
+        let _ = n;
+        if first {
+            Reply {
+                status: if r.path == "/date" { 429 } else { 503 },
+                headers: vec![("retry-after".into(), retry_after)],
+                body: Vec::new(),
+                delay: None,
+            }
+        } else {
+            Reply::status(200)
+        }
+    }))
+    .await;
+    let mut config = test_config(&redis);
+    config.delivery.retry = vec![Duration::from_millis(50), Duration::from_millis(1500)];
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    for (id, path) in [
+        ("ra-seconds", "/seconds"),
+        ("ra-date", "/date"),
+        ("ra-capped", "/capped"),
+    ] {
+        post_json(
+            &format!("{base}/v1/jobs"),
+            json!({"id": id, "url": receiver.url(path)}),
+        )
+        .await;
+    }
+    let got = receiver.wait_for_count(6, Duration::from_secs(20)).await;
+    let gap = |path: &str| {
+        let times: Vec<_> = got
+            .iter()
+            .filter(|r| r.path == path)
+            .map(|r| r.received_at)
+            .collect();
+        times[1].duration_since(times[0]).expect("ordered")
+    };
+    // Rung 1 is 50 ms; Retry-After raises it.
+    assert!(
+        gap("/seconds") >= Duration::from_millis(1000),
+        "{:?}",
+        gap("/seconds")
+    );
+    assert!(
+        gap("/date") >= Duration::from_millis(1000),
+        "{:?}",
+        gap("/date")
+    );
+    // An hour asked, but the ladder's last rung (1.5 s) caps it.
+    assert!(
+        gap("/capped") >= Duration::from_millis(1500),
+        "{:?}",
+        gap("/capped")
+    );
+    assert!(
+        gap("/capped") < Duration::from_secs(60),
+        "{:?}",
+        gap("/capped")
+    );
+    for id in ["ra-seconds", "ra-date", "ra-capped"] {
+        wait_state(&base, id, "delivered").await;
+    }
+    daemon.stop().await.expect("clean stop");
+}
+
+/// A server whose response body never ends (or is 10 MiB), sent slowly.
+async fn streaming_server(endless: bool) -> String {
+    use axum::body::Body;
+    use futures_util::stream;
+    let app = axum::Router::new().fallback(move || async move {
+        let chunk = bytes::Bytes::from(vec![b'x'; 64 * 1024]);
+        let limit = if endless { usize::MAX } else { 160 }; // 160 x 64 KiB = 10 MiB
+        let body = stream::iter((0..limit).map(move |_| Ok::<_, std::io::Error>(chunk.clone())));
+        axum::response::Response::new(Body::from_stream(body))
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{addr}/stream")
+}
+
+#[tokio::test]
+async fn huge_and_endless_responses_are_read_only_to_the_cap() {
+    let redis = RedisServer::start();
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+    let huge = streaming_server(false).await;
+    let endless = streaming_server(true).await;
+    post_json(
+        &format!("{base}/v1/jobs"),
+        json!({"id": "huge", "url": huge}),
+    )
+    .await;
+    post_json(
+        &format!("{base}/v1/jobs"),
+        json!({"id": "endless", "url": endless}),
+    )
+    .await;
+    // An endless body would never finish if it were read to the end; the
+    // attempt ends after 1 KiB and is delivered well within its 2 s timeout.
+    for id in ["huge", "endless"] {
+        let view = wait_state(&base, id, "delivered").await;
+        assert_eq!(view["history"][0]["status"], 200, "{view}");
+        let kept = view["history"][0]["response"]
+            .as_str()
+            .expect("response prefix")
+            .len();
+        assert_eq!(kept, 1024, "{id}: the history keeps exactly the cap");
+        assert!(
+            view["history"][0]["duration_ms"].as_u64().expect("ms") < 2000,
+            "{view}"
+        );
+    }
+    daemon.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn a_hanging_host_does_not_hold_up_a_healthy_one() {
+    let redis = RedisServer::start();
+    let hanging = Receiver::start(Arc::new(|_: &Recorded| Reply {
+        status: 200,
+        headers: Vec::new(),
+        body: Vec::new(),
+        delay: Some(Duration::from_secs(60)),
+    }))
+    .await;
+    let healthy = Receiver::ok().await;
+    let mut config = test_config(&redis);
+    config.delivery.workers = 16;
+    config.delivery.per_host_concurrency = 4;
+    config.delivery.timeout = Duration::from_secs(3);
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+
+    // 200 jobs to the hanging host first, then 1,000 to the healthy one.
+    let hang_jobs: Vec<Value> = (0..200)
+        .map(|i| json!({"id": format!("hang-{i}"), "url": hanging.url("/h")}))
+        .collect();
+    let (status, _) = post_json(&format!("{base}/v1/jobs/batch"), json!({"jobs": hang_jobs})).await;
+    assert_eq!(status, 200);
+    let started = Instant::now();
+    let good_jobs: Vec<Value> = (0..1000)
+        .map(|i| json!({"id": format!("good-{i}"), "url": healthy.url("/g")}))
+        .collect();
+    let (status, _) = post_json(&format!("{base}/v1/jobs/batch"), json!({"jobs": good_jobs})).await;
+    assert_eq!(status, 200);
+    healthy.wait_for_count(1000, Duration::from_secs(60)).await;
+    let took = started.elapsed();
+    eprintln!(
+        "1,000 jobs to a healthy host behind 200 to a hanging one (16 workers, 4 per host): all delivered in {took:?}; hanging host saw {} requests",
+        hanging.count()
+    );
+    // At most 4 attempts at a time reach the hanging host; each lasts the 3 s timeout.
+    let windows = took.as_secs() / 3 + 2;
+    assert!(
+        hanging.count() as u64 <= 4 * windows,
+        "{} attempts reached the hanging host in {took:?}",
+        hanging.count()
+    );
+    daemon.stop().await.expect("clean stop");
+}
