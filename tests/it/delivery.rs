@@ -17,11 +17,11 @@ use crate::{get_json, post_json, start_daemon, test_config};
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const ROTATED: &str = "whsec_Vm9yc2ljaHQgYmVpbSBSb3RpZXJlbiE=";
 
+/// A received request's headers and body.
+type Signed = (Vec<(String, String)>, Vec<u8>);
+
 /// Runs the official Python library over `requests`; one verdict per request.
-fn verify_with_standardwebhooks(
-    secret: &str,
-    requests: &[(Vec<(String, String)>, Vec<u8>)],
-) -> Vec<String> {
+fn verify_with_standardwebhooks(secret: &str, requests: &[Signed]) -> Vec<String> {
     let input = json!({
         "secret": secret,
         "requests": requests.iter().map(|(headers, body)| json!({
