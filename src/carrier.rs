@@ -105,6 +105,8 @@ impl Carrier {
                     }
                     Err(err) => {
                         ok = false;
+                        metrics::counter!("hookq_redis_errors_total", "component" => "carrier")
+                            .increment(1);
                         tracing::warn!(partition = p, cause = %err, "promotion failed");
                     }
                 }
@@ -142,6 +144,8 @@ impl Carrier {
                     }
                     Err(err) => {
                         ok = false;
+                        metrics::counter!("hookq_redis_errors_total", "component" => "carrier")
+                            .increment(1);
                         tracing::warn!(partition = p, cause = %err, "lease recovery failed");
                     }
                 }

@@ -1,18 +1,23 @@
 //! The command line: `hookq serve` and the operator subcommands, which talk to
-//! Redis directly with the same configuration as the daemon.
+//! Redis directly with the same configuration as the daemon. Output is a
+//! human table by default and JSON with `--json`.
 //!
-//! Exit codes: 0 success, 1 a runtime failure (Redis unreachable, ...), 2 bad
-//! usage or bad input (clap's own code for usage errors), 3 not found, 4
-//! conflict.
+//! Exit codes: 0 success, 1 runtime failure (Redis unreachable, ...), 2 bad
+//! usage, input or config (the message names the flag or key), 3 not found,
+//! 4 conflict, 5 `doctor` found a problem that must be fixed.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use serde::Serialize;
 
 use crate::config::Config;
-use crate::job::{FieldError, JobInput, RunAt};
+use crate::deadletter::{self, parse_since, Selection};
+use crate::doctor;
+use crate::job::{format_ms, FieldError, JobInput, RunAt};
 use crate::store::{CancelOutcome, EnqueueOutcome, Store};
 
 /// hookq: HTTP callback jobs held in Redis, delivered at their due time.
@@ -22,6 +27,9 @@ pub struct Cli {
     /// TOML config file (defaults and HOOKQ_<SECTION>__<KEY> variables apply without one).
     #[arg(long, global = true, env = "HOOKQ_CONFIG")]
     pub config: Option<PathBuf>,
+    /// Print JSON instead of tables (for scripts).
+    #[arg(long, global = true)]
+    pub json: bool,
     /// The subcommand.
     #[command(subcommand)]
     pub command: Command,
@@ -43,36 +51,8 @@ pub enum Command {
         workers: Option<usize>,
     },
     /// Create a job directly in Redis.
-    Enqueue {
-        /// Target URL.
-        #[arg(long)]
-        url: String,
-        /// JSON body.
-        #[arg(long, conflicts_with = "body_text")]
-        body: Option<String>,
-        /// Verbatim text body.
-        #[arg(long)]
-        body_text: Option<String>,
-        /// Content type of --body-text.
-        #[arg(long, requires = "body_text")]
-        content_type: Option<String>,
-        /// Relative due time (humantime, e.g. 30m).
-        #[arg(long, conflicts_with = "at")]
-        delay: Option<String>,
-        /// Absolute due time (RFC 3339 or epoch ms).
-        #[arg(long)]
-        at: Option<String>,
-        /// Job id (a ULID is generated when absent).
-        #[arg(long)]
-        id: Option<String>,
-        /// Topic.
-        #[arg(long)]
-        topic: Option<String>,
-        /// POST, PUT or PATCH.
-        #[arg(long)]
-        method: Option<String>,
-    },
-    /// Show a job with its attempt history (JSON).
+    Enqueue(EnqueueArgs),
+    /// Show a job with its attempt history.
     Show {
         /// Job id.
         id: String,
@@ -82,6 +62,79 @@ pub enum Command {
         /// Job id.
         id: String,
     },
+    /// Counts per state and delivery counters.
+    Stats,
+    /// List dead letters.
+    DeadLetters {
+        /// Only this topic.
+        #[arg(long)]
+        topic: Option<String>,
+        /// At most this many (1-1000).
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Replay dead letters: each job is live again, due now, with a fresh ladder.
+    Replay(ReplayArgs),
+    /// Check Redis (version, persistence, eviction policy, partitions, scripts).
+    Doctor,
+}
+
+/// `hookq enqueue` flags.
+#[derive(Debug, Args)]
+pub struct EnqueueArgs {
+    /// Target URL.
+    #[arg(long)]
+    url: String,
+    /// JSON body.
+    #[arg(long, conflicts_with = "body_text")]
+    body: Option<String>,
+    /// Verbatim text body.
+    #[arg(long)]
+    body_text: Option<String>,
+    /// Content type of --body-text.
+    #[arg(long, requires = "body_text")]
+    content_type: Option<String>,
+    /// Relative due time (humantime, e.g. 30m).
+    #[arg(long, conflicts_with = "at")]
+    delay: Option<String>,
+    /// Absolute due time (RFC 3339 or epoch ms).
+    #[arg(long)]
+    at: Option<String>,
+    /// Job id (a ULID is generated when absent).
+    #[arg(long)]
+    id: Option<String>,
+    /// Topic.
+    #[arg(long)]
+    topic: Option<String>,
+    /// POST, PUT or PATCH.
+    #[arg(long)]
+    method: Option<String>,
+}
+
+/// `hookq replay` flags.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// Replay dead letters (the only kind of replay there is; required for clarity).
+    #[arg(long, required = true)]
+    dead_letters: bool,
+    /// These jobs (repeatable).
+    #[arg(long = "id")]
+    ids: Vec<String>,
+    /// Every dead letter of this topic (with --all).
+    #[arg(long)]
+    topic: Option<String>,
+    /// Dead-lettered at or after this time: RFC 3339, epoch ms, or a duration ago (2h).
+    #[arg(long)]
+    since: Option<String>,
+    /// Every dead letter (narrowed by --topic and --since).
+    #[arg(long)]
+    all: bool,
+    /// Send the replayed jobs to this URL instead.
+    #[arg(long)]
+    url: Option<String>,
+    /// Print what would be replayed; change nothing.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 /// An error with the exit code it maps to.
@@ -102,32 +155,30 @@ impl<E: Into<anyhow::Error>> From<E> for CliError {
     }
 }
 
-fn usage(message: String) -> CliError {
+fn fail(code: u8, message: String) -> CliError {
     CliError {
-        code: 2,
+        code,
         error: anyhow::anyhow!(message),
     }
 }
 
 /// Names the CLI flag that carries a job field.
-fn flag_for(field: &str) -> &str {
+fn flag_for(field: &str) -> String {
     match field {
-        "run_at" => "--at",
-        "body_text" => "--body-text",
-        "content_type" => "--content-type",
-        "url" => "--url",
-        "body" => "--body",
-        "delay" => "--delay",
-        "id" => "--id",
-        "topic" => "--topic",
-        "method" => "--method",
-        other => other,
+        "run_at" => "--at".into(),
+        "ids" => "--id".into(),
+        f if f.starts_with("ids[") => "--id".into(),
+        f => format!("--{}", f.replace('_', "-")),
     }
 }
 
 fn field_error(e: FieldError) -> CliError {
-    let flag = e.field.as_deref().map(flag_for).unwrap_or("input");
-    usage(format!("{flag}: {}", e.message))
+    let flag = e
+        .field
+        .as_deref()
+        .map(flag_for)
+        .unwrap_or_else(|| "input".into());
+    fail(2, format!("{flag}: {}", e.message))
 }
 
 /// Loads the config for `cli`, applying `serve`'s flag overrides.
@@ -153,101 +204,333 @@ pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
     Ok(config)
 }
 
+async fn connect(config: &Config) -> Result<Store, CliError> {
+    Store::connect(config).await.map_err(|e| {
+        fail(
+            1,
+            format!("cannot connect to Redis ({}): {e}", config.redis.url),
+        )
+    })
+}
+
+fn print_json<T: Serialize>(value: &T) -> Result<(), CliError> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+/// Prints rows as an aligned table with a header.
+fn print_table(header: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    line(header.iter().map(|h| h.to_string()).collect());
+    for row in rows {
+        line(row.clone());
+    }
+}
+
 /// Runs the parsed command.
 pub async fn run(cli: Cli, config: Config) -> Result<ExitCode, CliError> {
+    let json = cli.json;
     match cli.command {
         Command::Serve { .. } => {
             crate::daemon::serve(config).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Enqueue {
-            url,
-            body,
-            body_text,
-            content_type,
-            delay,
-            at,
-            id,
-            topic,
-            method,
-        } => {
-            let body = body
-                .map(serde_json::value::RawValue::from_string)
-                .transpose()
-                .map_err(|e| usage(format!("--body: not valid JSON: {e}")))?;
-            let run_at = at.map(|a| match a.parse::<i64>() {
-                Ok(ms) => RunAt::Millis(ms),
-                Err(_) => RunAt::Text(a),
-            });
-            let input = JobInput {
-                id,
-                topic,
-                url: Some(url),
-                method,
-                body,
-                body_text,
-                content_type,
-                run_at,
-                delay,
-                ..JobInput::default()
-            };
-            let job = input.validate(&config).map_err(field_error)?;
-            let store = Store::connect(&config)
-                .await
-                .context("cannot connect to Redis")?;
-            match store.enqueue(&job.new_job(&config)).await? {
-                EnqueueOutcome::Created { state, due, .. } => {
-                    println!(
-                        "{}",
-                        serde_json::json!({"id": job.id, "state": state, "next_attempt_at": crate::job::format_ms(due)})
-                    );
-                    Ok(ExitCode::SUCCESS)
-                }
-                EnqueueOutcome::Identical => {
-                    println!("{}", serde_json::json!({"id": job.id, "status": "exists"}));
-                    Ok(ExitCode::SUCCESS)
-                }
-                EnqueueOutcome::Conflict => Err(CliError {
-                    code: 4,
-                    error: anyhow::anyhow!("--id: job `{}` exists with different content", job.id),
-                }),
-            }
-        }
-        Command::Show { id } => {
-            crate::job::validate_id(&id).map_err(field_error)?;
-            let store = Store::connect(&config)
-                .await
-                .context("cannot connect to Redis")?;
-            match store.get(&id).await? {
-                Some(record) => {
-                    println!("{}", serde_json::to_string_pretty(&record.view())?);
-                    Ok(ExitCode::SUCCESS)
-                }
-                None => Err(CliError {
-                    code: 3,
-                    error: anyhow::anyhow!("no job with id `{id}`"),
-                }),
-            }
-        }
+        Command::Enqueue(args) => enqueue(&config, args, json).await,
+        Command::Show { id } => show(&config, &id, json).await,
         Command::Cancel { id } => {
             crate::job::validate_id(&id).map_err(field_error)?;
-            let store = Store::connect(&config)
-                .await
-                .context("cannot connect to Redis")?;
+            let store = connect(&config).await?;
             match store.cancel(&id).await? {
                 CancelOutcome::Cancelled | CancelOutcome::AlreadyCancelled => {
-                    println!("cancelled {id}");
+                    if json {
+                        print_json(&serde_json::json!({"id": id, "state": "cancelled"}))?;
+                    } else {
+                        println!("cancelled {id}");
+                    }
                     Ok(ExitCode::SUCCESS)
                 }
-                CancelOutcome::NotFound => Err(CliError {
-                    code: 3,
-                    error: anyhow::anyhow!("no job with id `{id}`"),
-                }),
-                CancelOutcome::Finished => Err(CliError {
-                    code: 4,
-                    error: anyhow::anyhow!("job `{id}` is already delivered or dead"),
-                }),
+                CancelOutcome::NotFound => Err(fail(3, format!("no job with id `{id}`"))),
+                CancelOutcome::Finished => {
+                    Err(fail(4, format!("job `{id}` is already delivered or dead")))
+                }
+            }
+        }
+        Command::Stats => {
+            let store = connect(&config).await?;
+            let stats = store.stats().await?;
+            if json {
+                print_json(&stats)?;
+            } else {
+                let value = serde_json::to_value(&stats)?;
+                let rows: Vec<Vec<String>> = value
+                    .as_object()
+                    .map(|m| {
+                        m.iter()
+                            .map(|(k, v)| vec![k.clone(), v.to_string()])
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                print_table(&["counter", "value"], &rows);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::DeadLetters { topic, limit } => {
+            if let Some(t) = &topic {
+                crate::job::validate_topic(t).map_err(field_error)?;
+            }
+            if !(1..=1000).contains(&limit) {
+                return Err(fail(2, "--limit: must be from 1 to 1000".into()));
+            }
+            let store = connect(&config).await?;
+            let page = store.list_dead(topic.as_deref(), None, limit, None).await?;
+            if json {
+                print_json(&page.items)?;
+            } else {
+                let rows: Vec<Vec<String>> = page
+                    .items
+                    .iter()
+                    .map(|d| {
+                        vec![
+                            d.id.clone(),
+                            d.topic.clone(),
+                            d.attempts.to_string(),
+                            d.last_status
+                                .map(|s| s.to_string())
+                                .unwrap_or_else(|| "-".into()),
+                            d.dead_at.clone(),
+                            d.last_error.chars().take(60).collect(),
+                        ]
+                    })
+                    .collect();
+                print_table(
+                    &["id", "topic", "attempts", "status", "dead_at", "last_error"],
+                    &rows,
+                );
+                if page.next_cursor.is_some() {
+                    println!(
+                        "(more than {limit}; raise --limit or use GET /v1/dead-letters to page)"
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Replay(args) => replay(&config, args, json).await,
+        Command::Doctor => {
+            let report = doctor::run(&config).await;
+            if json {
+                print_json(&report)?;
+            } else {
+                for check in &report.checks {
+                    println!(
+                        "{:<5} {:<18} {}",
+                        check.status.label(),
+                        check.name,
+                        check.detail
+                    );
+                    if let Some(fix) = &check.fix {
+                        println!("{:<5} {:<18} fix: {fix}", "", "");
+                    }
+                }
+            }
+            if report.ok() {
+                Ok(ExitCode::SUCCESS)
+            } else {
+                Ok(ExitCode::from(5))
             }
         }
     }
+}
+
+async fn enqueue(config: &Config, args: EnqueueArgs, json: bool) -> Result<ExitCode, CliError> {
+    let body = args
+        .body
+        .map(serde_json::value::RawValue::from_string)
+        .transpose()
+        .map_err(|e| fail(2, format!("--body: not valid JSON: {e}")))?;
+    let run_at = args.at.map(|a| match a.parse::<i64>() {
+        Ok(ms) => RunAt::Millis(ms),
+        Err(_) => RunAt::Text(a),
+    });
+    let input = JobInput {
+        id: args.id,
+        topic: args.topic,
+        url: Some(args.url),
+        method: args.method,
+        body,
+        body_text: args.body_text,
+        content_type: args.content_type,
+        run_at,
+        delay: args.delay,
+        ..JobInput::default()
+    };
+    let job = input.validate(config).map_err(field_error)?;
+    let store = connect(config).await?;
+    match store.enqueue(&job.new_job(config)).await? {
+        EnqueueOutcome::Created { state, due, .. } => {
+            if json {
+                print_json(
+                    &serde_json::json!({"id": job.id, "state": state, "next_attempt_at": format_ms(due)}),
+                )?;
+            } else {
+                println!("{} {} (due {})", job.id, state.as_str(), format_ms(due));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        EnqueueOutcome::Identical => {
+            if json {
+                print_json(&serde_json::json!({"id": job.id, "status": "exists"}))?;
+            } else {
+                println!("{} exists with identical content; nothing changed", job.id);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        EnqueueOutcome::Conflict => Err(fail(
+            4,
+            format!("--id: job `{}` exists with different content", job.id),
+        )),
+    }
+}
+
+async fn show(config: &Config, id: &str, json: bool) -> Result<ExitCode, CliError> {
+    crate::job::validate_id(id).map_err(field_error)?;
+    let store = connect(config).await?;
+    let Some(record) = store.get(id).await? else {
+        return Err(fail(3, format!("no job with id `{id}`")));
+    };
+    let view = record.view();
+    if json {
+        print_json(&view)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows = vec![
+        vec!["id".into(), view.id.clone()],
+        vec!["state".into(), view.state.as_str().into()],
+        vec!["topic".into(), view.topic.clone()],
+        vec!["url".into(), format!("{:?} {}", view.method, view.url)],
+        vec![
+            "attempts".into(),
+            format!("{} of {}", view.attempts, view.max_attempts),
+        ],
+        vec![
+            "next_attempt_at".into(),
+            view.next_attempt_at.clone().unwrap_or_else(|| "-".into()),
+        ],
+        vec!["created_at".into(), view.created_at.clone()],
+        vec!["updated_at".into(), view.updated_at.clone()],
+    ];
+    print_table(&["field", "value"], &rows);
+    if !view.history.is_empty() {
+        println!();
+        let history: Vec<Vec<String>> = view
+            .history
+            .iter()
+            .map(|h| {
+                let text = |k: &str| {
+                    h.get(k)
+                        .map(|v| v.to_string().trim_matches('"').to_string())
+                };
+                vec![
+                    text("attempt").unwrap_or_default(),
+                    h.get("at")
+                        .and_then(|v| v.as_i64())
+                        .map(format_ms)
+                        .unwrap_or_default(),
+                    text("duration_ms")
+                        .map(|d| format!("{d}ms"))
+                        .unwrap_or_default(),
+                    text("status").unwrap_or_else(|| "-".into()),
+                    text("error").unwrap_or_default(),
+                    text("message")
+                        .unwrap_or_default()
+                        .chars()
+                        .take(60)
+                        .collect(),
+                ]
+            })
+            .collect();
+        print_table(
+            &["attempt", "at", "took", "status", "error", "message"],
+            &history,
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn replay(config: &Config, args: ReplayArgs, json: bool) -> Result<ExitCode, CliError> {
+    let selection = Selection {
+        ids: args.ids,
+        all: args.all,
+        topic: args.topic,
+        since_ms: args
+            .since
+            .as_deref()
+            .map(|s| parse_since(s, "since"))
+            .transpose()
+            .map_err(field_error)?,
+    };
+    selection.validate().map_err(field_error)?;
+    if let Some(url) = &args.url {
+        deadletter::validate_replay_url(url).map_err(field_error)?;
+    }
+    let store = connect(config).await?;
+    let show_progress = !json;
+    let report = deadletter::replay(
+        &store,
+        config,
+        &selection,
+        args.url.as_deref(),
+        args.dry_run,
+        |n| {
+            if show_progress && n % 1000 == 0 {
+                eprint!("\r{n} dead letters handled");
+                let _ = std::io::stderr().flush();
+            }
+        },
+    )
+    .await?;
+    if json {
+        print_json(&report)?;
+    } else {
+        let verb = if report.dry_run {
+            "would replay"
+        } else {
+            "replayed"
+        };
+        println!(
+            "{verb} {}: {}",
+            report.replayed.len(),
+            report.replayed.join(" ")
+        );
+        if !report.already_live.is_empty() {
+            println!(
+                "already live (stale dead letter dropped) {}: {}",
+                report.already_live.len(),
+                report.already_live.join(" ")
+            );
+        }
+        if !report.not_found.is_empty() {
+            println!(
+                "no dead letter {}: {}",
+                report.not_found.len(),
+                report.not_found.join(" ")
+            );
+        }
+    }
+    if !selection.ids.is_empty() && report.replayed.is_empty() && report.already_live.is_empty() {
+        return Ok(ExitCode::from(3));
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -31,6 +31,7 @@ pub mod config;
 pub mod daemon;
 pub mod deadletter;
 pub mod delivery;
+pub mod doctor;
 pub mod job;
 pub mod retry;
 pub mod store;

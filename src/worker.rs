@@ -70,6 +70,7 @@ impl WorkerPool {
     /// Claims and runs attempts until `token` is cancelled, then waits up to
     /// `delivery.shutdown_grace` for the attempts in flight.
     pub async fn run(self, token: CancellationToken) {
+        metrics::gauge!("hookq_workers").set(self.config.delivery.workers as f64);
         let pool = Arc::new(self);
         let loops = TaskTracker::new();
         for p in 0..pool.store.keys().partitions() {
@@ -131,6 +132,8 @@ impl WorkerPool {
                 let claimed = match self.store.claim(p, permits.len()).await {
                     Ok(c) => c,
                     Err(err) => {
+                        metrics::counter!("hookq_redis_errors_total", "component" => "worker")
+                            .increment(1);
                         tracing::warn!(partition = p, cause = %err, "claim failed");
                         drop(permits);
                         tokio::select! {
@@ -198,6 +201,8 @@ impl WorkerPool {
         let started_at = self.clock.now_ms();
         let lateness = (started_at - job.due).max(0) as f64 / 1000.0;
         metrics::histogram!("hookq_lateness_seconds").record(lateness);
+        let busy = metrics::gauge!("hookq_workers_busy");
+        busy.increment(1.0);
         let report = self
             .deliverer
             .attempt(&job.id, job.attempt, &spec, timeout, started_at)
@@ -211,6 +216,7 @@ impl WorkerPool {
             .increment(1);
         metrics::histogram!("hookq_attempt_duration_seconds")
             .record(report.record.duration_ms as f64 / 1000.0);
+        busy.decrement(1.0);
         match report.outcome {
             Outcome::Delivered => self.record_success(&job, &report.record).await,
             Outcome::Failed(kind) => {
@@ -262,6 +268,8 @@ impl WorkerPool {
                     return;
                 }
                 Err(err) if tokio::time::Instant::now() + backoff < deadline => {
+                    metrics::counter!("hookq_redis_errors_total", "component" => "worker")
+                        .increment(1);
                     tracing::warn!(cause = %err, "cannot record delivery yet; retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(2));
@@ -299,6 +307,8 @@ impl WorkerPool {
                     return;
                 }
                 Err(err) if tokio::time::Instant::now() + backoff < deadline => {
+                    metrics::counter!("hookq_redis_errors_total", "component" => "worker")
+                        .increment(1);
                     tracing::warn!(cause = %err, "cannot record failure yet; retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(2));

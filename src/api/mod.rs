@@ -79,6 +79,7 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Redis(err) => {
+                metrics::counter!("hookq_redis_errors_total", "component" => "api").increment(1);
                 tracing::warn!(cause = %err, "redis unavailable");
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -288,6 +289,20 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>
 }
 
 async fn metrics_text(State(state): State<AppState>) -> Response {
+    // Jobs by state are read from Redis at scrape time (a few commands per
+    // partition), so every instance reports the shared truth.
+    if let Ok(stats) = state.store.stats().await {
+        for (name, value) in [
+            ("scheduled", stats.scheduled),
+            ("ready", stats.ready),
+            ("inflight", stats.inflight),
+            ("dead", stats.dead),
+        ] {
+            metrics::gauge!("hookq_jobs", "state" => name).set(value as f64);
+        }
+        metrics::gauge!("hookq_oldest_ready_lag_seconds")
+            .set(stats.oldest_ready_lag_ms as f64 / 1000.0);
+    }
     match &state.metrics {
         Some(handle) => (
             [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

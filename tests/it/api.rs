@@ -1,10 +1,9 @@
 //! The HTTP API against a real Redis and daemon: every route's happy path,
 //! idempotency, races with the carrier, malformed input, auth and limits.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::Duration;
 
-use redis::AsyncCommands;
 use serde_json::{json, Value};
 
 use crate::support::receiver::Receiver;
@@ -22,22 +21,6 @@ async fn send(method: reqwest::Method, url: &str, body: Option<Value>) -> (u16, 
     let status = response.status().as_u16();
     let text = response.text().await.unwrap_or_default();
     (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-}
-
-/// Every key of the Redis with its DUMP, to prove a request changed nothing.
-async fn snapshot(redis: &RedisServer) -> BTreeMap<String, Vec<u8>> {
-    let mut conn = redis.conn().await;
-    let keys: Vec<String> = conn.keys("*").await.expect("KEYS");
-    let mut out = BTreeMap::new();
-    for key in keys {
-        let dump: Vec<u8> = redis::cmd("DUMP")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .expect("DUMP");
-        out.insert(key, dump);
-    }
-    out
 }
 
 fn assert_error_shape(status: u16, body: &Value, context: &str) {
@@ -420,7 +403,7 @@ async fn malformed_requests_get_4xx_and_change_nothing() {
     )
     .await;
     assert_eq!(status, 201);
-    let before = snapshot(&redis).await;
+    let before = crate::redis_snapshot(&redis).await;
 
     let url = "http://127.0.0.1:9/x";
     let big = "x".repeat(5000);
@@ -811,7 +794,7 @@ async fn malformed_requests_get_4xx_and_change_nothing() {
     assert_eq!(json["error"]["code"], "body_too_large");
 
     assert_eq!(
-        snapshot(&redis).await,
+        crate::redis_snapshot(&redis).await,
         before,
         "a refused request changed Redis"
     );

@@ -7,6 +7,7 @@ mod support;
 mod api;
 mod delivery;
 mod engine;
+mod ops;
 
 use std::time::Duration;
 
@@ -56,4 +57,21 @@ pub async fn get_json(url: &str) -> (u16, serde_json::Value) {
     let status = response.status().as_u16();
     let json = response.json().await.unwrap_or(serde_json::Value::Null);
     (status, json)
+}
+
+/// Every key of the Redis with its DUMP, to prove a request changed nothing.
+pub async fn redis_snapshot(redis: &RedisServer) -> std::collections::BTreeMap<String, Vec<u8>> {
+    use redis::AsyncCommands;
+    let mut conn = redis.conn().await;
+    let keys: Vec<String> = conn.keys("*").await.expect("KEYS");
+    let mut out = std::collections::BTreeMap::new();
+    for key in keys {
+        let dump: Vec<u8> = redis::cmd("DUMP")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .expect("DUMP");
+        out.insert(key, dump);
+    }
+    out
 }
