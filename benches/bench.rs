@@ -20,11 +20,16 @@ use serde_json::{json, Value};
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 fn free_port() -> Res<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 // ---------------------------------------------------------------- the sink
@@ -107,7 +112,11 @@ impl Sink {
         let client = reqwest::Client::new();
         for _ in 0..200 {
             if client.post(format!("{base}/reset")).send().await.is_ok() {
-                return Ok(Sink { child, base, client });
+                return Ok(Sink {
+                    child,
+                    base,
+                    client,
+                });
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -124,7 +133,13 @@ impl Sink {
     }
 
     async fn stats(&self) -> Res<Value> {
-        Ok(self.client.get(self.url("/stats")).send().await?.json().await?)
+        Ok(self
+            .client
+            .get(self.url("/stats"))
+            .send()
+            .await?
+            .json()
+            .await?)
     }
 
     async fn wait_for(&self, n: u64, deadline: Duration) -> Res<Value> {
@@ -135,7 +150,9 @@ impl Sink {
                 return Ok(stats);
             }
             if Instant::now() > until {
-                return Err(format!("sink got {} of {n} within {deadline:?}", stats["count"]).into());
+                return Err(
+                    format!("sink got {} of {n} within {deadline:?}", stats["count"]).into(),
+                );
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -162,12 +179,25 @@ impl Redis {
         let dir = tempfile::tempdir()?;
         let port = free_port()?;
         let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .arg("--dir")
             .arg(dir.path())
             .stdout(Stdio::null())
             .spawn()?;
-        let redis = Redis { child, port, _dir: dir };
+        let redis = Redis {
+            child,
+            port,
+            _dir: dir,
+        };
         for _ in 0..200 {
             if let Ok(client) = redis::Client::open(redis.url()) {
                 if let Ok(mut c) = client.get_connection() {
@@ -186,13 +216,17 @@ impl Redis {
     }
 
     async fn flush(&self) -> Res<()> {
-        let mut c = redis::Client::open(self.url())?.get_multiplexed_async_connection().await?;
+        let mut c = redis::Client::open(self.url())?
+            .get_multiplexed_async_connection()
+            .await?;
         redis::cmd("FLUSHALL").query_async::<()>(&mut c).await?;
         Ok(())
     }
 
     async fn used_memory(&self) -> Res<i64> {
-        let mut c = redis::Client::open(self.url())?.get_multiplexed_async_connection().await?;
+        let mut c = redis::Client::open(self.url())?
+            .get_multiplexed_async_connection()
+            .await?;
         let info: String = redis::cmd("INFO").arg("memory").query_async(&mut c).await?;
         info.lines()
             .find_map(|l| l.strip_prefix("used_memory:"))
@@ -342,7 +376,14 @@ async fn delivery_rate(redis: &Redis, sink: &Sink, n: usize, naive: bool) -> Res
     if naive {
         naive::preload(redis, (0..n).map(|i| (format!("nr-{i}"), due)).collect()).await?;
     } else {
-        preload(&store, &cfg, (0..n).map(|i| job(format!("dr-{i}"), url.clone(), due)).collect()).await?;
+        preload(
+            &store,
+            &cfg,
+            (0..n)
+                .map(|i| job(format!("dr-{i}"), url.clone(), due))
+                .collect(),
+        )
+        .await?;
     }
     let runner = Runner::start(redis, &cfg, naive, url).await?;
     let stats = sink.wait_for(n as u64, Duration::from_secs(600)).await?;
@@ -359,7 +400,13 @@ async fn delivery_rate(redis: &Redis, sink: &Sink, n: usize, naive: bool) -> Res
 /// Lateness (receive − due at the sink) with jobs due evenly at `rate`/s
 /// for `seconds`, or one at a time (`rate` = 0: idle, `count` jobs 150 ms apart
 /// with the previous one delivered first).
-async fn lateness(redis: &Redis, sink: &Sink, rate: usize, seconds: usize, naive: bool) -> Res<Figures> {
+async fn lateness(
+    redis: &Redis,
+    sink: &Sink,
+    rate: usize,
+    seconds: usize,
+    naive: bool,
+) -> Res<Figures> {
     redis.flush().await?;
     sink.reset().await?;
     let cfg = config(redis);
@@ -386,15 +433,34 @@ async fn lateness(redis: &Redis, sink: &Sink, rate: usize, seconds: usize, naive
         let step = 1000.0 / rate as f64;
         let dues: Vec<i64> = (0..n).map(|i| start + (i as f64 * step) as i64).collect();
         if naive {
-            naive::preload(redis, dues.iter().enumerate().map(|(i, d)| (format!("sl-{i}"), *d)).collect()).await?;
+            naive::preload(
+                redis,
+                dues.iter()
+                    .enumerate()
+                    .map(|(i, d)| (format!("sl-{i}"), *d))
+                    .collect(),
+            )
+            .await?;
         } else {
-            preload(&store, &cfg, dues.iter().enumerate().map(|(i, d)| job(format!("sl-{i}"), url.clone(), *d)).collect()).await?;
+            preload(
+                &store,
+                &cfg,
+                dues.iter()
+                    .enumerate()
+                    .map(|(i, d)| job(format!("sl-{i}"), url.clone(), *d))
+                    .collect(),
+            )
+            .await?;
         }
-        sink.wait_for(n as u64, Duration::from_secs(seconds as u64 + 120)).await?;
+        sink.wait_for(n as u64, Duration::from_secs(seconds as u64 + 120))
+            .await?;
     }
     let stats = sink.stats().await?;
     runner.stop().await?;
-    let mut late: Vec<i64> = stats["lateness"].as_array().map(|a| a.iter().filter_map(Value::as_i64).collect()).unwrap_or_default();
+    let mut late: Vec<i64> = stats["lateness"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_i64).collect())
+        .unwrap_or_default();
     late.sort_unstable();
     Ok(HashMap::from([
         ("p50_ms", percentile(&late, 0.50) as f64),
@@ -417,13 +483,24 @@ async fn memory(redis: &Redis, n: usize) -> Res<Figures> {
     preload(
         &store,
         &cfg,
-        (0..n).map(|i| job(format!("mem-{i:0id_width$}"), "http://sink.example/hook".into(), due + i as i64)).collect(),
+        (0..n)
+            .map(|i| {
+                job(
+                    format!("mem-{i:0id_width$}"),
+                    "http://sink.example/hook".into(),
+                    due + i as i64,
+                )
+            })
+            .collect(),
     )
     .await?;
     let after = redis.used_memory().await?;
     let per_job = (after - before) as f64 / n as f64;
     let body = format!("{{\"due\":{due}}}").len() as f64;
-    Ok(HashMap::from([("bytes_per_job", per_job), ("beyond_body", per_job - body)]))
+    Ok(HashMap::from([
+        ("bytes_per_job", per_job),
+        ("beyond_body", per_job - body),
+    ]))
 }
 
 /// Time to promote `due` jobs while `parked` other jobs wait far ahead.
@@ -434,8 +511,28 @@ async fn promotion(redis: &Redis, parked: usize, due_n: usize) -> Res<Figures> {
     let store = Store::connect(&cfg).await?;
     store.load_scripts().await?;
     let now = store.redis_time_ms().await?;
-    preload(&store, &cfg, (0..parked).map(|i| job(format!("park-{i}"), "http://x.example/".into(), now + 86_400_000 + i as i64)).collect()).await?;
-    preload(&store, &cfg, (0..due_n).map(|i| job(format!("due-{i}"), "http://x.example/".into(), now + 1500)).collect()).await?;
+    preload(
+        &store,
+        &cfg,
+        (0..parked)
+            .map(|i| {
+                job(
+                    format!("park-{i}"),
+                    "http://x.example/".into(),
+                    now + 86_400_000 + i as i64,
+                )
+            })
+            .collect(),
+    )
+    .await?;
+    preload(
+        &store,
+        &cfg,
+        (0..due_n)
+            .map(|i| job(format!("due-{i}"), "http://x.example/".into(), now + 1500))
+            .collect(),
+    )
+    .await?;
     while store.redis_time_ms().await? < now + 1600 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -454,7 +551,10 @@ async fn promotion(redis: &Redis, parked: usize, due_n: usize) -> Res<Figures> {
     if moved != due_n {
         return Err(format!("promoted {moved} of {due_n}").into());
     }
-    Ok(HashMap::from([("us_per_job", took.as_secs_f64() * 1e6 / due_n as f64)]))
+    Ok(HashMap::from([(
+        "us_per_job",
+        took.as_secs_f64() * 1e6 / due_n as f64,
+    )]))
 }
 
 /// Delivery rate to a healthy endpoint, alone and next to a hanging one.
@@ -469,7 +569,9 @@ async fn hanging(redis: &Redis, sink: &Sink, n: usize) -> Res<Figures> {
         let store = Store::connect(&cfg).await?;
         store.load_scripts().await?;
         let due = store.redis_time_ms().await? + 3000 + (n as i64 / 50);
-        let mut jobs: Vec<JobInput> = (0..n).map(|i| job(format!("ok-{i}"), sink.url("/ok"), due)).collect();
+        let mut jobs: Vec<JobInput> = (0..n)
+            .map(|i| job(format!("ok-{i}"), sink.url("/ok"), due))
+            .collect();
         if with_hang {
             // The hanging endpoint is another host name for the same sink.
             let hang = sink.url("/hang").replace("127.0.0.1", "localhost");
@@ -495,7 +597,10 @@ async fn hanging(redis: &Redis, sink: &Sink, n: usize) -> Res<Figures> {
 /// hookq or the naive design, delivering to the sink.
 enum Runner {
     Hookq(Daemon),
-    Naive(tokio_util::sync::CancellationToken, Vec<tokio::task::JoinHandle<()>>),
+    Naive(
+        tokio_util::sync::CancellationToken,
+        Vec<tokio::task::JoinHandle<()>>,
+    ),
 }
 
 impl Runner {
@@ -527,12 +632,15 @@ mod naive {
     use super::*;
 
     pub async fn preload(redis: &Redis, jobs: Vec<(String, i64)>) -> Res<()> {
-        let mut c = redis::Client::open(redis.url())?.get_multiplexed_async_connection().await?;
+        let mut c = redis::Client::open(redis.url())?
+            .get_multiplexed_async_connection()
+            .await?;
         for chunk in jobs.chunks(1000) {
             let mut pipe = redis::pipe();
             for (id, due) in chunk {
                 pipe.zadd("naive:due", id, *due).ignore();
-                pipe.set(format!("naive:job:{id}"), format!("{{\"due\":{due}}}")).ignore();
+                pipe.set(format!("naive:job:{id}"), format!("{{\"due\":{due}}}"))
+                    .ignore();
             }
             pipe.query_async::<()>(&mut c).await?;
         }
@@ -548,11 +656,26 @@ mod naive {
         tasks.push(tokio::spawn(async move {
             while !t.is_cancelled() {
                 let now = (now_ms()) as f64;
-                let due: Vec<String> = redis::cmd("ZRANGEBYSCORE").arg("naive:due").arg(0).arg(now).query_async(&mut conn).await.unwrap_or_default();
+                let due: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+                    .arg("naive:due")
+                    .arg(0)
+                    .arg(now)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap_or_default();
                 for id in due {
-                    let removed: i64 = redis::cmd("ZREM").arg("naive:due").arg(&id).query_async(&mut conn).await.unwrap_or(0);
+                    let removed: i64 = redis::cmd("ZREM")
+                        .arg("naive:due")
+                        .arg(&id)
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap_or(0);
                     if removed == 1 {
-                        let _: Result<i64, _> = redis::cmd("RPUSH").arg("naive:ready").arg(&id).query_async(&mut conn).await;
+                        let _: Result<i64, _> = redis::cmd("RPUSH")
+                            .arg("naive:ready")
+                            .arg(&id)
+                            .query_async(&mut conn)
+                            .await;
                     }
                 }
                 tokio::select! {
@@ -569,12 +692,29 @@ mod naive {
             let mut conn = client.get_multiplexed_async_connection().await?;
             tasks.push(tokio::spawn(async move {
                 while !t.is_cancelled() {
-                    let popped: Option<(String, String)> = redis::cmd("BLPOP").arg("naive:ready").arg(0.5).query_async(&mut conn).await.unwrap_or(None);
+                    let popped: Option<(String, String)> = redis::cmd("BLPOP")
+                        .arg("naive:ready")
+                        .arg(0.5)
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap_or(None);
                     let Some((_, id)) = popped else { continue };
-                    let body: Option<String> = redis::cmd("GET").arg(format!("naive:job:{id}")).query_async(&mut conn).await.unwrap_or(None);
+                    let body: Option<String> = redis::cmd("GET")
+                        .arg(format!("naive:job:{id}"))
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap_or(None);
                     if let Some(body) = body {
-                        let _ = http.post(&url).header("content-type", "application/json").body(body).send().await;
-                        let _: Result<i64, _> = redis::cmd("DEL").arg(format!("naive:job:{id}")).query_async(&mut conn).await;
+                        let _ = http
+                            .post(&url)
+                            .header("content-type", "application/json")
+                            .body(body)
+                            .send()
+                            .await;
+                        let _: Result<i64, _> = redis::cmd("DEL")
+                            .arg(format!("naive:job:{id}"))
+                            .query_async(&mut conn)
+                            .await;
                     }
                 }
             }));
@@ -592,10 +732,19 @@ struct Scenario {
 
 impl Scenario {
     fn medians(&self) -> Vec<(&'static str, f64)> {
-        let mut keys: Vec<&'static str> = self.runs.first().map(|r| r.keys().copied().collect()).unwrap_or_default();
+        let mut keys: Vec<&'static str> = self
+            .runs
+            .first()
+            .map(|r| r.keys().copied().collect())
+            .unwrap_or_default();
         keys.sort_unstable();
         keys.into_iter()
-            .map(|k| (k, median(self.runs.iter().filter_map(|r| r.get(k).copied()).collect())))
+            .map(|k| {
+                (
+                    k,
+                    median(self.runs.iter().filter_map(|r| r.get(k).copied()).collect()),
+                )
+            })
             .collect()
     }
 }
@@ -620,18 +769,62 @@ async fn bench(quick: bool, runs: usize, only: Option<String>) -> Res<Vec<Scenar
             }
         };
     }
-    scenario!("ingest_batch", runs, ingest_batch(&redis, s(100_000, 2_000)));
+    scenario!(
+        "ingest_batch",
+        runs,
+        ingest_batch(&redis, s(100_000, 2_000))
+    );
     scenario!("ingest_single", runs, ingest_single(&redis, s(20_000, 500)));
-    scenario!("delivery_rate", runs, delivery_rate(&redis, &sink, s(100_000, 2_000), false));
-    scenario!("delivery_rate_naive", runs, delivery_rate(&redis, &sink, s(100_000, 2_000), true));
-    scenario!("lateness_idle", runs, lateness(&redis, &sink, 0, s(40, 5), false));
-    scenario!("lateness_idle_naive", runs, lateness(&redis, &sink, 0, s(20, 3), true));
-    scenario!("lateness_2000_per_s", runs, lateness(&redis, &sink, s(2000, 200), s(10, 2), false));
-    scenario!("lateness_2000_per_s_naive", runs, lateness(&redis, &sink, s(2000, 200), s(10, 2), true));
-    scenario!("memory_1m_scheduled", 1, memory(&redis, s(1_000_000, 10_000)));
-    scenario!("promotion_10k_scheduled", runs, promotion(&redis, s(10_000, 1_000), s(10_000, 1_000)));
-    scenario!("promotion_1m_scheduled", if quick { 1 } else { runs }, promotion(&redis, s(1_000_000, 10_000), s(10_000, 1_000)));
-    scenario!("hanging_endpoint", runs, hanging(&redis, &sink, s(20_000, 1_000)));
+    scenario!(
+        "delivery_rate",
+        runs,
+        delivery_rate(&redis, &sink, s(100_000, 2_000), false)
+    );
+    scenario!(
+        "delivery_rate_naive",
+        runs,
+        delivery_rate(&redis, &sink, s(100_000, 2_000), true)
+    );
+    scenario!(
+        "lateness_idle",
+        runs,
+        lateness(&redis, &sink, 0, s(40, 5), false)
+    );
+    scenario!(
+        "lateness_idle_naive",
+        runs,
+        lateness(&redis, &sink, 0, s(20, 3), true)
+    );
+    scenario!(
+        "lateness_2000_per_s",
+        runs,
+        lateness(&redis, &sink, s(2000, 200), s(10, 2), false)
+    );
+    scenario!(
+        "lateness_2000_per_s_naive",
+        runs,
+        lateness(&redis, &sink, s(2000, 200), s(10, 2), true)
+    );
+    scenario!(
+        "memory_1m_scheduled",
+        1,
+        memory(&redis, s(1_000_000, 10_000))
+    );
+    scenario!(
+        "promotion_10k_scheduled",
+        runs,
+        promotion(&redis, s(10_000, 1_000), s(10_000, 1_000))
+    );
+    scenario!(
+        "promotion_1m_scheduled",
+        if quick { 1 } else { runs },
+        promotion(&redis, s(1_000_000, 10_000), s(10_000, 1_000))
+    );
+    scenario!(
+        "hanging_endpoint",
+        runs,
+        hanging(&redis, &sink, s(20_000, 1_000))
+    );
     Ok(out)
 }
 
@@ -639,7 +832,10 @@ fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--sink") {
         let port: u16 = args.get(i + 1).and_then(|p| p.parse().ok()).unwrap_or(0);
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build();
         return match runtime.map(|rt| rt.block_on(run_sink(port))) {
             Ok(Ok(())) => std::process::ExitCode::SUCCESS,
             _ => std::process::ExitCode::FAILURE,
@@ -652,7 +848,11 @@ fn main() -> std::process::ExitCode {
         .and_then(|i| args.get(i + 1))
         .and_then(|r| r.parse().ok())
         .unwrap_or(if quick { 1 } else { 3 });
-    let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).cloned();
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -664,7 +864,11 @@ fn main() -> std::process::ExitCode {
         Ok(scenarios) => {
             println!("\n| scenario | median of runs |\n| --- | --- |");
             for sc in &scenarios {
-                let cells: Vec<String> = sc.medians().iter().map(|(k, v)| format!("{k} {v:.1}")).collect();
+                let cells: Vec<String> = sc
+                    .medians()
+                    .iter()
+                    .map(|(k, v)| format!("{k} {v:.1}"))
+                    .collect();
                 println!("| {} | {} |", sc.name, cells.join(", "));
             }
             std::process::ExitCode::SUCCESS

@@ -1,37 +1,78 @@
 #!/usr/bin/env bash
-# Starts hookq against a local Redis: installs redis-server if missing, starts
-# one with AOF persistence in ./data/redis if nothing answers on REDIS_URL,
-# then runs the daemon. Extra arguments go to `hookq serve`
-# (e.g. --config config.example.toml).
+# Starts the hookq daemon against a local Redis:
+#   1. installs redis-server (and redis-cli) if missing;
+#   2. if nothing answers PING at REDIS_URL (default redis://127.0.0.1:6379/0)
+#      and it names this machine, starts a redis-server there with AOF
+#      persistence, data and log in ./data/redis;
+#   3. runs `hookq serve` on that Redis; extra arguments pass through,
+#      e.g. scripts/run.sh --config config.example.toml
+# Without --config, hookq uses its defaults plus HOOKQ_<SECTION>__<KEY>
+# variables. REDIS_URL (or HOOKQ_REDIS__URL) picks the Redis; it is exported
+# as HOOKQ_REDIS__URL, so it wins over a config file's redis.url.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379/0}"
-export HOOKQ_REDIS__URL="${HOOKQ_REDIS__URL:-$REDIS_URL}"
+REDIS_URL="${REDIS_URL:-${HOOKQ_REDIS__URL:-redis://127.0.0.1:6379/0}}"
+export HOOKQ_REDIS__URL="$REDIS_URL"
 
+# Run a command as root: directly, through sudo, or fail saying why.
 as_root() {
-  if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
-    echo "need root (or sudo) to run: $*" >&2; exit 1; fi
+  if [ "$(id -u)" -eq 0 ]; then
+    "$@"
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo "$@"
+  else
+    echo "need root (or sudo) to run: $*" >&2
+    exit 1
+  fi
 }
 
-if ! command -v redis-server >/dev/null; then
+# True if the Redis at REDIS_URL answers PONG.
+redis_answers() {
+  [ "$(redis-cli -u "$REDIS_URL" ping 2>/dev/null)" = "PONG" ]
+}
+
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
   echo "== installing redis-server"
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
 fi
 
-if ! redis-cli -u "$REDIS_URL" ping >/dev/null 2>&1; then
-  port=$(python3 -c "from urllib.parse import urlparse; print(urlparse('$REDIS_URL').port or 6379)")
-  mkdir -p data/redis
-  echo "== starting redis-server on port $port (AOF on, data in data/redis)"
-  redis-server --port "$port" --bind 127.0.0.1 --dir "$PWD/data/redis" \
+if redis_answers; then
+  echo "== using the Redis at $REDIS_URL"
+else
+  # host[:port] out of redis://[user:pass@]host[:port][/db]
+  hostport="${REDIS_URL#*://}"
+  hostport="${hostport##*@}"
+  hostport="${hostport%%/*}"
+  port=6379
+  host="$hostport"
+  if [[ "$hostport" =~ ^(.*):([0-9]+)$ ]]; then
+    host="${BASH_REMATCH[1]}"
+    port="${BASH_REMATCH[2]}"
+  fi
+  case "$REDIS_URL:$host" in
+    redis://*:127.0.0.1 | redis://*:localhost | redis://*:\[::1\]) ;;
+    *)
+      echo "nothing answers at $REDIS_URL, and it is not a local redis:// URL to start" >&2
+      exit 1
+      ;;
+  esac
+  data="$PWD/data/redis"
+  mkdir -p "$data"
+  echo "== starting redis-server on 127.0.0.1:$port (AOF on, data in data/redis)"
+  redis-server --port "$port" --bind 127.0.0.1 --dir "$data" \
     --appendonly yes --appendfsync everysec --maxmemory-policy noeviction \
-    --daemonize yes --pidfile "$PWD/data/redis/redis.pid" --logfile "$PWD/data/redis/redis.log"
+    --daemonize yes --pidfile "$data/redis.pid" --logfile "$data/redis.log"
+  # Wait up to 10 s (an AOF is replayed before PING answers).
   for _ in $(seq 100); do
-    redis-cli -u "$REDIS_URL" ping >/dev/null 2>&1 && break
+    redis_answers && break
     sleep 0.1
   done
-  redis-cli -u "$REDIS_URL" ping >/dev/null
+  if ! redis_answers; then
+    echo "redis-server did not answer at $REDIS_URL; see $data/redis.log" >&2
+    exit 1
+  fi
 fi
 
-echo "== hookq serve (API on ${HOOKQ_API__LISTEN:-127.0.0.1:8080})"
+echo "== cargo run --release -- serve${*:+ $*}"
 exec cargo run --release --quiet -- serve "$@"

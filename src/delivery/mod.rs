@@ -145,6 +145,7 @@ impl Deliverer {
             .collect::<Result<Vec<_>, _>>()?;
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
             .dns_resolver(Arc::new(GuardedResolver::new(policy.clone())))
             .pool_max_idle_per_host(d.per_host_concurrency)
             .pool_idle_timeout(Duration::from_secs(60))

@@ -1,34 +1,54 @@
-//! Standard Webhooks signatures (<https://www.standardwebhooks.com>): every
-//! attempt carries `webhook-id`, `webhook-timestamp` (seconds) and
-//! `webhook-signature` = `v1,` + base64(HMAC-SHA256(key, "id.timestamp.body")),
-//! one per configured secret, space-separated, so secrets can be rotated.
+//! Standard Webhooks signatures (<https://www.standardwebhooks.com>).
+//!
+//! This module owns the signing secrets and the `webhook-signature` header.
+//! A secret is configured as `whsec_<base64 key>`; every attempt is signed as
+//! `v1,<base64(HMAC-SHA256(key, "{msg_id}.{timestamp}.{body}"))>`, once per
+//! configured secret, the signatures separated by a single space so that
+//! receivers can rotate keys without a gap. The caller sends the same
+//! `msg_id` and `timestamp` (seconds since the epoch) as the `webhook-id` and
+//! `webhook-timestamp` headers.
 
-use base64::engine::general_purpose::STANDARD;
+use base64::alphabet;
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
+use base64::engine::DecodePaddingMode;
 use base64::Engine;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-/// Prefix of a Standard Webhooks secret.
+type HmacSha256 = Hmac<Sha256>;
+
+/// Prefix of a Standard Webhooks signing secret.
 pub const SECRET_PREFIX: &str = "whsec_";
 
-/// Why a secret was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Standard base64 that accepts the key with or without `=` padding.
+const SECRET_BASE64: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
+
+/// Why a signing secret was refused. The messages never contain the secret.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum SecretError {
-    /// It does not start with `whsec_`.
-    #[error("a signing secret must start with `whsec_`")]
+    /// The secret does not start with `whsec_`.
+    #[error("signing secret must start with `whsec_`")]
     MissingPrefix,
-    /// The rest is not base64.
-    #[error("a signing secret must be `whsec_` followed by base64")]
-    NotBase64,
-    /// The key is empty or shorter than 16 bytes.
-    #[error("a signing secret's key must be at least 16 bytes")]
-    TooShort,
+    /// What follows `whsec_` is not standard base64.
+    #[error("signing secret must be `whsec_` followed by standard base64")]
+    InvalidBase64,
+    /// The decoded key is empty.
+    #[error("signing secret key is empty")]
+    EmptyKey,
+    /// HMAC-SHA256 refused the key (it accepts any length, so this is not
+    /// expected in practice).
+    #[error("signing secret key is not a valid HMAC-SHA256 key")]
+    InvalidKey,
 }
 
-/// A signing key. Its `Debug` never shows the key.
+/// A signing key parsed from `whsec_<base64>`. Its `Debug` never shows the key.
 #[derive(Clone)]
 pub struct SigningSecret {
-    key: Vec<u8>,
+    /// HMAC state already keyed with the secret; cloned for every signature.
+    mac: HmacSha256,
 }
 
 impl std::fmt::Debug for SigningSecret {
@@ -38,43 +58,41 @@ impl std::fmt::Debug for SigningSecret {
 }
 
 impl SigningSecret {
-    /// Parses `whsec_<base64>`.
+    /// Parses `whsec_<base64>` (padding optional) into a secret.
     pub fn parse(text: &str) -> Result<Self, SecretError> {
         let encoded = text
             .strip_prefix(SECRET_PREFIX)
             .ok_or(SecretError::MissingPrefix)?;
-        let key = STANDARD
+        let key = SECRET_BASE64
             .decode(encoded)
-            .map_err(|_| SecretError::NotBase64)?;
-        if key.len() < 16 {
-            return Err(SecretError::TooShort);
+            .map_err(|_| SecretError::InvalidBase64)?;
+        if key.is_empty() {
+            return Err(SecretError::EmptyKey);
         }
-        Ok(SigningSecret { key })
+        let mac = HmacSha256::new_from_slice(&key).map_err(|_| SecretError::InvalidKey)?;
+        Ok(SigningSecret { mac })
     }
 
-    fn sign(&self, msg_id: &str, timestamp: i64, body: &[u8]) -> String {
-        // HMAC accepts keys of any length; new_from_slice cannot fail for it.
-        let mut mac = match Hmac::<Sha256>::new_from_slice(&self.key) {
-            Ok(mac) => mac,
-            Err(_) => return String::new(),
-        };
+    /// `v1,<base64 signature>` of one message under this secret.
+    fn sign(&self, msg_id: &str, timestamp_secs: i64, body: &[u8]) -> String {
+        let mut mac = self.mac.clone();
         mac.update(msg_id.as_bytes());
         mac.update(b".");
-        mac.update(timestamp.to_string().as_bytes());
+        mac.update(timestamp_secs.to_string().as_bytes());
         mac.update(b".");
         mac.update(body);
         format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()))
     }
 }
 
-/// Signs attempts with every configured secret.
+/// Signs attempts with every configured secret (several = key rotation).
 #[derive(Debug, Clone, Default)]
 pub struct Signer {
     secrets: Vec<SigningSecret>,
 }
 
 impl Signer {
-    /// A signer over `secrets` (none: attempts are not signed).
+    /// A signer over `secrets`; with none, attempts are not signed.
     pub fn new(secrets: Vec<SigningSecret>) -> Self {
         Signer { secrets }
     }
@@ -84,18 +102,24 @@ impl Signer {
         self.secrets.is_empty()
     }
 
-    /// The `webhook-signature` header value, or None without secrets.
-    pub fn signature_header(&self, msg_id: &str, timestamp: i64, body: &[u8]) -> Option<String> {
+    /// The `webhook-signature` header value for message `msg_id` sent at
+    /// `timestamp_secs` with `body`: one `v1,<base64>` per secret, separated
+    /// by a single space. `None` when no secret is configured.
+    pub fn signature_header(
+        &self,
+        msg_id: &str,
+        timestamp_secs: i64,
+        body: &[u8],
+    ) -> Option<String> {
         if self.secrets.is_empty() {
             return None;
         }
-        Some(
-            self.secrets
-                .iter()
-                .map(|s| s.sign(msg_id, timestamp, body))
-                .collect::<Vec<_>>()
-                .join(" "),
-        )
+        let signatures: Vec<String> = self
+            .secrets
+            .iter()
+            .map(|secret| secret.sign(msg_id, timestamp_secs, body))
+            .collect();
+        Some(signatures.join(" "))
     }
 }
 
@@ -103,51 +127,137 @@ impl Signer {
 mod tests {
     use super::*;
 
-    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    /// The test vector of the Standard Webhooks specification and libraries.
+    const SPEC_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    const SPEC_MSG_ID: &str = "msg_p5jXN8AQM9LWM0D4loKWxJek";
+    const SPEC_TIMESTAMP: i64 = 1614265330;
+    const SPEC_PAYLOAD: &[u8] = br#"{"test": 2432232314}"#;
+    const SPEC_SIGNATURE: &str = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
 
-    #[test]
-    fn matches_the_specification_test_vector() {
-        let signer = Signer::new(vec![SigningSecret::parse(SECRET).expect("secret")]);
-        let header = signer
-            .signature_header(
-                "msg_p5jXN8AQM9LWM0D4loKWxJek",
-                1614265330,
-                br#"{"test": 2432232314}"#,
-            )
-            .expect("signed");
-        assert_eq!(header, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+    fn secret(text: &str) -> SigningSecret {
+        SigningSecret::parse(text).expect("valid secret")
+    }
+
+    fn random_secret() -> String {
+        let key: [u8; 32] = rand::random();
+        format!("{SECRET_PREFIX}{}", STANDARD.encode(key))
     }
 
     #[test]
-    fn rotation_sends_every_signature() {
-        let other = format!("{SECRET_PREFIX}{}", STANDARD.encode([7u8; 32]));
-        let signer = Signer::new(vec![
-            SigningSecret::parse(SECRET).expect("secret"),
-            SigningSecret::parse(&other).expect("secret"),
-        ]);
-        let header = signer.signature_header("id", 1, b"{}").expect("signed");
+    fn matches_the_specification_test_vector() {
+        let signer = Signer::new(vec![secret(SPEC_SECRET)]);
+        let header = signer
+            .signature_header(SPEC_MSG_ID, SPEC_TIMESTAMP, SPEC_PAYLOAD)
+            .expect("signed");
+        assert_eq!(header, SPEC_SIGNATURE);
+    }
+
+    #[test]
+    fn signing_is_deterministic_and_covers_every_part() {
+        let signer = Signer::new(vec![secret(SPEC_SECRET)]);
+        let sign = |id: &str, ts: i64, body: &[u8]| signer.signature_header(id, ts, body);
+        assert_eq!(
+            sign(SPEC_MSG_ID, SPEC_TIMESTAMP, SPEC_PAYLOAD),
+            sign(SPEC_MSG_ID, SPEC_TIMESTAMP, SPEC_PAYLOAD)
+        );
+        let reference = sign(SPEC_MSG_ID, SPEC_TIMESTAMP, SPEC_PAYLOAD);
+        assert_ne!(sign("msg_other", SPEC_TIMESTAMP, SPEC_PAYLOAD), reference);
+        assert_ne!(
+            sign(SPEC_MSG_ID, SPEC_TIMESTAMP + 1, SPEC_PAYLOAD),
+            reference
+        );
+        assert_ne!(sign(SPEC_MSG_ID, SPEC_TIMESTAMP, b"{}"), reference);
+    }
+
+    #[test]
+    fn rotation_sends_one_signature_per_secret_in_order() {
+        let other = random_secret();
+        let signer = Signer::new(vec![secret(SPEC_SECRET), secret(&other)]);
+        let header = signer
+            .signature_header(SPEC_MSG_ID, SPEC_TIMESTAMP, SPEC_PAYLOAD)
+            .expect("signed");
         let parts: Vec<&str> = header.split(' ').collect();
-        assert_eq!(parts.len(), 2);
-        assert!(parts.iter().all(|p| p.starts_with("v1,")));
+        assert_eq!(parts.len(), 2, "{header}");
+        assert_eq!(parts[0], SPEC_SIGNATURE);
+        assert_eq!(
+            Some(parts[1].to_string()),
+            Signer::new(vec![secret(&other)]).signature_header(
+                SPEC_MSG_ID,
+                SPEC_TIMESTAMP,
+                SPEC_PAYLOAD
+            )
+        );
+        assert!(parts[1].starts_with("v1,"));
         assert_ne!(parts[0], parts[1]);
     }
 
     #[test]
-    fn bad_secrets_and_redaction() {
-        assert_eq!(
-            SigningSecret::parse("MfKQ9r8G").expect_err("prefix"),
-            SecretError::MissingPrefix
-        );
-        assert_eq!(
-            SigningSecret::parse("whsec_!!!").expect_err("b64"),
-            SecretError::NotBase64
-        );
-        assert_eq!(
-            SigningSecret::parse("whsec_YQ==").expect_err("short"),
-            SecretError::TooShort
-        );
-        let secret = SigningSecret::parse(SECRET).expect("secret");
-        assert_eq!(format!("{secret:?}"), "SigningSecret(<redacted>)");
-        assert!(Signer::default().signature_header("a", 1, b"").is_none());
+    fn no_secrets_means_no_signature() {
+        let signer = Signer::new(Vec::new());
+        assert!(signer.is_empty());
+        assert_eq!(signer.signature_header("msg", 1, b"{}"), None);
+        assert!(Signer::default().is_empty());
+        assert!(!Signer::new(vec![secret(SPEC_SECRET)]).is_empty());
+    }
+
+    #[test]
+    fn bad_secrets_are_rejected_with_the_right_error() {
+        let cases = [
+            (
+                "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+                SecretError::MissingPrefix,
+            ),
+            ("", SecretError::MissingPrefix),
+            (
+                "WHSEC_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+                SecretError::MissingPrefix,
+            ),
+            (
+                " whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+                SecretError::MissingPrefix,
+            ),
+            ("whsec_not base64!", SecretError::InvalidBase64),
+            (
+                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n",
+                SecretError::InvalidBase64,
+            ),
+            ("whsec_MfKQ9r8G-_", SecretError::InvalidBase64),
+            ("whsec_A", SecretError::InvalidBase64),
+            ("whsec_", SecretError::EmptyKey),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(
+                SigningSecret::parse(text).expect_err(text),
+                expected,
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn padding_is_optional() {
+        // Keys whose base64 needs padding decode the same without it.
+        for (padded, unpadded) in [("whsec_YWI=", "whsec_YWI"), ("whsec_YQ==", "whsec_YQ")] {
+            let a = Signer::new(vec![secret(padded)]).signature_header("m", 1, b"x");
+            let b = Signer::new(vec![secret(unpadded)]).signature_header("m", 1, b"x");
+            assert_eq!(a, b);
+        }
+    }
+
+    #[test]
+    fn errors_explain_what_is_wrong() {
+        assert!(SecretError::MissingPrefix.to_string().contains("whsec_"));
+        assert!(SecretError::InvalidBase64.to_string().contains("base64"));
+        assert!(SecretError::EmptyKey.to_string().contains("empty"));
+    }
+
+    #[test]
+    fn debug_redacts_the_key() {
+        let parsed = secret(SPEC_SECRET);
+        assert_eq!(format!("{parsed:?}"), "SigningSecret(<redacted>)");
+        assert_eq!(format!("{parsed:#?}"), "SigningSecret(<redacted>)");
+        let signer = format!("{:?}", Signer::new(vec![parsed]));
+        assert!(signer.contains("SigningSecret(<redacted>)"), "{signer}");
+        assert!(!signer.contains("MfKQ9r8G"), "{signer}");
     }
 }

@@ -1,5 +1,6 @@
-//! Shared test harness: a real `redis-server` per test, a real HTTP receiver,
-//! and condition waits with deadlines.
+//! Shared integration-test harness: a real `redis-server` per test
+//! ([`redis::RedisServer`]), a real recording HTTP receiver
+//! ([`receiver::Receiver`]), condition waits with deadlines, and test logging.
 #![allow(dead_code)]
 
 pub mod receiver;
@@ -8,7 +9,8 @@ pub mod redis;
 use std::future::Future;
 use std::time::Duration;
 
-/// Polls `cond` every 5 ms until it holds; panics naming `what` after `deadline`.
+/// Polls `cond` every 5 ms until it holds; panics naming `what` once
+/// `deadline` has passed.
 pub async fn wait_until<F, Fut>(what: &str, deadline: Duration, mut cond: F)
 where
     F: FnMut() -> Fut,
@@ -26,13 +28,13 @@ where
     }
 }
 
-/// Installs a log subscriber for tests once (RUST_LOG, default `warn`).
+/// Installs a `tracing` fmt subscriber for tests, once per process (later
+/// calls do nothing); the filter comes from `RUST_LOG`, default `warn`.
 pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
+        .with_env_filter(filter)
         .with_test_writer()
         .try_init();
 }

@@ -1,12 +1,13 @@
-//! A real HTTP receiver on loopback that records every request and answers
-//! with a configurable reply.
+//! A real HTTP receiver (axum on `127.0.0.1:0`) that records every request —
+//! any method, any path — and answers each with the `Reply` its responder
+//! chooses, optionally after a delay (a slow or hanging endpoint).
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::Notify;
 
@@ -15,8 +16,10 @@ use tokio::sync::Notify;
 pub struct Recorded {
     /// HTTP method.
     pub method: Method,
-    /// Request path.
+    /// Request path, without the query string.
     pub path: String,
+    /// Query string, if any (without the `?`).
+    pub query: Option<String>,
     /// Request headers.
     pub headers: HeaderMap,
     /// Request body.
@@ -25,21 +28,38 @@ pub struct Recorded {
     pub received_at: SystemTime,
 }
 
-/// How the receiver answers.
+impl Recorded {
+    /// A header's value as text, if present and valid UTF-8.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The body parsed as JSON; panics with the body if it is not JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "request body is not JSON ({e}): {}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+}
+
+/// How the receiver answers one request.
 #[derive(Debug, Clone)]
 pub struct Reply {
-    /// Status code.
+    /// Status code (100–999).
     pub status: u16,
-    /// Extra response headers.
+    /// Response headers (appended, so a name may repeat).
     pub headers: Vec<(String, String)>,
     /// Response body.
     pub body: Vec<u8>,
-    /// Sleep before answering (a slow or hanging endpoint).
+    /// Sleep this long before answering (a slow or hanging endpoint).
     pub delay: Option<Duration>,
 }
 
 impl Reply {
-    /// A bare status.
+    /// A bare status: no headers, empty body, no delay.
     pub fn status(status: u16) -> Reply {
         Reply {
             status,
@@ -48,9 +68,28 @@ impl Reply {
             delay: None,
         }
     }
+
+    /// This reply with a header added.
+    pub fn with_header(mut self, name: &str, value: &str) -> Reply {
+        self.headers.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    /// This reply with `body`.
+    pub fn with_body(mut self, body: impl Into<Vec<u8>>) -> Reply {
+        self.body = body.into();
+        self
+    }
+
+    /// This reply, sent only after `delay`.
+    pub fn with_delay(mut self, delay: Duration) -> Reply {
+        self.delay = Some(delay);
+        self
+    }
 }
 
-type Responder = Arc<dyn Fn(&Recorded) -> Reply + Send + Sync>;
+/// Chooses the reply to each recorded request.
+pub type Responder = Arc<dyn Fn(&Recorded) -> Reply + Send + Sync>;
 
 struct Shared {
     requests: Mutex<Vec<Recorded>>,
@@ -58,7 +97,14 @@ struct Shared {
     responder: Responder,
 }
 
-/// A running receiver; the server stops when this is dropped.
+impl Shared {
+    fn requests(&self) -> MutexGuard<'_, Vec<Recorded>> {
+        // A panicking responder cannot leave the list half-written.
+        self.requests.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A running receiver; the server stops accepting when this is dropped.
 pub struct Receiver {
     addr: std::net::SocketAddr,
     shared: Arc<Shared>,
@@ -75,38 +121,32 @@ async fn record(
     let recorded = Recorded {
         method,
         path: uri.path().to_string(),
+        query: uri.query().map(str::to_string),
         headers,
         body: body.to_vec(),
         received_at: SystemTime::now(),
     };
     let reply = (shared.responder)(&recorded);
-    shared
-        .requests
-        .lock()
-        .expect("receiver lock")
-        .push(recorded);
+    shared.requests().push(recorded);
     shared.arrived.notify_waiters();
     if let Some(delay) = reply.delay {
         tokio::time::sleep(delay).await;
     }
-    let mut response = (
-        StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK),
-        reply.body,
-    )
-        .into_response();
+    let status = StatusCode::from_u16(reply.status)
+        .unwrap_or_else(|_| panic!("test responder chose an invalid status {}", reply.status));
+    let mut response = (status, reply.body).into_response();
     for (name, value) in reply.headers {
-        if let (Ok(n), Ok(v)) = (
-            axum::http::HeaderName::from_bytes(name.as_bytes()),
-            axum::http::HeaderValue::from_str(&value),
-        ) {
-            response.headers_mut().insert(n, v);
-        }
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .unwrap_or_else(|_| panic!("test responder chose an invalid header name {name:?}"));
+        let value = HeaderValue::from_str(&value)
+            .unwrap_or_else(|_| panic!("test responder chose an invalid header value {value:?}"));
+        response.headers_mut().append(name, value);
     }
     response
 }
 
 impl Receiver {
-    /// Starts a receiver answering with `responder`.
+    /// Starts a receiver on `127.0.0.1:0` answering with `responder`.
     pub async fn start(responder: Responder) -> Receiver {
         let shared = Arc::new(Shared {
             requests: Mutex::new(Vec::new()),
@@ -118,8 +158,8 @@ impl Receiver {
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
-            .expect("bind receiver");
-        let addr = listener.local_addr().expect("receiver addr");
+            .expect("bind the test receiver to 127.0.0.1:0");
+        let addr = listener.local_addr().expect("test receiver's local addr");
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
@@ -133,28 +173,35 @@ impl Receiver {
 
     /// A receiver that answers `status` to everything.
     pub async fn with_status(status: u16) -> Receiver {
-        Receiver::start(Arc::new(move |_| Reply::status(status))).await
+        Receiver::start(Arc::new(move |_: &Recorded| Reply::status(status))).await
     }
 
-    /// `http://127.0.0.1:PORT{path}`.
+    /// `http://127.0.0.1:PORT{path}` (`path` should start with `/`).
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
     }
 
+    /// The address the receiver listens on.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.addr
+    }
+
     /// Everything received so far, in arrival order.
     pub fn requests(&self) -> Vec<Recorded> {
-        self.shared.requests.lock().expect("receiver lock").clone()
+        self.shared.requests().clone()
     }
 
-    /// How many requests arrived.
+    /// How many requests arrived so far.
     pub fn count(&self) -> usize {
-        self.shared.requests.lock().expect("receiver lock").len()
+        self.shared.requests().len()
     }
 
-    /// Waits until at least `n` requests arrived; panics after `deadline`.
+    /// Waits until at least `n` requests arrived and returns all of them;
+    /// panics, saying how many arrived, once `deadline` has passed.
     pub async fn wait_for_count(&self, n: usize, deadline: Duration) -> Vec<Recorded> {
         let until = tokio::time::Instant::now() + deadline;
         loop {
+            // Register for the next arrival before looking, so none is missed.
             let notified = self.shared.arrived.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
@@ -163,9 +210,11 @@ impl Receiver {
                 return got;
             }
             if tokio::time::timeout_at(until, notified).await.is_err() {
+                let got = self.requests();
+                let paths: Vec<&str> = got.iter().map(|r| r.path.as_str()).collect();
                 panic!(
-                    "receiver got {} of {n} requests within {deadline:?}",
-                    self.count()
+                    "receiver got {} of {n} expected requests within {deadline:?} (paths: {paths:?})",
+                    got.len()
                 );
             }
         }

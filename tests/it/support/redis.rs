@@ -1,12 +1,20 @@
 //! A real `redis-server` owned by one test: a free loopback port (never 6379),
-//! its own temp dir, killed when dropped.
+//! its own temp dir as `--dir`, output logged to `redis.log` there, killed and
+//! reaped when dropped. `restart` brings it back on the same port and dir, so
+//! tests can check AOF recovery.
 
+use std::fs::{File, OpenOptions};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A running redis-server child process.
+/// How long a start (or restart) may take before the test fails.
+const READY_DEADLINE: Duration = Duration::from_secs(10);
+/// How many fresh ports `start_with` tries before giving up.
+const START_TRIES: usize = 5;
+
+/// A running `redis-server` child process.
 pub struct RedisServer {
     child: Option<Child>,
     port: u16,
@@ -14,10 +22,14 @@ pub struct RedisServer {
     args: Vec<String>,
 }
 
+/// A loopback port that was free a moment ago (the OS picks it; never 6379).
 fn free_port() -> u16 {
     loop {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-        let port = listener.local_addr().expect("local addr").port();
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0 to pick a port");
+        let port = listener
+            .local_addr()
+            .expect("local addr of a bound socket")
+            .port();
         if port != 6379 {
             return port;
         }
@@ -25,30 +37,41 @@ fn free_port() -> u16 {
 }
 
 impl RedisServer {
-    /// Starts a server with persistence off.
+    /// Starts a server with persistence off (`--save "" --appendonly no`).
     pub fn start() -> RedisServer {
         RedisServer::start_with(&[])
     }
 
-    /// Starts a server with extra arguments (e.g. `["--appendonly", "yes"]`).
-    pub fn start_with(extra: &[&str]) -> RedisServer {
-        let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        for _ in 0..5 {
+    /// Starts a server with extra arguments, which come last and so override
+    /// the defaults (e.g. `&["--appendonly", "yes"]`).
+    pub fn start_with(extra_args: &[&str]) -> RedisServer {
+        let args: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
+        let mut last_log = String::new();
+        for _ in 0..START_TRIES {
             let mut server = RedisServer {
                 child: None,
                 port: free_port(),
-                dir: tempfile::tempdir().expect("temp dir for redis"),
+                dir: tempfile::tempdir().expect("create a temp dir for redis-server"),
                 args: args.clone(),
             };
             if server.spawn() {
                 return server;
             }
+            last_log = server.log();
         }
-        panic!("redis-server did not start (is it installed? scripts/test.sh installs it)");
+        panic!(
+            "redis-server did not start in {START_TRIES} tries (is it installed? scripts/test.sh \
+             installs it); last log:\n{last_log}"
+        );
     }
 
+    /// Spawns the child on `self.port` and waits until it answers PING.
+    /// Returns false if it exited or did not answer within the deadline.
     fn spawn(&mut self) -> bool {
-        let log = self.dir.path().join("redis.log");
+        let log = self.open_log();
+        let stderr = log
+            .try_clone()
+            .expect("clone the redis-server log file handle");
         let child = Command::new("redis-server")
             .arg("--port")
             .arg(self.port.to_string())
@@ -62,19 +85,18 @@ impl RedisServer {
             .arg("no")
             .arg("--daemonize")
             .arg("no")
-            .arg("--logfile")
-            .arg(&log)
             .args(&self.args)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(stderr))
             .spawn()
-            .expect("spawn redis-server (is it installed? scripts/test.sh installs it)");
+            .expect("spawn redis-server (is it on PATH? scripts/test.sh installs it)");
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + READY_DEADLINE;
         while Instant::now() < deadline {
             if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(_)) = child.try_wait() {
+                if let Ok(Some(_status)) = child.try_wait() {
+                    // Exited: most likely the port was taken in the meantime.
                     self.child = None;
                     return false;
                 }
@@ -84,9 +106,21 @@ impl RedisServer {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+        self.kill();
         false
     }
 
+    /// The log file, opened for appending (a restart adds to it).
+    fn open_log(&self) -> File {
+        let path = self.log_path();
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("open redis-server log {}: {e}", path.display()))
+    }
+
+    /// True if the server answers PING (not while it is still loading data).
     fn ping(&self) -> bool {
         let Ok(client) = ::redis::Client::open(self.url()) else {
             return false;
@@ -94,7 +128,10 @@ impl RedisServer {
         let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
             return false;
         };
-        ::redis::cmd("PING").query::<String>(&mut conn).is_ok()
+        matches!(
+            ::redis::cmd("PING").query::<String>(&mut conn).as_deref(),
+            Ok("PONG")
+        )
     }
 
     /// `redis://127.0.0.1:PORT/0`.
@@ -102,31 +139,41 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
-    /// The port.
+    /// The TCP port the server listens on.
     pub fn port(&self) -> u16 {
         self.port
     }
 
-    /// The data directory.
+    /// The server's data directory (`--dir`).
     pub fn dir(&self) -> PathBuf {
         self.dir.path().to_path_buf()
     }
 
-    /// The server's pid, while it runs.
+    /// The file that receives the server's stdout and stderr.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("redis.log")
+    }
+
+    /// The server's log so far (empty if there is none yet).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// The server's process id, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }
 
-    /// A multiplexed async connection.
+    /// A new multiplexed async connection; panics if the server is unreachable.
     pub async fn conn(&self) -> ::redis::aio::MultiplexedConnection {
         ::redis::Client::open(self.url())
-            .expect("redis url")
+            .expect("parse the test redis url")
             .get_multiplexed_async_connection()
             .await
-            .expect("connect to test redis")
+            .unwrap_or_else(|e| panic!("connect to test redis at {}: {e}", self.url()))
     }
 
-    /// SIGKILLs the server.
+    /// SIGKILLs the server and reaps it (no shutdown save, no AOF rewrite).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
@@ -134,18 +181,22 @@ impl RedisServer {
         }
     }
 
-    /// Kills the server and starts it again on the same port and directory
-    /// (AOF files, if enabled, are replayed).
+    /// Kills the server and starts it again on the same port and directory,
+    /// waiting until it answers PING (so an enabled AOF has been replayed).
     pub fn restart(&mut self) {
         self.kill();
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + READY_DEADLINE;
         while Instant::now() < deadline {
             if self.spawn() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("redis-server did not restart on port {}", self.port);
+        panic!(
+            "redis-server did not restart on port {}; log:\n{}",
+            self.port,
+            self.log()
+        );
     }
 }
 
