@@ -17,6 +17,13 @@ use hookq::job::{JobInput, RunAt};
 use hookq::store::Store;
 use serde_json::{json, Value};
 
+/// mimalloc instead of the system allocator: the delivery hot path allocates
+/// per request (hyper, reqwest, redis), and the profile showed glibc malloc's
+/// bookkeeping (`_int_malloc`, `malloc_consolidate`, `unlink_chunk`) as the
+/// largest user-space cost.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 fn now_ms() -> i64 {
@@ -224,14 +231,56 @@ impl Redis {
     }
 
     async fn used_memory(&self) -> Res<i64> {
+        self.info_field("memory", "used_memory").await
+    }
+
+    /// Script invocations Redis has served (`EVALSHA` + `EVAL` calls): a
+    /// measure of hookq's requests, which are all scripts.
+    async fn script_calls(&self) -> Res<i64> {
         let mut c = redis::Client::open(self.url())?
             .get_multiplexed_async_connection()
             .await?;
-        let info: String = redis::cmd("INFO").arg("memory").query_async(&mut c).await?;
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut c)
+            .await?;
+        Ok(info
+            .lines()
+            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<i64>()
+                    .ok()
+            })
+            .sum())
+    }
+
+    /// CPU seconds Redis has used (user + system).
+    async fn cpu_seconds(&self) -> Res<f64> {
+        let mut c = redis::Client::open(self.url())?
+            .get_multiplexed_async_connection()
+            .await?;
+        let info: String = redis::cmd("INFO").arg("cpu").query_async(&mut c).await?;
+        Ok(info
+            .lines()
+            .filter(|l| l.starts_with("used_cpu_sys:") || l.starts_with("used_cpu_user:"))
+            .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
+            .sum())
+    }
+
+    async fn info_field(&self, section: &str, field: &str) -> Res<i64> {
+        let mut c = redis::Client::open(self.url())?
+            .get_multiplexed_async_connection()
+            .await?;
+        let info: String = redis::cmd("INFO").arg(section).query_async(&mut c).await?;
+        let prefix = format!("{field}:");
         info.lines()
-            .find_map(|l| l.strip_prefix("used_memory:"))
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
             .and_then(|v| v.trim().parse().ok())
-            .ok_or_else(|| "no used_memory".into())
+            .ok_or_else(|| format!("no {field} in INFO {section}").into())
     }
 }
 
@@ -252,6 +301,25 @@ fn config(redis: &Redis) -> Config {
     c.delivery.per_host_concurrency = 512;
     c.log.level = "warn".into();
     c
+}
+
+/// CPU seconds this process has used (user + system), from /proc; 0 where
+/// /proc is missing. The daemon runs in this process during a scenario.
+fn own_cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command name (which ends with ')'): utime and stime
+    // are the 12th and 13th, in clock ticks (100 per second on Linux).
+    let rest = stat.rsplit(')').next().unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
 }
 
 fn percentile(sorted: &[i64], p: f64) -> i64 {
@@ -385,8 +453,14 @@ async fn delivery_rate(redis: &Redis, sink: &Sink, n: usize, naive: bool) -> Res
         )
         .await?;
     }
+    let scripts_before = redis.script_calls().await?;
+    let redis_cpu_before = redis.cpu_seconds().await?;
+    let own_cpu_before = own_cpu_seconds();
     let runner = Runner::start(redis, &cfg, naive, url).await?;
     let stats = sink.wait_for(n as u64, Duration::from_secs(600)).await?;
+    let scripts = redis.script_calls().await? - scripts_before;
+    let redis_cpu = redis.cpu_seconds().await? - redis_cpu_before;
+    let own_cpu = own_cpu_seconds() - own_cpu_before;
     runner.stop().await?;
     let last = stats["last_ms"].as_i64().unwrap_or(0);
     let first = stats["first_ms"].as_i64().unwrap_or(0);
@@ -394,6 +468,9 @@ async fn delivery_rate(redis: &Redis, sink: &Sink, n: usize, naive: bool) -> Res
     Ok(HashMap::from([
         ("jobs_per_s", n as f64 / span),
         ("first_late_ms", (first - due) as f64),
+        ("script_calls_per_job", scripts as f64 / n as f64),
+        ("redis_cpu_us_per_job", redis_cpu * 1e6 / n as f64),
+        ("hookq_cpu_us_per_job", own_cpu * 1e6 / n as f64),
     ]))
 }
 
@@ -754,7 +831,14 @@ async fn bench(quick: bool, runs: usize, only: Option<String>) -> Res<Vec<Scenar
     let sink = Sink::start().await?;
     let s = |full: usize, small: usize| if quick { small } else { full };
     let mut out = Vec::new();
-    let wanted = |name: &str| only.as_deref().is_none_or(|o| name.starts_with(o));
+    // `--only NAME` runs the scenarios whose name starts with NAME; a trailing
+    // `$` (`--only 'delivery_rate$'`) asks for that exact name.
+    let wanted = |name: &str| {
+        only.as_deref().is_none_or(|o| match o.strip_suffix('$') {
+            Some(exact) => name == exact,
+            None => name.starts_with(o),
+        })
+    };
     macro_rules! scenario {
         ($name:expr, $runs:expr, $body:expr) => {
             if wanted(&$name) {

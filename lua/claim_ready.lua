@@ -24,6 +24,7 @@ local out = {now, 0}
 if not ids then return out end
 if #ids == want then out[2] = 1 end
 
+local leases = {}
 for _, id in ipairs(ids) do
   local key = ARGV[2] .. id
   local f = rcall('HMGET', key, 'state', 'att', 'due', 'job', 'lease')
@@ -31,11 +32,13 @@ for _, id in ipairs(ids) do
     local attempt = tonumber(f[2]) + 1
     local lease = tonumber(f[5]) or tonumber(ARGV[3])
     rcall('HSET', key, 'state', 'inflight', 'att', attempt, 'ut', now)
-    rcall('ZADD', KEYS[2], now + lease, id)
+    leases[#leases + 1] = now + lease
+    leases[#leases + 1] = id
     out[#out + 1] = id
     out[#out + 1] = attempt
     out[#out + 1] = tonumber(f[3])
     out[#out + 1] = f[4]
   end
 end
+if #leases > 0 then rcall('ZADD', KEYS[2], unpack(leases)) end
 return out

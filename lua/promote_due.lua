@@ -23,8 +23,8 @@ if moved > 0 then
   for i, member in ipairs(members) do
     local id = string.sub(member, 13)
     ids[i] = id
+    -- `seq` stays: it only means something while the state is `scheduled`.
     rcall('HSET', ARGV[2] .. id, 'state', 'ready', 'ut', now)
-    rcall('HDEL', ARGV[2] .. id, 'seq')
   end
   rcall('ZREM', KEYS[1], unpack(members))
   if rcall('RPUSH', KEYS[2], unpack(ids)) == moved then

@@ -5,6 +5,7 @@
 #   scripts/bench.sh                 # full run (several minutes on 2 cores)
 #   scripts/bench.sh --quick         # smoke test, tiny sizes, no assertions
 #   scripts/bench.sh --only delivery # scenarios whose name starts with this
+#   scripts/bench.sh --only 'delivery_rate$' # exactly that scenario
 #   scripts/bench.sh --runs 5
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::clock::RedisClock;
+use crate::completions::Completions;
 use crate::config::Config;
 use crate::delivery::hosts::HostLimits;
 use crate::delivery::{AttemptRecord, Deliverer, ErrorKind, Outcome};
@@ -42,10 +43,12 @@ pub struct WorkerPool {
     permits: Arc<Semaphore>,
     hosts: HostLimits,
     tracker: TaskTracker,
+    completions: Completions,
 }
 
 impl WorkerPool {
-    /// A pool with `delivery.workers` permits.
+    /// A pool with `delivery.workers` permits (call within a Tokio runtime:
+    /// it starts the completion flusher).
     pub fn new(
         store: Store,
         deliverer: Deliverer,
@@ -55,7 +58,9 @@ impl WorkerPool {
     ) -> Self {
         let permits = Arc::new(Semaphore::new(config.delivery.workers));
         let hosts = HostLimits::new(config.delivery.per_host_concurrency);
+        let completions = Completions::start(store.clone());
         WorkerPool {
+            completions,
             store,
             deliverer,
             config,
@@ -261,7 +266,7 @@ impl WorkerPool {
         let deadline = self.recording_deadline(job, self.config.delivery.max_timeout);
         let mut backoff = Duration::from_millis(50);
         loop {
-            match self.store.complete(job, &json).await {
+            match self.completions.complete(job, json.clone()).await {
                 Ok(true) => return,
                 Ok(false) => {
                     tracing::info!("delivered, but the lease was taken over or the job cancelled; outcome discarded");

@@ -40,7 +40,8 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    fn reply(what: &'static str, detail: impl Into<String>) -> Self {
+    /// An answer hookq does not understand (or a batch that could not run).
+    pub(crate) fn reply(what: &'static str, detail: impl Into<String>) -> Self {
         StoreError::Reply {
             what,
             detail: detail.into(),
@@ -486,7 +487,12 @@ impl Store {
         keys: &[&str],
         args: &[Vec<u8>],
     ) -> StoreResult<redis::ScriptInvocation<'_>> {
-        if keys.len() != def.keys || args.len() != def.args {
+        let args_fit = if def.repeat == 0 {
+            args.len() == def.args
+        } else {
+            args.len() > def.args && (args.len() - def.args) % def.repeat == 0
+        };
+        if keys.len() != def.keys || !args_fit {
             return Err(StoreError::reply(
                 "script wrapper",
                 format!(
@@ -660,25 +666,43 @@ impl Store {
 
     /// Records a 2xx; false when the lease was stale (nothing changed).
     pub async fn complete(&self, job: &Claimed, record: &str) -> StoreResult<bool> {
-        let p = job.partition;
-        let done: i64 = self
+        let done = self
+            .complete_many(job.partition, &[(&job.id, job.attempt, record)])
+            .await?;
+        Ok(done.first().copied().unwrap_or(false))
+    }
+
+    /// Records 2xx attempts of partition `p` (id, fencing token, attempt
+    /// record JSON) in one script call; per job, false when its lease was
+    /// stale (nothing changed for it).
+    pub async fn complete_many(
+        &self,
+        p: u16,
+        jobs: &[(&str, u32, &str)],
+    ) -> StoreResult<Vec<bool>> {
+        let mut args = Vec::with_capacity(3 + 3 * jobs.len());
+        args.push(arg(&self.keys.job_prefix(p)));
+        args.push(arg(&self.keys.history_prefix(p)));
+        args.push(arg(&self.settings.retention_ms));
+        for (id, attempt, record) in jobs {
+            args.push(arg(id));
+            args.push(arg(attempt));
+            args.push(arg(record));
+        }
+        let done: Vec<i64> = self
             .invoke(
-                &scripts::COMPLETE_JOB,
-                &[
-                    &self.keys.job(p, &job.id),
-                    &self.keys.inflight(p),
-                    &self.keys.history(p, &job.id),
-                    &self.keys.stats(p),
-                ],
-                &[
-                    arg(&job.id),
-                    arg(&job.attempt),
-                    arg(&record),
-                    arg(&self.settings.retention_ms),
-                ],
+                &scripts::COMPLETE_JOBS,
+                &[&self.keys.inflight(p), &self.keys.stats(p)],
+                &args,
             )
             .await?;
-        Ok(done == 1)
+        if done.len() != jobs.len() {
+            return Err(StoreError::reply(
+                "complete_jobs",
+                format!("{} results for {} jobs", done.len(), jobs.len()),
+            ));
+        }
+        Ok(done.into_iter().map(|d| d == 1).collect())
     }
 
     /// Records a failed attempt: next rung or dead letter.

@@ -15,8 +15,11 @@ pub struct ScriptDef {
     pub source: &'static str,
     /// Number of KEYS the script takes.
     pub keys: usize,
-    /// Number of ARGV the script takes.
+    /// Number of fixed ARGV the script takes.
     pub args: usize,
+    /// Size of the group of ARGV that follows the fixed ones and repeats once
+    /// per item (0: none). Batch scripts take one group per job.
+    pub repeat: usize,
 }
 
 macro_rules! script {
@@ -26,6 +29,16 @@ macro_rules! script {
             source: include_str!(concat!("../../lua/", $name, ".lua")),
             keys: $keys,
             args: $args,
+            repeat: 0,
+        }
+    };
+    ($name:literal, $keys:expr, $args:expr, repeat $repeat:expr) => {
+        ScriptDef {
+            name: $name,
+            source: include_str!(concat!("../../lua/", $name, ".lua")),
+            keys: $keys,
+            args: $args,
+            repeat: $repeat,
         }
     };
 }
@@ -36,8 +49,8 @@ pub const ENQUEUE_JOB: ScriptDef = script!("enqueue_job", 4, 8);
 pub const PROMOTE_DUE: ScriptDef = script!("promote_due", 2, 4);
 /// `claim_ready`: lease ready jobs to workers.
 pub const CLAIM_READY: ScriptDef = script!("claim_ready", 2, 3);
-/// `complete_job`: record a 2xx.
-pub const COMPLETE_JOB: ScriptDef = script!("complete_job", 4, 4);
+/// `complete_jobs`: record 2xx attempts of one partition, three ARGV per job.
+pub const COMPLETE_JOBS: ScriptDef = script!("complete_jobs", 2, 3, repeat 3);
 /// `fail_job`: record a failure (next rung or dead letter).
 pub const FAIL_JOB: ScriptDef = script!("fail_job", 7, 11);
 /// `reclaim_expired`: take back attempts whose lease expired.
@@ -58,7 +71,7 @@ pub const ALL: &[&ScriptDef] = &[
     &ENQUEUE_JOB,
     &PROMOTE_DUE,
     &CLAIM_READY,
-    &COMPLETE_JOB,
+    &COMPLETE_JOBS,
     &FAIL_JOB,
     &RECLAIM_EXPIRED,
     &CANCEL_JOB,
@@ -128,7 +141,13 @@ mod tests {
         for def in ALL {
             assert!(def.source.starts_with("--[["), "{} has no header", def.name);
             assert_eq!(declared(def.source, "KEYS"), def.keys, "{} KEYS", def.name);
-            assert_eq!(declared(def.source, "ARGV"), def.args, "{} ARGV", def.name);
+            // A repeating group is declared by its first occurrence.
+            assert_eq!(
+                declared(def.source, "ARGV"),
+                def.args + def.repeat,
+                "{} ARGV",
+                def.name
+            );
             assert!(
                 def.source.contains("Output:"),
                 "{} header names no output",

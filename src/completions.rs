@@ -1,0 +1,118 @@
+//! Batched recording of successful attempts.
+//!
+//! A busy daemon finishes thousands of attempts a second. Instead of one
+//! `complete_jobs` call per attempt, attempt tasks hand their outcome to a
+//! single flusher task and wait for the answer; the flusher takes everything
+//! queued so far, groups it by partition and records each group with one
+//! script call (the groups of different partitions go out together on the
+//! multiplexed connection). Nothing waits on a timer: at low load a batch is
+//! one job, recorded at once; under load, jobs queue up while the previous
+//! batch is in flight and go out together in the next one.
+//!
+//! An attempt task keeps its worker permit and its lease until its outcome is
+//! recorded, so batching never holds work that a crash could lose.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::store::{Claimed, Store, StoreError};
+
+/// Most jobs recorded by one script call (bounds the script's run time).
+pub const MAX_BATCH: usize = 256;
+
+/// What an attempt task gets back: whether the outcome was recorded (false:
+/// the lease was stale), or the Redis error shared by the whole batch.
+pub type CompletionResult = Result<bool, Arc<StoreError>>;
+
+struct Pending {
+    partition: u16,
+    id: String,
+    attempt: u32,
+    record: String,
+    reply: oneshot::Sender<CompletionResult>,
+}
+
+/// The handle attempt tasks record successes through.
+#[derive(Clone)]
+pub struct Completions {
+    queue: mpsc::UnboundedSender<Pending>,
+}
+
+impl Completions {
+    /// Starts the flusher task; it ends once every handle is dropped and the
+    /// queue is drained.
+    pub fn start(store: Store) -> Completions {
+        let (queue, rx) = mpsc::unbounded_channel();
+        tokio::spawn(flush(store, rx));
+        Completions { queue }
+    }
+
+    /// Records a 2xx for `job`; waits until Redis has answered.
+    pub async fn complete(&self, job: &Claimed, record: String) -> CompletionResult {
+        let (reply, answer) = oneshot::channel();
+        let pending = Pending {
+            partition: job.partition,
+            id: job.id.clone(),
+            attempt: job.attempt,
+            record,
+            reply,
+        };
+        if self.queue.send(pending).is_err() {
+            return Err(Arc::new(StoreError::reply(
+                "complete_jobs",
+                "the completion flusher has stopped",
+            )));
+        }
+        answer.await.unwrap_or_else(|_| {
+            Err(Arc::new(StoreError::reply(
+                "complete_jobs",
+                "the completion flusher dropped the job",
+            )))
+        })
+    }
+}
+
+async fn flush(store: Store, mut rx: mpsc::UnboundedReceiver<Pending>) {
+    let mut batch = Vec::new();
+    while rx.recv_many(&mut batch, MAX_BATCH * 4).await > 0 {
+        let mut by_partition: BTreeMap<u16, Vec<Pending>> = BTreeMap::new();
+        for pending in batch.drain(..) {
+            by_partition
+                .entry(pending.partition)
+                .or_default()
+                .push(pending);
+        }
+        let mut calls = Vec::new();
+        for (p, mut jobs) in by_partition {
+            while jobs.len() > MAX_BATCH {
+                let rest = jobs.split_off(MAX_BATCH);
+                calls.push(record(&store, p, jobs));
+                jobs = rest;
+            }
+            calls.push(record(&store, p, jobs));
+        }
+        futures_util::future::join_all(calls).await;
+    }
+}
+
+async fn record(store: &Store, p: u16, jobs: Vec<Pending>) {
+    let items: Vec<(&str, u32, &str)> = jobs
+        .iter()
+        .map(|j| (j.id.as_str(), j.attempt, j.record.as_str()))
+        .collect();
+    match store.complete_many(p, &items).await {
+        Ok(done) => {
+            for (job, recorded) in jobs.into_iter().zip(done) {
+                let _ = job.reply.send(Ok(recorded));
+            }
+        }
+        Err(err) => {
+            let err = Arc::new(err);
+            for job in jobs {
+                let _ = job.reply.send(Err(err.clone()));
+            }
+        }
+    }
+}
