@@ -5,7 +5,7 @@
 //!
 //! ```text
 //!  POST /v1/jobs, hookq enqueue          api, cli → job (validation)
-//!        │  enqueue_job.lua                store
+//!        │  enqueue_jobs.lua               store
 //!        ▼
 //!  due zset ──(due time, Redis TIME)──▶  carrier (promote_due.lua, woken by wake)
 //!        │                                  ▲
@@ -16,7 +16,7 @@
 //!  inflight zset (lease, fencing token) ── delivery (HTTP attempt)
 //!        │        └─ lease expired ──▶ carrier (reclaim_expired.lua) → ready
 //!        ▼
-//!  delivered (complete_job.lua)  │  dead stream (fail_job.lua: no rung left)
+//!  delivered (complete_jobs.lua, batched: completions)  │  dead stream (fail_job.lua: no rung left)
 //! ```
 //!
 //! Every state change is one Lua script (`lua/`), so several daemons can share

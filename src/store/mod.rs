@@ -526,84 +526,109 @@ impl Store {
         Ok(invocation.invoke_async(&mut conn).await?)
     }
 
-    /// KEYS and ARGV of `enqueue_job` for `job`.
-    fn enqueue_inputs(&self, job: &NewJob) -> (Vec<String>, Vec<Vec<u8>>) {
-        let p = self.keys.partition_of(&job.id);
-        let (at, delay) = match job.due {
-            Due::At(ms) => (ms.to_string(), 0u64),
-            Due::After(ms) => (String::new(), ms),
-        };
-        let lease = job.lease_ms.map(|l| l.to_string()).unwrap_or_default();
-        let keys = vec![
-            self.keys.job(p, &job.id),
-            self.keys.due(p),
-            self.keys.ready(p),
-            self.keys.seq(p),
-        ];
-        let args = vec![
-            arg(&job.id),
-            arg(&job.spec_json),
-            arg(&at),
-            arg(&delay),
-            arg(&job.max_attempts),
-            arg(&lease),
-            arg(&self.channel),
-            arg(&p),
-        ];
-        (keys, args)
-    }
-
-    fn enqueue_outcome(reply: &Value) -> StoreResult<EnqueueOutcome> {
-        let (code, state, due, now): (i64, String, i64, i64) = redis::from_redis_value(reply)?;
-        match code {
-            0 => Ok(EnqueueOutcome::Created {
-                state: State::parse(&state)
-                    .ok_or_else(|| StoreError::reply("enqueue_job", format!("state {state}")))?,
-                due,
-                now,
-            }),
-            1 => Ok(EnqueueOutcome::Identical),
-            2 => Ok(EnqueueOutcome::Conflict),
-            other => Err(StoreError::reply("enqueue_job", format!("code {other}"))),
-        }
-    }
-
     /// Creates a job (idempotently by id).
     pub async fn enqueue(&self, job: &NewJob) -> StoreResult<EnqueueOutcome> {
-        let (keys, args) = self.enqueue_inputs(job);
-        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let reply: Value = self.invoke(&scripts::ENQUEUE_JOB, &keys, &args).await?;
-        Self::enqueue_outcome(&reply)
+        let p = self.keys.partition_of(&job.id);
+        let mut outcomes = self.enqueue_partition(p, &[job]).await?;
+        outcomes
+            .pop()
+            .ok_or_else(|| StoreError::reply("enqueue_jobs", "no outcome for the job".to_string()))
     }
 
-    /// Creates many jobs in one pipelined round trip; each job is atomic on
-    /// its own, outcomes come back in order.
+    /// Creates many jobs: one script call per partition touched (the calls
+    /// go out together), each job atomic on its own; outcomes come back in
+    /// the order of `jobs`. If any call fails, the whole batch answers that
+    /// error: jobs of other partitions may have been created, which a retry
+    /// of the batch reports as identical (ids make re-sending safe).
     pub async fn enqueue_many(
         &self,
         jobs: &[NewJob],
     ) -> StoreResult<Vec<StoreResult<EnqueueOutcome>>> {
-        if jobs.is_empty() {
-            return Ok(Vec::new());
+        let mut by_partition: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+        for (i, job) in jobs.iter().enumerate() {
+            by_partition
+                .entry(self.keys.partition_of(&job.id))
+                .or_default()
+                .push(i);
         }
-        let inputs: Vec<(Vec<String>, Vec<Vec<u8>>)> =
-            jobs.iter().map(|j| self.enqueue_inputs(j)).collect();
-        let mut pipe = redis::pipe();
-        for (keys, args) in &inputs {
-            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-            pipe.invoke_script(&self.invocation(&scripts::ENQUEUE_JOB, &keys, args)?);
-        }
-        let mut conn = self.conn.clone();
-        let replies: Vec<Value> = match pipe.query_async(&mut conn).await {
-            Ok(r) => r,
-            Err(err) if err.kind() == redis::ErrorKind::NoScriptError => {
-                // Redis lost its script cache (restart): load and try once more.
-                // Nothing ran, since every EVALSHA of the pipeline failed alike.
-                self.load_scripts().await?;
-                pipe.query_async(&mut conn).await?
+        let calls = by_partition.iter().map(|(p, indexes)| {
+            let group: Vec<&NewJob> = indexes.iter().map(|&i| &jobs[i]).collect();
+            async move { self.enqueue_partition(*p, &group).await }
+        });
+        let results = futures_util::future::join_all(calls).await;
+        let mut outcomes: Vec<Option<EnqueueOutcome>> = jobs.iter().map(|_| None).collect();
+        for ((_, indexes), result) in by_partition.iter().zip(results) {
+            for (&i, outcome) in indexes.iter().zip(result?) {
+                outcomes[i] = Some(outcome);
             }
-            Err(err) => return Err(err.into()),
-        };
-        Ok(replies.iter().map(Self::enqueue_outcome).collect())
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|o| o.ok_or_else(|| StoreError::reply("enqueue_jobs", "no outcome for a job")))
+            .collect())
+    }
+
+    /// One `enqueue_jobs` call for jobs that all live in partition `p`.
+    async fn enqueue_partition(
+        &self,
+        p: u16,
+        jobs: &[&NewJob],
+    ) -> StoreResult<Vec<EnqueueOutcome>> {
+        let mut args = Vec::with_capacity(3 + 6 * jobs.len());
+        args.push(arg(&self.keys.job_prefix(p)));
+        args.push(arg(&self.channel));
+        args.push(arg(&p));
+        for job in jobs {
+            let (at, delay) = match job.due {
+                Due::At(ms) => (ms.to_string(), 0u64),
+                Due::After(ms) => (String::new(), ms),
+            };
+            args.push(arg(&job.id));
+            args.push(arg(&job.spec_json));
+            args.push(arg(&at));
+            args.push(arg(&delay));
+            args.push(arg(&job.max_attempts));
+            args.push(arg(&job
+                .lease_ms
+                .map(|l| l.to_string())
+                .unwrap_or_default()));
+        }
+        let reply: Vec<Value> = self
+            .invoke(
+                &scripts::ENQUEUE_JOBS,
+                &[&self.keys.due(p), &self.keys.ready(p), &self.keys.seq(p)],
+                &args,
+            )
+            .await?;
+        let bad = |d: String| StoreError::reply("enqueue_jobs", d);
+        if reply.len() != 1 + 3 * jobs.len() {
+            return Err(bad(format!(
+                "{} values for {} jobs",
+                reply.len(),
+                jobs.len()
+            )));
+        }
+        let now: i64 = redis::from_redis_value(&reply[0])?;
+        reply[1..]
+            .chunks_exact(3)
+            .map(|c| {
+                let code: i64 = redis::from_redis_value(&c[0])?;
+                match code {
+                    0 => {
+                        let state: String = redis::from_redis_value(&c[1])?;
+                        Ok(EnqueueOutcome::Created {
+                            state: State::parse(&state)
+                                .ok_or_else(|| bad(format!("state {state}")))?,
+                            due: redis::from_redis_value(&c[2])?,
+                            now,
+                        })
+                    }
+                    1 => Ok(EnqueueOutcome::Identical),
+                    2 => Ok(EnqueueOutcome::Conflict),
+                    other => Err(bad(format!("code {other}"))),
+                }
+            })
+            .collect()
     }
 
     /// Moves up to `batch` due jobs of partition `p` to its ready list.

@@ -43,8 +43,9 @@ macro_rules! script {
     };
 }
 
-/// `enqueue_job`: create a job (idempotent by id).
-pub const ENQUEUE_JOB: ScriptDef = script!("enqueue_job", 4, 8);
+/// `enqueue_jobs`: create jobs of one partition (each idempotent by id), six
+/// ARGV per job.
+pub const ENQUEUE_JOBS: ScriptDef = script!("enqueue_jobs", 3, 3, repeat 6);
 /// `promote_due`: move due jobs to the ready list.
 pub const PROMOTE_DUE: ScriptDef = script!("promote_due", 2, 4);
 /// `claim_ready`: lease ready jobs to workers.
@@ -68,7 +69,7 @@ pub const DEFER_JOB: ScriptDef = script!("defer_job", 4, 5);
 
 /// Every script, for loading at start-up and for the header check.
 pub const ALL: &[&ScriptDef] = &[
-    &ENQUEUE_JOB,
+    &ENQUEUE_JOBS,
     &PROMOTE_DUE,
     &CLAIM_READY,
     &COMPLETE_JOBS,
