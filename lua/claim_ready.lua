@@ -17,6 +17,8 @@
 local rcall = redis.call
 local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Formatted once: a Lua number passed to redis.call is formatted on every call.
+local now_s = tostring(now)
 local want = tonumber(ARGV[1])
 
 local ids = rcall('LPOP', KEYS[1], want)
@@ -31,7 +33,7 @@ for _, id in ipairs(ids) do
   if f[1] == 'ready' then
     local attempt = tonumber(f[2]) + 1
     local lease = tonumber(f[5]) or tonumber(ARGV[3])
-    rcall('HSET', key, 'state', 'inflight', 'att', attempt, 'ut', now)
+    rcall('HSET', key, 'state', 'inflight', 'att', attempt, 'ut', now_s)
     leases[#leases + 1] = now + lease
     leases[#leases + 1] = id
     out[#out + 1] = id

@@ -21,6 +21,8 @@
 local rcall = redis.call
 local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Formatted once: a Lua number passed to redis.call is formatted on every call.
+local now_s = tostring(now)
 local retention = ARGV[3]
 
 local out = {}
@@ -31,7 +33,7 @@ for i = 4, #ARGV, 3 do
   local f = rcall('HMGET', key, 'state', 'att')
   if f[1] == 'inflight' and f[2] == token then
     local hist = ARGV[2] .. id
-    rcall('HSET', key, 'state', 'delivered', 'ut', now)
+    rcall('HSET', key, 'state', 'delivered', 'ut', now_s)
     if rcall('LPUSH', hist, ARGV[i + 2]) > 20 then rcall('LTRIM', hist, 0, 19) end
     rcall('PEXPIRE', key, retention)
     rcall('PEXPIRE', hist, retention)

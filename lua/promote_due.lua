@@ -15,6 +15,8 @@
 local rcall = redis.call
 local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Formatted once: a Lua number passed to redis.call is formatted on every call.
+local now_s = tostring(now)
 
 local members = rcall('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[1]))
 local moved = #members
@@ -24,7 +26,7 @@ if moved > 0 then
     local id = string.sub(member, 13)
     ids[i] = id
     -- `seq` stays: it only means something while the state is `scheduled`.
-    rcall('HSET', ARGV[2] .. id, 'state', 'ready', 'ut', now)
+    rcall('HSET', ARGV[2] .. id, 'state', 'ready', 'ut', now_s)
   end
   rcall('ZREM', KEYS[1], unpack(members))
   if rcall('RPUSH', KEYS[2], unpack(ids)) == moved then
