@@ -195,6 +195,9 @@ impl Redis {
                 "",
                 "--appendonly",
                 "no",
+                // As scripts/run.sh and the README recommend.
+                "--hash-max-listpack-value",
+                "1024",
             ])
             .arg("--dir")
             .arg(dir.path())
@@ -227,6 +230,19 @@ impl Redis {
             .get_multiplexed_async_connection()
             .await?;
         redis::cmd("FLUSHALL").query_async::<()>(&mut c).await?;
+        Ok(())
+    }
+
+    async fn config_set(&self, name: &str, value: &str) -> Res<()> {
+        let mut c = redis::Client::open(self.url())?
+            .get_multiplexed_async_connection()
+            .await?;
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query_async::<()>(&mut c)
+            .await?;
         Ok(())
     }
 
@@ -568,8 +584,18 @@ async fn lateness(
 }
 
 /// Redis memory per scheduled job (body `{"due":<13 digits>}`, 20 bytes).
-async fn memory(redis: &Redis, n: usize) -> Res<Figures> {
+/// `hash-max-listpack-value` as hookq recommends it (README, doctor,
+/// scripts/run.sh): job records up to this size stay in Redis's compact
+/// listpack encoding.
+const RECOMMENDED_LISTPACK_VALUE: u32 = 1024;
+/// Redis's own default.
+const STOCK_LISTPACK_VALUE: u32 = 64;
+
+async fn memory(redis: &Redis, n: usize, listpack_value: u32) -> Res<Figures> {
     redis.flush().await?;
+    redis
+        .config_set("hash-max-listpack-value", &listpack_value.to_string())
+        .await?;
     let cfg = config(redis);
     let store = Store::connect(&cfg).await?;
     store.load_scripts().await?;
@@ -591,6 +617,12 @@ async fn memory(redis: &Redis, n: usize) -> Res<Figures> {
     )
     .await?;
     let after = redis.used_memory().await?;
+    redis
+        .config_set(
+            "hash-max-listpack-value",
+            &RECOMMENDED_LISTPACK_VALUE.to_string(),
+        )
+        .await?;
     let per_job = (after - before) as f64 / n as f64;
     let body = format!("{{\"due\":{due}}}").len() as f64;
     Ok(HashMap::from([
@@ -911,7 +943,12 @@ async fn bench(quick: bool, runs: usize, only: Option<String>) -> Res<Vec<Scenar
     scenario!(
         "memory_1m_scheduled",
         1,
-        memory(&redis, s(1_000_000, 10_000))
+        memory(&redis, s(1_000_000, 10_000), RECOMMENDED_LISTPACK_VALUE)
+    );
+    scenario!(
+        "memory_1m_scheduled_stock_redis",
+        1,
+        memory(&redis, s(1_000_000, 10_000), STOCK_LISTPACK_VALUE)
     );
     scenario!(
         "promotion_10k_scheduled",

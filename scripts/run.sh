@@ -62,6 +62,7 @@ else
   echo "== starting redis-server on 127.0.0.1:$port (AOF on, data in data/redis)"
   redis-server --port "$port" --bind 127.0.0.1 --dir "$data" \
     --appendonly yes --appendfsync everysec --maxmemory-policy noeviction \
+    --hash-max-listpack-value 1024 \
     --daemonize yes --pidfile "$data/redis.pid" --logfile "$data/redis.log"
   # Wait up to 10 s (an AOF is replayed before PING answers).
   for _ in $(seq 100); do

@@ -60,6 +60,11 @@ impl Report {
     }
 }
 
+/// `hash-max-listpack-value` hookq recommends: job records (the job's JSON
+/// plus a few small fields) up to this size stay in Redis's compact listpack
+/// encoding.
+pub const RECOMMENDED_LISTPACK_VALUE: u64 = 1024;
+
 fn check(name: &'static str, status: Status, detail: String, fix: Option<String>) -> Check {
     Check {
         name,
@@ -191,6 +196,34 @@ pub async fn run(config: &Config) -> Report {
         )),
         None => checks.push(check(
             "appendfsync",
+            Status::Warn,
+            "cannot read".into(),
+            None,
+        )),
+    }
+
+    // Not a correctness matter: with Redis's default (64 bytes) every job
+    // record is stored as a full hash table, about twice the memory.
+    match get("hash-max-listpack-value")
+        .await
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        Some(v) if v >= RECOMMENDED_LISTPACK_VALUE => checks.push(check(
+            "hash-max-listpack-value",
+            Status::Ok,
+            v.to_string(),
+            None,
+        )),
+        Some(v) => checks.push(check(
+            "hash-max-listpack-value",
+            Status::Warn,
+            format!("{v}: job records above {v} bytes take about twice the memory"),
+            Some(format!(
+                "redis-cli CONFIG SET hash-max-listpack-value {RECOMMENDED_LISTPACK_VALUE}, and set it in redis.conf"
+            )),
+        )),
+        None => checks.push(check(
+            "hash-max-listpack-value",
             Status::Warn,
             "cannot read".into(),
             None,

@@ -291,6 +291,11 @@ async fn doctor_reports_and_names_the_fix() {
     );
     assert_eq!(status("scripts"), "ok");
     assert_eq!(status("partitions"), "ok");
+    assert_eq!(
+        status("hash-max-listpack-value"),
+        "warn",
+        "the test Redis keeps Redis's default of 64"
+    );
 
     let mut conn = redis.conn().await;
     let _: () = redis::cmd("CONFIG")
