@@ -26,6 +26,13 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
+fn now_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -81,7 +88,8 @@ async fn run_sink(port: u16) -> Res<()> {
             }),
         )
         .fallback(|State(s): State<Arc<Mutex<SinkState>>>, body: Bytes| async move {
-            let received = now_ms();
+            let received_us = now_us();
+            let received = received_us / 1000;
             let due = serde_json::from_slice::<Value>(&body).ok().and_then(|v| v["due"].as_i64());
             if let Ok(mut g) = s.lock() {
                 g.count += 1;
@@ -90,7 +98,8 @@ async fn run_sink(port: u16) -> Res<()> {
                 }
                 g.last_ms = received;
                 if let Some(due) = due {
-                    g.lateness.push(received - due);
+                    // Microseconds: the lateness bars are a few ms.
+                    g.lateness.push(received_us - due * 1000);
                 }
             }
             "ok"
@@ -574,16 +583,16 @@ async fn lateness(
         .map(|a| a.iter().filter_map(Value::as_i64).collect())
         .unwrap_or_default();
     late.sort_unstable();
+    let ms = |us: i64| (us as f64 / 100.0).round() / 10.0;
     Ok(HashMap::from([
-        ("p50_ms", percentile(&late, 0.50) as f64),
-        ("p90_ms", percentile(&late, 0.90) as f64),
-        ("p99_ms", percentile(&late, 0.99) as f64),
-        ("max_ms", late.last().copied().unwrap_or(0) as f64),
+        ("p50_ms", ms(percentile(&late, 0.50))),
+        ("p90_ms", ms(percentile(&late, 0.90))),
+        ("p99_ms", ms(percentile(&late, 0.99))),
+        ("max_ms", ms(late.last().copied().unwrap_or(0))),
         ("early", late.iter().filter(|l| **l < 0).count() as f64),
     ]))
 }
 
-/// Redis memory per scheduled job (body `{"due":<13 digits>}`, 20 bytes).
 /// `hash-max-listpack-value` as hookq recommends it (README, doctor,
 /// scripts/run.sh): job records up to this size stay in Redis's compact
 /// listpack encoding.
@@ -591,6 +600,8 @@ const RECOMMENDED_LISTPACK_VALUE: u32 = 1024;
 /// Redis's own default.
 const STOCK_LISTPACK_VALUE: u32 = 64;
 
+/// Redis memory per scheduled job (body `{"due":<13 digits>}`, 22 bytes) with
+/// Redis's `hash-max-listpack-value` set to `listpack_value`.
 async fn memory(redis: &Redis, n: usize, listpack_value: u32) -> Res<Figures> {
     redis.flush().await?;
     redis

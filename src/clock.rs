@@ -42,7 +42,9 @@ impl RedisClock {
 
     /// The local instant at which Redis's clock will read `redis_ms`.
     pub fn instant_at(&self, redis_ms: i64) -> Instant {
-        let ahead = redis_ms.saturating_sub(self.now_ms()).max(0) as u64;
+        // Capped at a day: callers sleep far less, and Instant + a huge
+        // Duration would overflow.
+        let ahead = redis_ms.saturating_sub(self.now_ms()).clamp(0, 86_400_000) as u64;
         Instant::now() + Duration::from_millis(ahead)
     }
 }
