@@ -664,6 +664,9 @@ async fn promotion(redis: &Redis, parked: usize, due_n: usize) -> Res<Figures> {
             .collect(),
     )
     .await?;
+    // Read the clock again: parking a million jobs takes a while, and jobs
+    // already due when created would skip the due set altogether.
+    let now = store.redis_time_ms().await?;
     preload(
         &store,
         &cfg,
