@@ -73,3 +73,8 @@ fi
 # Every test. (Not --all-targets: that would also run the benchmark in full.)
 echo "== cargo test"
 cargo test
+
+# The benchmark's smoke test: every scenario at tiny sizes, one run each, in a
+# release build. No timing assertions; it fails if a scenario breaks.
+echo "== benchmark smoke test (scripts/bench.sh --quick)"
+cargo bench --quiet --bench bench -- --quick
