@@ -65,6 +65,12 @@ async fn run_sink(port: u16) -> Res<()> {
     let state = Arc::new(Mutex::new(SinkState::default()));
     let app = axum::Router::new()
         .route(
+            "/count",
+            get(|State(s): State<Arc<Mutex<SinkState>>>| async move {
+                s.lock().map(|g| g.count).unwrap_or_default().to_string()
+            }),
+        )
+        .route(
             "/stats",
             get(|State(s): State<Arc<Mutex<SinkState>>>| async move {
                 let s = s.lock().map(|g| json!({"count": g.count, "first_ms": g.first_ms, "last_ms": g.last_ms, "lateness": g.lateness})).unwrap_or_default();
@@ -161,14 +167,23 @@ impl Sink {
     async fn wait_for(&self, n: u64, deadline: Duration) -> Res<Value> {
         let until = Instant::now() + deadline;
         loop {
-            let stats = self.stats().await?;
-            if stats["count"].as_u64().unwrap_or(0) >= n {
-                return Ok(stats);
+            // Poll the bare count: the full stats carry every lateness sample
+            // and would cost the sink and this process more than hookq does.
+            let count: u64 = self
+                .client
+                .get(self.url("/count"))
+                .send()
+                .await?
+                .text()
+                .await?
+                .trim()
+                .parse()
+                .unwrap_or(0);
+            if count >= n {
+                return self.stats().await;
             }
             if Instant::now() > until {
-                return Err(
-                    format!("sink got {} of {n} within {deadline:?}", stats["count"]).into(),
-                );
+                return Err(format!("sink got {count} of {n} within {deadline:?}").into());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
