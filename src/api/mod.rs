@@ -77,7 +77,25 @@ impl From<FieldError> for ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
+        ApiError::from(&e)
+    }
+}
+
+impl From<&StoreError> for ApiError {
+    fn from(e: &StoreError) -> Self {
         match e {
+            StoreError::Shared(inner) => ApiError::from(inner.as_ref()),
+            StoreError::Redis(err) if err.code() == Some("OOM") => {
+                // maxmemory with noeviction: Redis refused the script before
+                // it ran, so nothing was written.
+                metrics::counter!("hookq_redis_errors_total", "component" => "api").increment(1);
+                tracing::warn!(cause = %err, "redis is out of memory");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "redis_out_of_memory",
+                    "the job store (Redis) is at maxmemory; nothing was written; retry later",
+                )
+            }
             StoreError::Redis(err) => {
                 metrics::counter!("hookq_redis_errors_total", "component" => "api").increment(1);
                 tracing::warn!(cause = %err, "redis unavailable");

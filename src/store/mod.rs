@@ -37,6 +37,9 @@ pub enum StoreError {
         /// What was wrong.
         detail: String,
     },
+    /// The error of a script call, shared by every job that call carried.
+    #[error("{0}")]
+    Shared(Arc<StoreError>),
 }
 
 impl StoreError {
@@ -537,9 +540,9 @@ impl Store {
 
     /// Creates many jobs: one script call per partition touched (the calls
     /// go out together), each job atomic on its own; outcomes come back in
-    /// the order of `jobs`. If any call fails, the whole batch answers that
-    /// error: jobs of other partitions may have been created, which a retry
-    /// of the batch reports as identical (ids make re-sending safe).
+    /// the order of `jobs`. A failed call fails the jobs it carried (each gets
+    /// the error as [`StoreError::Shared`]) and no others; if every call
+    /// failed, the whole batch answers the error.
     pub async fn enqueue_many(
         &self,
         jobs: &[NewJob],
@@ -555,16 +558,33 @@ impl Store {
             let group: Vec<&NewJob> = indexes.iter().map(|&i| &jobs[i]).collect();
             async move { self.enqueue_partition(*p, &group).await }
         });
-        let results = futures_util::future::join_all(calls).await;
-        let mut outcomes: Vec<Option<EnqueueOutcome>> = jobs.iter().map(|_| None).collect();
+        let mut results = futures_util::future::join_all(calls).await;
+        if !results.is_empty() && results.iter().all(Result::is_err) {
+            // Every call failed: the whole batch answers the first error.
+            results.swap_remove(0)?;
+        }
+        let mut outcomes: Vec<Option<StoreResult<EnqueueOutcome>>> =
+            jobs.iter().map(|_| None).collect();
         for ((_, indexes), result) in by_partition.iter().zip(results) {
-            for (&i, outcome) in indexes.iter().zip(result?) {
-                outcomes[i] = Some(outcome);
+            match result {
+                Ok(group) => {
+                    for (&i, outcome) in indexes.iter().zip(group) {
+                        outcomes[i] = Some(Ok(outcome));
+                    }
+                }
+                Err(err) => {
+                    let err = Arc::new(err);
+                    for &i in indexes {
+                        outcomes[i] = Some(Err(StoreError::Shared(err.clone())));
+                    }
+                }
             }
         }
         Ok(outcomes
             .into_iter()
-            .map(|o| o.ok_or_else(|| StoreError::reply("enqueue_jobs", "no outcome for a job")))
+            .map(|o| {
+                o.unwrap_or_else(|| Err(StoreError::reply("enqueue_jobs", "no outcome for a job")))
+            })
             .collect())
     }
 

@@ -41,7 +41,7 @@ fn stdout_json(out: &Output) -> Value {
     })
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .expect("bind")
         .local_addr()
@@ -50,7 +50,7 @@ fn free_port() -> u16 {
 }
 
 /// Starts `hookq serve` as a real process.
-fn spawn_serve(redis: &RedisServer, port: u16, extra_env: &[(&str, &str)]) -> Child {
+pub(crate) fn spawn_serve(redis: &RedisServer, port: u16, extra_env: &[(&str, &str)]) -> Child {
     let mut command = Command::new(BIN);
     command
         .arg("serve")
@@ -68,7 +68,7 @@ fn spawn_serve(redis: &RedisServer, port: u16, extra_env: &[(&str, &str)]) -> Ch
     command.spawn().expect("hookq serve starts")
 }
 
-async fn wait_ready(port: u16) {
+pub(crate) async fn wait_ready(port: u16) {
     wait_until(
         "hookq serve is ready",
         Duration::from_secs(30),
@@ -82,7 +82,7 @@ async fn wait_ready(port: u16) {
     .await;
 }
 
-fn signal(child: &Child, sig: &str) {
+pub(crate) fn signal(child: &Child, sig: &str) {
     let status = Command::new("kill")
         .arg(format!("-{sig}"))
         .arg(child.id().to_string())
@@ -91,7 +91,7 @@ fn signal(child: &Child, sig: &str) {
     assert!(status.success());
 }
 
-async fn wait_exit(child: &mut Child, deadline: Duration) -> std::process::ExitStatus {
+pub(crate) async fn wait_exit(child: &mut Child, deadline: Duration) -> std::process::ExitStatus {
     let until = std::time::Instant::now() + deadline;
     loop {
         if let Some(status) = child.try_wait().expect("try_wait") {

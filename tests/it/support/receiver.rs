@@ -196,6 +196,17 @@ impl Receiver {
         self.shared.requests().len()
     }
 
+    /// How many distinct values of header `name` arrived so far (e.g. job ids
+    /// in `webhook-id`), counted without copying the requests.
+    pub fn count_distinct(&self, name: &str) -> usize {
+        self.shared
+            .requests()
+            .iter()
+            .filter_map(|r| r.header(name))
+            .collect::<std::collections::HashSet<_>>()
+            .len()
+    }
+
     /// Waits until at least `n` requests arrived and returns all of them;
     /// panics, saying how many arrived, once `deadline` has passed.
     pub async fn wait_for_count(&self, n: usize, deadline: Duration) -> Vec<Recorded> {

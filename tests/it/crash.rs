@@ -1,0 +1,290 @@
+//! Breaking things on purpose: `kill -9` of daemons mid-run, and Redis at
+//! `maxmemory`. Short variants run in the normal suite; set
+//! `HOOKQ_CHAOS_JOBS=50000` for the long kill -9 run.
+
+use std::collections::{HashMap, HashSet};
+use std::process::Child;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use serde_json::{json, Value};
+
+use crate::ops::{free_port, signal, spawn_serve, wait_exit, wait_ready};
+use crate::support::receiver::{Receiver, Recorded, Reply};
+use crate::support::redis::RedisServer;
+use crate::support::wait_until;
+use crate::{get_json, post_json, start_daemon, test_config};
+
+/// Partitions of the daemons these tests spawn (`spawn_serve` sets 4).
+const PARTITIONS: u16 = 4;
+
+/// Ids currently under a lease, over every partition.
+async fn inflight_ids(redis: &RedisServer) -> HashSet<String> {
+    let mut conn = redis.conn().await;
+    let mut ids = HashSet::new();
+    for p in 0..PARTITIONS {
+        let members: Vec<String> = redis::cmd("ZRANGE")
+            .arg(format!("hookq:{{{p}}}:inflight"))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut conn)
+            .await
+            .expect("ZRANGE inflight");
+        ids.extend(members);
+    }
+    ids
+}
+
+fn chaos_env() -> [(&'static str, &'static str); 4] {
+    [
+        ("HOOKQ_DELIVERY__WORKERS", "64"),
+        ("HOOKQ_DELIVERY__TIMEOUT", "1s"),
+        ("HOOKQ_DELIVERY__LEASE_MARGIN", "300ms"),
+        ("HOOKQ_DELIVERY__RETRY", "[\"50ms\",\"100ms\",\"200ms\"]"),
+    ]
+}
+
+/// Two daemon processes share one Redis; one of them is killed with SIGKILL
+/// at random moments (and restarted) while jobs come due. Every job must be
+/// delivered, and every job delivered more than once must have been under a
+/// lease at one of the kills: duplicates are bounded by the work in flight.
+#[tokio::test]
+async fn kill_9_during_a_run_loses_no_job() {
+    let jobs: usize = std::env::var("HOOKQ_CHAOS_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3000);
+    let redis = RedisServer::start();
+    // A receiver that takes a few ms per request, so kills catch attempts
+    // in flight.
+    let receiver = Receiver::start(Arc::new(|_: &Recorded| Reply {
+        status: 200,
+        headers: Vec::new(),
+        body: Vec::new(),
+        delay: Some(Duration::from_millis(rand::rng().random_range(1..15))),
+    }))
+    .await;
+    let env = chaos_env();
+    let mut ports = [free_port(), free_port()];
+    let mut daemons: Vec<Child> = ports
+        .iter()
+        .map(|&p| spawn_serve(&redis, p, &env))
+        .collect();
+    for &p in &ports {
+        wait_ready(p).await;
+    }
+
+    // Due over the next few seconds, enqueued through both daemons.
+    let spread_ms = (jobs as u64 / 2).max(3000);
+    for (n, chunk) in (0..jobs).collect::<Vec<_>>().chunks(1000).enumerate() {
+        let batch: Vec<Value> = chunk
+            .iter()
+            .map(|i| json!({"id": format!("k-{i}"), "url": receiver.url("/"), "delay": format!("{}ms", (*i as u64 * 7919) % spread_ms)}))
+            .collect();
+        let base = format!("http://127.0.0.1:{}", ports[n % 2]);
+        let (status, answer) =
+            post_json(&format!("{base}/v1/jobs/batch"), json!({"jobs": batch})).await;
+        assert_eq!(status, 200, "{answer}");
+        assert!(answer["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .all(|r| r["status"] == 201));
+    }
+
+    let kills = 5;
+    let mut at_kills: Vec<HashSet<String>> = Vec::new();
+    for k in 0..kills {
+        let pause = rand::rng().random_range(150..500);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let victim = k % 2;
+        signal(&daemons[victim], "KILL");
+        let _ = wait_exit(&mut daemons[victim], Duration::from_secs(5)).await;
+        // The victim's leases stay in the in-flight set until they expire
+        // (1.3 s), so this read sees every attempt the kill interrupted.
+        at_kills.push(inflight_ids(&redis).await);
+        ports[victim] = free_port();
+        daemons[victim] = spawn_serve(&redis, ports[victim], &env);
+    }
+
+    let deadline = Duration::from_secs(30 + jobs as u64 / 200);
+    let until = tokio::time::Instant::now() + deadline;
+    while receiver.count() < jobs || receiver.count_distinct("webhook-id") < jobs {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "{} of {jobs} jobs delivered within {deadline:?}",
+            receiver.count_distinct("webhook-id")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for daemon in &mut daemons {
+        signal(daemon, "KILL");
+        let _ = wait_exit(daemon, Duration::from_secs(5)).await;
+    }
+
+    let mut deliveries: HashMap<String, usize> = HashMap::new();
+    for r in receiver.requests() {
+        if let Some(id) = r.header("webhook-id") {
+            *deliveries.entry(id.to_string()).or_default() += 1;
+        }
+    }
+    let lost = (0..jobs)
+        .filter(|i| !deliveries.contains_key(&format!("k-{i}")))
+        .count();
+    let duplicated: Vec<&String> = deliveries
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(id, _)| id)
+        .collect();
+    let duplicates: usize = deliveries.values().map(|n| n - 1).sum();
+    let interrupted: HashSet<&String> = at_kills.iter().flatten().collect();
+    let bound: usize = at_kills.iter().map(HashSet::len).sum();
+    eprintln!(
+        "kill -9: {jobs} jobs, {kills} kills, lost {lost}, duplicates {duplicates} \
+         (bound: {bound} attempts in flight at the kills, per kill {:?})",
+        at_kills.iter().map(HashSet::len).collect::<Vec<_>>()
+    );
+    assert_eq!(lost, 0, "every job is delivered at least once");
+    assert!(
+        duplicates <= bound,
+        "{duplicates} duplicates > {bound} in flight"
+    );
+    for id in duplicated {
+        assert!(
+            interrupted.contains(id),
+            "{id} was delivered twice but was not in flight at any kill"
+        );
+    }
+}
+
+/// Redis at `maxmemory` with `noeviction`: creates answer 503 with the JSON
+/// error and write nothing (every job record has its due-set entry and vice
+/// versa); once memory is freed, creates succeed again and the jobs accepted
+/// before the wall are delivered.
+#[tokio::test]
+async fn redis_at_maxmemory_answers_503_and_resumes() {
+    let redis =
+        RedisServer::start_with(&["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"]);
+    let receiver = Receiver::ok().await;
+    let config = test_config(&redis);
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+
+    // A few jobs due soon, then far-future ones until Redis is full.
+    let (status, early) = post_json(
+        &format!("{base}/v1/jobs/batch"),
+        json!({"jobs": (0..20).map(|i| json!({"id": format!("soon-{i}"), "url": receiver.url("/"), "delay": "1500ms"})).collect::<Vec<_>>()}),
+    )
+    .await;
+    assert_eq!(status, 200, "{early}");
+    let filler = "x".repeat(2000);
+    let mut accepted = 20;
+    let mut refused = 0;
+    for b in 0..200 {
+        let batch: Vec<Value> = (0..50)
+            .map(|i| json!({"id": format!("fill-{b}-{i}"), "url": receiver.url("/"), "delay": "1h", "body_text": filler}))
+            .collect();
+        let (status, answer) =
+            post_json(&format!("{base}/v1/jobs/batch"), json!({"jobs": batch})).await;
+        if status == 503 {
+            // Every partition call was refused: the whole batch answers.
+            assert_eq!(answer["error"]["code"], "redis_out_of_memory", "{answer}");
+            refused += 50;
+            break;
+        }
+        assert_eq!(status, 200, "{answer}");
+        for result in answer["results"].as_array().expect("results") {
+            match result["status"].as_u64() {
+                Some(201) => accepted += 1,
+                Some(503) => {
+                    assert_eq!(result["error"]["code"], "redis_out_of_memory", "{result}");
+                    assert!(result["error"]["message"].is_string());
+                    refused += 1;
+                }
+                other => panic!("unexpected item status {other:?}: {result}"),
+            }
+        }
+        if refused > 0 {
+            break;
+        }
+    }
+    assert!(refused > 0, "Redis reached maxmemory");
+    let (status, single) = post_json(
+        &format!("{base}/v1/jobs"),
+        json!({"id": "one-more", "url": receiver.url("/"), "delay": "1h", "body_text": filler}),
+    )
+    .await;
+    assert_eq!(
+        (status, &single["error"]["code"]),
+        (503, &json!("redis_out_of_memory"))
+    );
+
+    // Nothing half-written: job records and due-set members match one to one.
+    let mut conn = redis.conn().await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("hookq:*:job:*")
+        .query_async(&mut conn)
+        .await
+        .expect("KEYS");
+    let mut members = 0usize;
+    for p in 0..config.redis.partitions {
+        let n: usize = redis::cmd("ZCARD")
+            .arg(format!("hookq:{{{p}}}:due"))
+            .query_async(&mut conn)
+            .await
+            .expect("ZCARD");
+        members += n;
+    }
+    let mut scheduled = 0usize;
+    for key in &keys {
+        let (state, seq): (Option<String>, Option<String>) = redis::cmd("HMGET")
+            .arg(key)
+            .arg("state")
+            .arg("seq")
+            .query_async(&mut conn)
+            .await
+            .expect("HMGET");
+        if state.as_deref() != Some("scheduled") {
+            continue;
+        }
+        scheduled += 1;
+        let (prefix, id) = key.split_once(":job:").expect("job key");
+        let score: Option<f64> = redis::cmd("ZSCORE")
+            .arg(format!("{prefix}:due"))
+            .arg(format!("{}{id}", seq.unwrap_or_default()))
+            .query_async(&mut conn)
+            .await
+            .expect("ZSCORE");
+        assert!(score.is_some(), "{key} is scheduled but not in the due set");
+    }
+    assert_eq!(keys.len(), accepted, "one record per acknowledged job");
+    assert_eq!(members, scheduled, "no due-set member without its record");
+    assert!(!keys.iter().any(|k| k.ends_with(":job:one-more")));
+
+    // Free memory: creates work again and the early jobs get delivered.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("0")
+        .query_async(&mut conn)
+        .await
+        .expect("CONFIG SET");
+    let (status, created) = post_json(
+        &format!("{base}/v1/jobs"),
+        json!({"id": "after", "url": receiver.url("/")}),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let got = receiver.wait_for_count(21, Duration::from_secs(30)).await;
+    let ids: HashSet<&str> = got.iter().filter_map(|r| r.header("webhook-id")).collect();
+    assert!(ids.contains("after"));
+    assert_eq!(ids.iter().filter(|id| id.starts_with("soon-")).count(), 20);
+    wait_until(
+        "the early jobs are recorded delivered",
+        Duration::from_secs(10),
+        || async { get_json(&format!("{base}/v1/jobs/soon-0")).await.1["state"] == "delivered" },
+    )
+    .await;
+    daemon.stop().await.expect("clean stop");
+}
