@@ -5,6 +5,7 @@
 mod support;
 
 mod api;
+mod chaos;
 mod crash;
 mod delivery;
 mod engine;

@@ -1,0 +1,194 @@
+//! Endpoint chaos: a receiver written on raw TCP that, per connection, answers
+//! 200, answers 500, resets the connection, stalls forever, sends bytes that
+//! are not HTTP, or trickles a valid response a byte at a time. Every job must
+//! end delivered or dead per the ladder, none stuck in flight, and a healthy
+//! host next to it must get all its jobs. Set `HOOKQ_CHAOS_JOBS` for a longer
+//! run (default 300 jobs per host).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::support::receiver::Receiver;
+use crate::support::redis::RedisServer;
+use crate::support::wait_until;
+use crate::{get_json, post_json, start_daemon, test_config};
+
+/// What the chaos receiver does with one connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Behaviour {
+    Ok,
+    ServerError,
+    Reset,
+    Stall,
+    Garbage,
+    Trickle,
+}
+
+const BEHAVIOURS: [Behaviour; 6] = [
+    Behaviour::Ok,
+    Behaviour::ServerError,
+    Behaviour::Reset,
+    Behaviour::Stall,
+    Behaviour::Garbage,
+    Behaviour::Trickle,
+];
+
+/// Reads until the end of the request head (the bodies hookq sends here are
+/// small and arrive with it).
+async fn read_head(stream: &mut TcpStream) {
+    let mut buf = vec![0u8; 8192];
+    let mut seen = Vec::new();
+    while let Ok(Ok(n)) = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buf)).await
+    {
+        if n == 0 {
+            return;
+        }
+        seen.extend_from_slice(&buf[..n]);
+        if seen.windows(4).any(|w| w == b"\r\n\r\n") {
+            return;
+        }
+    }
+}
+
+async fn serve_connection(mut stream: TcpStream, behaviour: Behaviour) {
+    read_head(&mut stream).await;
+    const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok";
+    match behaviour {
+        Behaviour::Ok => {
+            let _ = stream.write_all(OK).await;
+        }
+        Behaviour::ServerError => {
+            let _ = stream
+                .write_all(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 4\r\nconnection: close\r\n\r\noops")
+                .await;
+        }
+        Behaviour::Reset => {
+            // SO_LINGER 0: closing sends RST instead of FIN.
+            let _ = stream.set_linger(Some(Duration::ZERO));
+            drop(stream);
+        }
+        Behaviour::Stall => {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
+        Behaviour::Garbage => {
+            let _ = stream
+                .write_all(b"\x00\xffTHIS IS NOT HTTP\r\n\r\n\x07")
+                .await;
+        }
+        Behaviour::Trickle => {
+            for byte in OK {
+                if stream.write_all(&[*byte]).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+        }
+    }
+}
+
+/// Starts the chaos receiver; returns its URL and a count of connections per
+/// behaviour.
+async fn chaos_receiver(
+    seed: u64,
+) -> (
+    String,
+    std::sync::Arc<std::sync::Mutex<HashMap<Behaviour, usize>>>,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/", listener.local_addr().expect("addr"));
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(HashMap::new()));
+    let counts = seen.clone();
+    tokio::spawn(async move {
+        let mut rng = StdRng::seed_from_u64(seed);
+        while let Ok((stream, _)) = listener.accept().await {
+            let behaviour = BEHAVIOURS[rng.random_range(0..BEHAVIOURS.len())];
+            if let Ok(mut c) = counts.lock() {
+                *c.entry(behaviour).or_insert(0) += 1;
+            }
+            tokio::spawn(serve_connection(stream, behaviour));
+        }
+    });
+    (url, seen)
+}
+
+#[tokio::test]
+async fn a_chaotic_endpoint_ends_every_job_delivered_or_dead() {
+    let jobs: usize = std::env::var("HOOKQ_CHAOS_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let seed: u64 = rand::rng().random();
+    eprintln!("endpoint chaos seed {seed}");
+    let (chaos_url, behaviours) = chaos_receiver(seed).await;
+    let healthy = Receiver::ok().await;
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    config.delivery.workers = 16;
+    config.delivery.per_host_concurrency = 4;
+    config.delivery.timeout = Duration::from_millis(300);
+    config.delivery.retry = vec![Duration::from_millis(20), Duration::from_millis(40)];
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+
+    let all: Vec<Value> = (0..jobs)
+        .flat_map(|i| {
+            [
+                json!({"id": format!("chaos-{i}"), "url": chaos_url, "delay": format!("{}ms", i % 500)}),
+                json!({"id": format!("fine-{i}"), "url": healthy.url("/"), "delay": format!("{}ms", i % 500)}),
+            ]
+        })
+        .collect();
+    for chunk in all.chunks(1000) {
+        let (status, answer) =
+            post_json(&format!("{base}/v1/jobs/batch"), json!({"jobs": chunk})).await;
+        assert_eq!(status, 200, "{answer}");
+    }
+
+    // The healthy host gets everything, whatever the other one does.
+    wait_until(
+        "the healthy host got every job",
+        Duration::from_secs(60),
+        || async { healthy.count_distinct("webhook-id") >= jobs },
+    )
+    .await;
+    // Every job ends: nothing scheduled, ready or in flight any more.
+    let stats_url = format!("{base}/v1/stats");
+    wait_until(
+        "every job is delivered or dead",
+        Duration::from_secs(60),
+        || async {
+            let (_, s) = get_json(&stats_url).await;
+            s["scheduled"] == 0 && s["ready"] == 0 && s["inflight"] == 0
+        },
+    )
+    .await;
+
+    let mut outcomes: HashMap<String, usize> = HashMap::new();
+    for i in 0..jobs {
+        let (status, view) = get_json(&format!("{base}/v1/jobs/chaos-{i}")).await;
+        assert_eq!(status, 200);
+        let state = view["state"].as_str().unwrap_or_default().to_string();
+        let attempts = view["attempts"].as_u64().unwrap_or(0);
+        match state.as_str() {
+            "delivered" => assert!((1..=3).contains(&attempts), "{view}"),
+            "dead" => assert_eq!(attempts, 3, "dead only after the whole ladder: {view}"),
+            other => panic!("chaos-{i} ended {other}: {view}"),
+        }
+        *outcomes.entry(state).or_default() += 1;
+    }
+    for i in (0..jobs).step_by(37) {
+        let (_, view) = get_json(&format!("{base}/v1/jobs/fine-{i}")).await;
+        assert_eq!(view["state"], "delivered", "{view}");
+    }
+    eprintln!(
+        "endpoint chaos: {jobs} chaotic jobs → {outcomes:?}; connections by behaviour {:?}; {jobs} healthy jobs all delivered",
+        behaviours.lock().map(|b| b.clone()).unwrap_or_default()
+    );
+    daemon.stop().await.expect("clean stop");
+}
