@@ -4,6 +4,7 @@
 
 mod support;
 
+mod abuse;
 mod api;
 mod chaos;
 mod crash;
