@@ -70,7 +70,7 @@ async fn serve_connection(mut stream: TcpStream, behaviour: Behaviour) {
         }
         Behaviour::Reset => {
             // SO_LINGER 0: closing sends RST instead of FIN.
-            let _ = stream.set_linger(Some(Duration::ZERO));
+            let _ = stream.set_zero_linger();
             drop(stream);
         }
         Behaviour::Stall => {
