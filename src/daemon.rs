@@ -91,14 +91,19 @@ impl Daemon {
         let clock = RedisClock::new();
         let scripts_loaded = Arc::new(AtomicBool::new(false));
 
-        let wake_url = config
-            .redis
-            .cluster_nodes
-            .first()
-            .cloned()
-            .unwrap_or_else(|| config.redis.url.clone());
-        let wake_client = redis::Client::open(wake_url.as_str())
-            .with_context(|| "config key `redis.url`: cannot build a Redis client")?;
+        let wake_urls = if config.redis.cluster_nodes.is_empty() {
+            vec![config.redis.url.clone()]
+        } else {
+            config.redis.cluster_nodes.clone()
+        };
+        let wake_clients = wake_urls
+            .iter()
+            .map(|url| {
+                redis::Client::open(url.as_str()).with_context(|| {
+                    format!("config key `redis.url`/`redis.cluster_nodes`: cannot use `{url}`")
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
 
         let state = AppState {
             store: store.clone(),
@@ -130,7 +135,7 @@ impl Daemon {
                     clock.observe(now);
                 }
                 let subscriber = tokio::spawn(wake::run_subscriber(
-                    wake_client,
+                    wake_clients,
                     store.keys().wake_channel(),
                     signals.clone(),
                     token.child_token(),

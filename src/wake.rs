@@ -99,19 +99,27 @@ impl Signals {
 }
 
 /// Subscribes to the wake channel until `token` is cancelled, reconnecting
-/// with backoff and pinging as a watchdog.
+/// with backoff and pinging as a watchdog. With several `clients` (the seed
+/// nodes of a Redis Cluster, where a `PUBLISH` reaches every node) a failed
+/// connection moves on to the next one, so a dead node does not stop
+/// wakeups.
 pub async fn run_subscriber(
-    client: redis::Client,
+    clients: Vec<redis::Client>,
     channel: String,
     signals: Arc<Signals>,
     token: CancellationToken,
 ) {
     let mut backoff = Duration::from_millis(100);
+    let mut next = 0usize;
     loop {
+        let Some(client) = clients.get(next % clients.len().max(1)) else {
+            return;
+        };
+        next += 1;
         let subscribed = tokio::select! {
             biased;
             _ = token.cancelled() => return,
-            r = tokio::time::timeout(crate::store::CONNECT_TIMEOUT, subscribe(&client, &channel)) => r,
+            r = tokio::time::timeout(crate::store::CONNECT_TIMEOUT, subscribe(client, &channel)) => r,
         };
         match subscribed {
             Ok(Ok(pubsub)) => {

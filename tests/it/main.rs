@@ -7,6 +7,7 @@ mod support;
 mod abuse;
 mod api;
 mod chaos;
+mod cluster;
 mod crash;
 mod delivery;
 mod engine;

@@ -3,6 +3,7 @@
 //! ([`receiver::Receiver`]), condition waits with deadlines, and test logging.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod receiver;
 pub mod redis;
 
