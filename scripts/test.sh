@@ -41,6 +41,11 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 echo "== $(redis-server --version | cut -d' ' -f1-3)"
 
+# faketime (libfaketime): the clock-skew test runs daemons with shifted clocks.
+if ! command -v faketime >/dev/null 2>&1; then
+  apt_install faketime
+fi
+
 # python3 + standardwebhooks: the delivery tests check signatures with it.
 if ! command -v python3 >/dev/null 2>&1; then
   apt_install python3 python3-pip

@@ -192,3 +192,124 @@ async fn a_chaotic_endpoint_ends_every_job_delivered_or_dead() {
     );
     daemon.stop().await.expect("clean stop");
 }
+
+/// Starts `hookq serve` under libfaketime with its clock shifted by `shift`
+/// (e.g. `+5m`); stderr (the log) is captured.
+fn spawn_skewed(redis: &RedisServer, port: u16, shift: &str) -> std::process::Child {
+    std::process::Command::new("faketime")
+        .args(["-f", shift, env!("CARGO_BIN_EXE_hookq"), "serve"])
+        .env("HOOKQ_REDIS__URL", redis.url())
+        .env("HOOKQ_REDIS__PARTITIONS", "4")
+        .env("HOOKQ_API__LISTEN", format!("127.0.0.1:{port}"))
+        .env("HOOKQ_DELIVERY__ALLOW_PRIVATE", "true")
+        .env("HOOKQ_LOG__LEVEL", "warn")
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .env_remove("HOOKQ_CONFIG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("faketime hookq serve starts")
+}
+
+/// Seconds between the first log line's timestamp and the real clock: proves
+/// the skew reached the daemon.
+fn log_skew_seconds(child: &mut std::process::Child) -> i64 {
+    use std::io::BufRead;
+    let stderr = child.stderr.take().expect("piped stderr");
+    let line = std::io::BufReader::new(stderr)
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.contains("20"))
+        .expect("a log line");
+    let clean: String = line.chars().filter(|c| !c.is_control()).collect();
+    let start = clean.find("20").expect("a timestamp");
+    let rest = &clean[start..];
+    let stamp = &rest[..rest.find('Z').map(|z| z + 1).unwrap_or(rest.len())];
+    let logged = time::OffsetDateTime::parse(stamp, &time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|e| panic!("log timestamp {stamp:?}: {e}"));
+    (logged - time::OffsetDateTime::now_utc()).whole_seconds()
+}
+
+/// Two daemons whose local clocks are 5 minutes ahead and 5 minutes behind
+/// share one Redis: no job is delivered before its due time or twice, since
+/// Redis `TIME` is the only clock that decides.
+#[tokio::test]
+async fn daemons_with_skewed_clocks_are_never_early_nor_double() {
+    if std::process::Command::new("faketime")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        panic!("faketime is missing: scripts/test.sh installs it (apt-get install faketime)");
+    }
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let ports = [crate::ops::free_port(), crate::ops::free_port()];
+    let mut ahead = spawn_skewed(&redis, ports[0], "+5m");
+    let mut behind = spawn_skewed(&redis, ports[1], "-5m");
+    let skews = [log_skew_seconds(&mut ahead), log_skew_seconds(&mut behind)];
+    assert!(
+        (290..=310).contains(&skews[0]),
+        "clock ahead by {}s",
+        skews[0]
+    );
+    assert!(
+        (-310..=-290).contains(&skews[1]),
+        "clock behind by {}s",
+        skews[1]
+    );
+    for port in ports {
+        crate::ops::wait_ready(port).await;
+    }
+
+    let jobs = 300;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    let due: Vec<i64> = (0..jobs)
+        .map(|i| now + 1000 + (i as i64 * 13) % 2000)
+        .collect();
+    for (half, port) in ports.iter().enumerate() {
+        let items: Vec<Value> = (0..jobs)
+            .filter(|i| i % 2 == half)
+            .map(|i| json!({"id": format!("skew-{i}"), "url": receiver.url("/"), "run_at": due[i]}))
+            .collect();
+        let (status, answer) = post_json(
+            &format!("http://127.0.0.1:{port}/v1/jobs/batch"),
+            json!({"jobs": items}),
+        )
+        .await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    let got = receiver.wait_for_count(jobs, Duration::from_secs(30)).await;
+    let settle = receiver.count();
+    let mut early = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for r in &got {
+        let id = r.header("webhook-id").unwrap_or_default().to_string();
+        let i: usize = id.trim_start_matches("skew-").parse().expect("id");
+        let at = r
+            .received_at
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_millis() as i64;
+        if at < due[i] {
+            early.push((id.clone(), due[i] - at));
+        }
+        assert!(seen.insert(id.clone()), "{id} delivered twice");
+    }
+    for child in [&mut ahead, &mut behind] {
+        crate::ops::signal(child, "KILL");
+        let _ = crate::ops::wait_exit(child, Duration::from_secs(5)).await;
+    }
+    eprintln!(
+        "clock skew: daemons at {:+}s and {:+}s, {jobs} jobs, {} deliveries, early {early:?}",
+        skews[0], skews[1], settle
+    );
+    assert!(
+        early.is_empty(),
+        "delivered before due (id, ms early): {early:?}"
+    );
+    assert_eq!(seen.len(), jobs);
+}
