@@ -17,21 +17,17 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::store::{Claimed, Store, StoreError};
+use crate::store::{Claimed, Store, StoreError, StoreResult};
 
 /// Most jobs recorded by one script call (bounds the script's run time).
 pub const MAX_BATCH: usize = 256;
-
-/// What an attempt task gets back: whether the outcome was recorded (false:
-/// the lease was stale), or the Redis error shared by the whole batch.
-pub type CompletionResult = Result<bool, Arc<StoreError>>;
 
 struct Pending {
     partition: u16,
     id: String,
     attempt: u32,
     record: String,
-    reply: oneshot::Sender<CompletionResult>,
+    reply: oneshot::Sender<StoreResult<bool>>,
 }
 
 /// The handle attempt tasks record successes through.
@@ -49,8 +45,10 @@ impl Completions {
         Completions { queue }
     }
 
-    /// Records a 2xx for `job`; waits until Redis has answered.
-    pub async fn complete(&self, job: &Claimed, record: String) -> CompletionResult {
+    /// Records a 2xx for `job`; waits until Redis has answered. True when
+    /// recorded, false when the lease was stale; a failed call gives every
+    /// job of its batch the same error ([`StoreError::Shared`]).
+    pub async fn complete(&self, job: &Claimed, record: String) -> StoreResult<bool> {
         let (reply, answer) = oneshot::channel();
         let pending = Pending {
             partition: job.partition,
@@ -60,16 +58,16 @@ impl Completions {
             reply,
         };
         if self.queue.send(pending).is_err() {
-            return Err(Arc::new(StoreError::reply(
+            return Err(StoreError::reply(
                 "complete_jobs",
                 "the completion flusher has stopped",
-            )));
+            ));
         }
         answer.await.unwrap_or_else(|_| {
-            Err(Arc::new(StoreError::reply(
+            Err(StoreError::reply(
                 "complete_jobs",
                 "the completion flusher dropped the job",
-            )))
+            ))
         })
     }
 }
@@ -111,7 +109,7 @@ async fn record(store: &Store, p: u16, jobs: Vec<Pending>) {
         Err(err) => {
             let err = Arc::new(err);
             for job in jobs {
-                let _ = job.reply.send(Err(err.clone()));
+                let _ = job.reply.send(Err(StoreError::Shared(err.clone())));
             }
         }
     }
