@@ -104,10 +104,7 @@ async fn slow_body(addr: std::net::SocketAddr, stop: tokio_util::sync::Cancellat
 
 #[tokio::test]
 async fn thousands_of_malformed_requests_get_no_5xx_and_valid_traffic_flows() {
-    let requests: usize = std::env::var("HOOKQ_ABUSE_REQUESTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000);
+    let requests = crate::env_count("HOOKQ_ABUSE_REQUESTS", 10_000);
     let redis = RedisServer::start();
     let config = test_config(&redis);
     let daemon = start_daemon(&config).await;

@@ -119,10 +119,7 @@ async fn chaos_receiver(
 
 #[tokio::test]
 async fn a_chaotic_endpoint_ends_every_job_delivered_or_dead() {
-    let jobs: usize = std::env::var("HOOKQ_CHAOS_JOBS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(300);
+    let jobs = crate::env_count("HOOKQ_CHAOS_JOBS", 300);
     let seed: u64 = rand::rng().random();
     eprintln!("endpoint chaos seed {seed}");
     let (chaos_url, behaviours) = chaos_receiver(seed).await;
@@ -196,16 +193,10 @@ async fn a_chaotic_endpoint_ends_every_job_delivered_or_dead() {
 /// Starts `hookq serve` under libfaketime with its clock shifted by `shift`
 /// (e.g. `+5m`); stderr (the log) is captured.
 fn spawn_skewed(redis: &RedisServer, port: u16, shift: &str) -> std::process::Child {
-    std::process::Command::new("faketime")
-        .args(["-f", shift, env!("CARGO_BIN_EXE_hookq"), "serve"])
-        .env("HOOKQ_REDIS__URL", redis.url())
-        .env("HOOKQ_REDIS__PARTITIONS", "4")
-        .env("HOOKQ_API__LISTEN", format!("127.0.0.1:{port}"))
-        .env("HOOKQ_DELIVERY__ALLOW_PRIVATE", "true")
-        .env("HOOKQ_LOG__LEVEL", "warn")
+    let mut faketime = std::process::Command::new("faketime");
+    faketime.args(["-f", shift, env!("CARGO_BIN_EXE_hookq")]);
+    crate::ops::serve_command(faketime, redis, port)
         .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-        .env_remove("HOOKQ_CONFIG")
-        .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("faketime hookq serve starts")

@@ -15,10 +15,7 @@ use crate::support::wait_until;
 use crate::{post_json, start_daemon, test_config};
 
 fn cluster_jobs() -> usize {
-    std::env::var("HOOKQ_CLUSTER_JOBS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3000)
+    crate::env_count("HOOKQ_CLUSTER_JOBS", 3000)
 }
 
 fn cluster_config(cluster: &RedisCluster) -> hookq::config::Config {

@@ -51,10 +51,7 @@ fn chaos_env() -> [(&'static str, &'static str); 4] {
 /// lease at one of the kills: duplicates are bounded by the work in flight.
 #[tokio::test]
 async fn kill_9_during_a_run_loses_no_job() {
-    let jobs: usize = std::env::var("HOOKQ_CHAOS_JOBS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3000);
+    let jobs = crate::env_count("HOOKQ_CHAOS_JOBS", 3000);
     let redis = RedisServer::start();
     // A receiver that takes a few ms per request, so kills catch attempts
     // in flight.

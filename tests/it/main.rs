@@ -36,6 +36,15 @@ pub fn test_config(redis: &RedisServer) -> Config {
     config
 }
 
+/// A size knob for the long variant of a test: the number in environment
+/// variable `name`, or `default` (the short run of the normal suite).
+pub fn env_count(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Starts a daemon with `config`.
 pub async fn start_daemon(config: &Config) -> Daemon {
     support::init_tracing();

@@ -51,7 +51,18 @@ pub(crate) fn free_port() -> u16 {
 
 /// Starts `hookq serve` as a real process.
 pub(crate) fn spawn_serve(redis: &RedisServer, port: u16, extra_env: &[(&str, &str)]) -> Child {
-    let mut command = Command::new(BIN);
+    let mut command = serve_command(Command::new(BIN), redis, port);
+    command.stderr(Stdio::inherit());
+    for (k, v) in extra_env {
+        command.env(k, v);
+    }
+    command.spawn().expect("hookq serve starts")
+}
+
+/// `command` (`hookq` itself, or a wrapper such as `faketime ... hookq`)
+/// completed with `serve` and the test environment: `redis`, 4 partitions,
+/// the API on `port`, private targets allowed, warnings only.
+pub(crate) fn serve_command(mut command: Command, redis: &RedisServer, port: u16) -> Command {
     command
         .arg("serve")
         .env("HOOKQ_REDIS__URL", redis.url())
@@ -60,12 +71,8 @@ pub(crate) fn spawn_serve(redis: &RedisServer, port: u16, extra_env: &[(&str, &s
         .env("HOOKQ_DELIVERY__ALLOW_PRIVATE", "true")
         .env("HOOKQ_LOG__LEVEL", "warn")
         .env_remove("HOOKQ_CONFIG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-    for (k, v) in extra_env {
-        command.env(k, v);
-    }
-    command.spawn().expect("hookq serve starts")
+        .stdout(Stdio::null());
+    command
 }
 
 pub(crate) async fn wait_ready(port: u16) {
