@@ -405,11 +405,41 @@ fn job(id: String, url: String, due_ms: i64) -> JobInput {
 /// One scenario's figures from one run.
 type Figures = HashMap<&'static str, f64>;
 
+/// POSTs every body to `url` from `clients` concurrent tasks; each answer
+/// must have status `expected`. Returns the seconds it took.
+async fn post_all(url: &str, bodies: Vec<String>, clients: usize, expected: u16) -> Res<f64> {
+    let client = reqwest::Client::new();
+    let bodies = Arc::new(bodies);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for worker in 0..clients {
+        let (client, url, bodies) = (client.clone(), url.to_string(), bodies.clone());
+        tasks.push(tokio::spawn(async move {
+            for body in bodies.iter().skip(worker).step_by(clients) {
+                let r = client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .body(body.clone())
+                    .send()
+                    .await?;
+                if r.status() != expected {
+                    return Err::<(), Box<dyn std::error::Error + Send + Sync>>(
+                        format!("{url} answered {}", r.status()).into(),
+                    );
+                }
+            }
+            Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
 async fn ingest_batch(redis: &Redis, n: usize) -> Res<Figures> {
     redis.flush().await?;
     let daemon = Daemon::start(config(redis)).await?;
-    let url = format!("{}/v1/jobs/batch", daemon.url());
-    let client = reqwest::Client::new();
     // Request bodies are encoded before the clock starts: the load generator
     // shares the machine, and its JSON encoding is not hookq's cost.
     let batches = n / 1000;
@@ -421,74 +451,23 @@ async fn ingest_batch(redis: &Redis, n: usize) -> Res<Figures> {
             json!({ "jobs": jobs }).to_string()
         })
         .collect();
-    let bodies = Arc::new(bodies);
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for worker in 0..4 {
-        let (client, url, bodies) = (client.clone(), url.clone(), bodies.clone());
-        tasks.push(tokio::spawn(async move {
-            for body in bodies.iter().skip(worker).step_by(4) {
-                let r = client
-                    .post(&url)
-                    .header("content-type", "application/json")
-                    .body(body.clone())
-                    .send()
-                    .await?;
-                if r.status() != 200 {
-                    return Err::<(), Box<dyn std::error::Error + Send + Sync>>(
-                        format!("batch answered {}", r.status()).into(),
-                    );
-                }
-            }
-            Ok(())
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
-    let rate = (batches * 1000) as f64 / started.elapsed().as_secs_f64();
+    let took = post_all(&format!("{}/v1/jobs/batch", daemon.url()), bodies, 4, 200).await?;
     daemon.stop().await?;
-    Ok(HashMap::from([("jobs_per_s", rate)]))
+    Ok(HashMap::from([(
+        "jobs_per_s",
+        (batches * 1000) as f64 / took,
+    )]))
 }
 
 async fn ingest_single(redis: &Redis, n: usize) -> Res<Figures> {
     redis.flush().await?;
     let daemon = Daemon::start(config(redis)).await?;
-    let url = format!("{}/v1/jobs", daemon.url());
-    let client = reqwest::Client::new();
-    let bodies: Arc<Vec<String>> = Arc::new(
-        (0..n)
-            .map(|i| json!({"id": format!("is-{i}"), "url": "http://127.0.0.1:9/", "delay": "1h", "body": {"n": i}}).to_string())
-            .collect(),
-    );
-    let started = Instant::now();
-    let concurrency = 32;
-    let mut tasks = Vec::new();
-    for worker in 0..concurrency {
-        let (client, url, bodies) = (client.clone(), url.clone(), bodies.clone());
-        tasks.push(tokio::spawn(async move {
-            for body in bodies.iter().skip(worker).step_by(concurrency) {
-                let r = client
-                    .post(&url)
-                    .header("content-type", "application/json")
-                    .body(body.clone())
-                    .send()
-                    .await?;
-                if r.status() != 201 {
-                    return Err::<(), Box<dyn std::error::Error + Send + Sync>>(
-                        format!("create answered {}", r.status()).into(),
-                    );
-                }
-            }
-            Ok(())
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
-    let rate = n as f64 / started.elapsed().as_secs_f64();
+    let bodies: Vec<String> = (0..n)
+        .map(|i| json!({"id": format!("is-{i}"), "url": "http://127.0.0.1:9/", "delay": "1h", "body": {"n": i}}).to_string())
+        .collect();
+    let took = post_all(&format!("{}/v1/jobs", daemon.url()), bodies, 32, 201).await?;
     daemon.stop().await?;
-    Ok(HashMap::from([("requests_per_s", rate)]))
+    Ok(HashMap::from([("requests_per_s", n as f64 / took)]))
 }
 
 /// n jobs all due at the same moment; rate = n / (last 2xx − due).

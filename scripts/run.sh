@@ -14,17 +14,8 @@ cd "$(dirname "$0")/.."
 REDIS_URL="${REDIS_URL:-${HOOKQ_REDIS__URL:-redis://127.0.0.1:6379/0}}"
 export HOOKQ_REDIS__URL="$REDIS_URL"
 
-# Run a command as root: directly, through sudo, or fail saying why.
-as_root() {
-  if [ "$(id -u)" -eq 0 ]; then
-    "$@"
-  elif command -v sudo >/dev/null 2>&1; then
-    sudo "$@"
-  else
-    echo "need root (or sudo) to run: $*" >&2
-    exit 1
-  fi
-}
+# as_root, apt_install
+source scripts/lib.sh
 
 # True if the Redis at REDIS_URL answers PONG.
 redis_answers() {
@@ -32,9 +23,7 @@ redis_answers() {
 }
 
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
-  echo "== installing redis-server"
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+  apt_install redis-server
 fi
 
 if redis_answers; then
