@@ -12,7 +12,8 @@
     ARGV[3] default lease in ms
   Output:
     {now, more, id1, attempt1, due1, spec1, id2, ...}: `more` is 1 when N ids
-    were popped (the list may hold more), 0 when the list ran dry.
+    were taken (the list may hold more), 0 when the list ran dry.
+    TRYAGAIN, with nothing changed, while the partition's slot is migrating.
 ]]
 local rcall = redis.call
 local t = rcall('TIME')
@@ -21,15 +22,24 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_s = tostring(now)
 local want = tonumber(ARGV[1])
 
-local ids = rcall('LPOP', KEYS[1], want)
+local ids = rcall('LRANGE', KEYS[1], 0, want - 1)
 local out = {now, 0}
-if not ids then return out end
+if #ids == 0 then return out end
 if #ids == want then out[2] = 1 end
 
+-- Read pass: every job record before the first write (see the prelude).
+local fields = {}
+for i, id in ipairs(ids) do
+  local f = rcall('HMGET', ARGV[2] .. id, 'state', 'att', 'due', 'job', 'lease')
+  if not f[1] and slot_moving_once(KEYS[1]) then return try_again() end
+  fields[i] = f
+end
+rcall('LTRIM', KEYS[1], #ids, -1)
+
 local leases = {}
-for _, id in ipairs(ids) do
+for i, id in ipairs(ids) do
   local key = ARGV[2] .. id
-  local f = rcall('HMGET', key, 'state', 'att', 'due', 'job', 'lease')
+  local f = fields[i]
   if f[1] == 'ready' then
     local attempt = tonumber(f[2]) + 1
     local lease = tonumber(f[5]) or tonumber(ARGV[3])

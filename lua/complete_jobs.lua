@@ -16,7 +16,8 @@
     ARGV[6] its attempt record JSON
   Output:
     {r1, r2, ...} one per job, in order: 1 recorded, 0 stale (the lease was
-    taken over or the job was cancelled; nothing changed for that job)
+    taken over or the job was cancelled; nothing changed for that job).
+    TRYAGAIN, with nothing changed, while the partition's slot is migrating.
 ]]
 local rcall = redis.call
 local t = rcall('TIME')
@@ -25,13 +26,24 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_s = tostring(now)
 local retention = ARGV[3]
 
+-- Read pass: every key to be written, before the first write (see the
+-- prelude). A history list may rightly be absent (a first attempt).
+local current = {}
+for i = 4, #ARGV, 3 do
+  local key, hist = ARGV[1] .. ARGV[i], ARGV[2] .. ARGV[i]
+  local f = rcall('HMGET', key, 'state', 'att')
+  if (not f[1] or rcall('EXISTS', hist) == 0) and slot_moving_once(KEYS[1]) then
+    return try_again()
+  end
+  current[i] = f[1] == 'inflight' and f[2] == ARGV[i + 1]
+end
+
 local out = {}
 local done = {}
 for i = 4, #ARGV, 3 do
-  local id, token = ARGV[i], ARGV[i + 1]
+  local id = ARGV[i]
   local key = ARGV[1] .. id
-  local f = rcall('HMGET', key, 'state', 'att')
-  if f[1] == 'inflight' and f[2] == token then
+  if current[i] then
     local hist = ARGV[2] .. id
     rcall('HSET', key, 'state', 'delivered', 'ut', now_s)
     if rcall('LPUSH', hist, ARGV[i + 2]) > 20 then rcall('LTRIM', hist, 0, 19) end

@@ -25,7 +25,8 @@
   Output:
     {now, code1, state1, due1, code2, ...}, per job in order:
     code 0 created, 1 an identical job exists (nothing changed), 2 the id
-    exists with different content (nothing changed)
+    exists with different content (nothing changed).
+    TRYAGAIN, with nothing changed, while the partition's slot is migrating.
 ]]
 local rcall = redis.call
 local t = rcall('TIME')
@@ -45,7 +46,12 @@ for i = 4, #ARGV, 6 do
     existing = prior
   else
     local f = rcall('HMGET', ARGV[1] .. id, 'job', 'state', 'due')
-    if f[1] then existing = {f[1], f[2], tonumber(f[3]) or 0} end
+    if f[1] then
+      existing = {f[1], f[2], tonumber(f[3]) or 0}
+    elseif slot_moving_once(KEYS[1]) then
+      -- The id may exist on the other node of the migration.
+      return try_again()
+    end
   end
   if existing then
     local code = 2

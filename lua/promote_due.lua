@@ -11,6 +11,7 @@
   Output:
     {moved, next_due, now}: next_due is the score of the earliest job left in
     the due set, or -1 when it is empty.
+    TRYAGAIN, with nothing changed, while the partition's slot is migrating.
 ]]
 local rcall = redis.call
 local t = rcall('TIME')
@@ -19,19 +20,26 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_s = tostring(now)
 
 local members = rcall('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[1]))
-local moved = #members
-if moved > 0 then
-  local ids = {}
-  for i, member in ipairs(members) do
-    local id = string.sub(member, 13)
-    ids[i] = id
-    -- `seq` stays: it only means something while the state is `scheduled`.
-    rcall('HSET', ARGV[2] .. id, 'state', 'ready', 'ut', now_s)
+-- Read pass: every job record must be here before anything is written. A
+-- member whose record is gone outside a migration (deleted by hand) is only
+-- dropped from the due set.
+local ids = {}
+for _, member in ipairs(members) do
+  local id = string.sub(member, 13)
+  if rcall('EXISTS', ARGV[2] .. id) == 1 then
+    ids[#ids + 1] = id
+  elseif slot_moving_once(KEYS[1]) then
+    return try_again()
   end
-  rcall('ZREM', KEYS[1], unpack(members))
-  if rcall('RPUSH', KEYS[2], unpack(ids)) == moved then
-    rcall('PUBLISH', ARGV[3], 'r' .. ARGV[4])
-  end
+end
+local moved = #ids
+for _, id in ipairs(ids) do
+  -- `seq` stays: it only means something while the state is `scheduled`.
+  rcall('HSET', ARGV[2] .. id, 'state', 'ready', 'ut', now_s)
+end
+if #members > 0 then rcall('ZREM', KEYS[1], unpack(members)) end
+if moved > 0 and rcall('RPUSH', KEYS[2], unpack(ids)) == moved then
+  rcall('PUBLISH', ARGV[3], 'r' .. ARGV[4])
 end
 
 local head = rcall('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

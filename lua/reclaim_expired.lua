@@ -19,16 +19,28 @@
   Output:
     {reclaimed, dead_lettered, next_deadline, now}: next_deadline is the
     earliest lease left in the set, or -1 when it is empty.
+    TRYAGAIN, with nothing changed, while the partition's slot is migrating.
 ]]
 local rcall = redis.call
 local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local ids = rcall('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[1]))
+-- Read pass: every key to be written, before the first write (see the
+-- prelude). A history list may rightly be absent (a first attempt).
+local fields = {}
+for i, id in ipairs(ids) do
+  local f = rcall('HMGET', ARGV[2] .. id, 'state', 'att', 'max', 'job')
+  if (not f[1] or rcall('EXISTS', ARGV[3] .. id) == 0) and slot_moving_once(KEYS[1]) then
+    return try_again()
+  end
+  fields[i] = f
+end
+
 local requeued, dead = 0, 0
-for _, id in ipairs(ids) do
+for i, id in ipairs(ids) do
   local key = ARGV[2] .. id
-  local f = rcall('HMGET', key, 'state', 'att', 'max', 'job')
+  local f = fields[i]
   if f[1] == 'inflight' then
     local record = cjson.encode({at = now, error = 'lease_expired',
       message = 'the attempt lease expired before an outcome was recorded'})

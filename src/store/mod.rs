@@ -6,6 +6,7 @@
 //! job hashes and history lists, the `due` zset, the `ready` list, the
 //! `inflight` zset of leases, the `dead` stream and the `seq` counter.
 
+pub mod cluster;
 pub mod keys;
 pub mod listing;
 pub mod scripts;
@@ -14,12 +15,12 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Value};
 use std::sync::Arc;
 
 use crate::config::Config;
 use crate::job::{Due, JobSpec, JobView, State};
+pub use cluster::ClusterConn;
 pub use keys::Keys;
 use scripts::{ScriptDef, Scripts};
 
@@ -66,8 +67,8 @@ pub type StoreResult<T> = Result<T, StoreError>;
 pub enum RedisConn {
     /// One Redis server (auto-reconnecting, multiplexed).
     Single(ConnectionManager),
-    /// A Redis Cluster (follows MOVED/ASK, reconnects).
-    Cluster(ClusterConnection),
+    /// A Redis Cluster (follows MOVED/ASK, rebuilds itself after a failover).
+    Cluster(ClusterConn),
 }
 
 impl ConnectionLike for RedisConn {
@@ -100,6 +101,11 @@ impl ConnectionLike for RedisConn {
 
 /// How long one Redis command may take before it counts as failed.
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How many times the cluster client itself retries a call (after MOVED,
+/// ASK, TRYAGAIN or a lost connection) before the caller sees the error.
+pub const CLUSTER_RETRIES: u32 = 3;
+/// Bounds of the cluster client's wait before such a retry, in ms.
+pub const CLUSTER_RETRY_WAIT_MS: (u64, u64) = (10, 200);
 /// How long connecting to Redis may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -419,8 +425,15 @@ impl Store {
                 redis::cluster::ClusterClientBuilder::new(config.redis.cluster_nodes.clone())
                     .connection_timeout(CONNECT_TIMEOUT)
                     .response_timeout(RESPONSE_TIMEOUT)
+                    // Callers have their own backoff; a call to a lost node
+                    // should fail soon and let the connection be rebuilt.
+                    .retries(CLUSTER_RETRIES)
+                    // redis-rs waits at least 1.28 s before a retry by
+                    // default; a slot being moved is usually settled in ms.
+                    .min_retry_wait(CLUSTER_RETRY_WAIT_MS.0)
+                    .max_retry_wait(CLUSTER_RETRY_WAIT_MS.1)
                     .build()?;
-            RedisConn::Cluster(client.get_async_connection().await?)
+            RedisConn::Cluster(ClusterConn::connect(client).await?)
         };
         Ok(Store::with_conn(conn, config))
     }
@@ -457,14 +470,7 @@ impl Store {
     pub async fn load_scripts(&self) -> StoreResult<()> {
         let mut conn = self.conn.clone();
         for (_, script) in self.scripts.iter() {
-            match &mut conn {
-                RedisConn::Single(c) => {
-                    script.prepare_invoke().load_async(c).await?;
-                }
-                RedisConn::Cluster(c) => {
-                    script.prepare_invoke().load_async(c).await?;
-                }
-            }
+            script.prepare_invoke().load_async(&mut conn).await?;
         }
         Ok(())
     }

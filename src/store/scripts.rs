@@ -81,6 +81,10 @@ pub const ALL: &[&ScriptDef] = &[
     &DEFER_JOB,
 ];
 
+/// Shared Lua helpers prepended to every script (`slot_moving`, `try_again`:
+/// how a script gives up unchanged during a cluster slot migration).
+pub const PRELUDE: &str = include_str!("../../lua/prelude.lua");
+
 /// The compiled scripts (with their SHA1s), built once per store.
 pub struct Scripts {
     /// Indexed like [`ALL`].
@@ -88,10 +92,13 @@ pub struct Scripts {
 }
 
 impl Scripts {
-    /// Compiles every script of [`ALL`].
+    /// Compiles every script of [`ALL`], each after the [`PRELUDE`].
     pub fn new() -> Self {
         Scripts {
-            compiled: ALL.iter().map(|d| Script::new(d.source)).collect(),
+            compiled: ALL
+                .iter()
+                .map(|d| Script::new(&format!("{PRELUDE}\n{}", d.source)))
+                .collect(),
         }
     }
 
