@@ -207,8 +207,12 @@ struct Redis {
 
 impl Redis {
     fn start() -> Res<Redis> {
+        Redis::start_with(free_port()?, &[])
+    }
+
+    /// A `redis-server` on `port` with `extra` arguments after the bench's own.
+    fn start_with(port: u16, extra: &[&str]) -> Res<Redis> {
         let dir = tempfile::tempdir()?;
-        let port = free_port()?;
         let child = Command::new("redis-server")
             .args([
                 "--port",
@@ -223,6 +227,7 @@ impl Redis {
                 "--hash-max-listpack-value",
                 "1024",
             ])
+            .args(extra)
             .arg("--dir")
             .arg(dir.path())
             .stdout(Stdio::null())
@@ -328,6 +333,94 @@ impl Drop for Redis {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A Redis Cluster of three masters (no replicas) on loopback, for the
+/// single-vs-cluster delivery comparison.
+struct Cluster {
+    nodes: Vec<Redis>,
+}
+
+impl Cluster {
+    fn start() -> Res<Cluster> {
+        let mut nodes = Vec::new();
+        while nodes.len() < 3 {
+            // The cluster bus listens on port + 10000.
+            let port = free_port()?;
+            if port < 55_000 {
+                nodes.push(Redis::start_with(
+                    port,
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                    ],
+                )?);
+            }
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let created = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .status()?;
+        if !created.success() {
+            return Err("redis-cli --cluster create failed".into());
+        }
+        let cluster = Cluster { nodes };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !cluster.nodes.iter().all(|n| {
+            Command::new("redis-cli")
+                .args(["-p", &n.port.to_string(), "CLUSTER", "INFO"])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).contains("cluster_state:ok"))
+                .unwrap_or(false)
+        }) {
+            if Instant::now() > deadline {
+                return Err("the cluster did not become ok".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(cluster)
+    }
+
+    fn config(&self) -> Config {
+        let mut c = config(&self.nodes[0]);
+        c.redis.cluster_nodes = self
+            .nodes
+            .iter()
+            .map(|n| format!("redis://127.0.0.1:{}", n.port))
+            .collect();
+        c
+    }
+
+    async fn flush(&self) -> Res<()> {
+        for node in &self.nodes {
+            node.flush().await?;
+        }
+        Ok(())
+    }
+
+    async fn script_calls(&self) -> Res<i64> {
+        let mut total = 0;
+        for node in &self.nodes {
+            total += node.script_calls().await?;
+        }
+        Ok(total)
+    }
+
+    async fn cpu_seconds(&self) -> Res<f64> {
+        let mut total = 0.0;
+        for node in &self.nodes {
+            total += node.cpu_seconds().await?;
+        }
+        Ok(total)
     }
 }
 
@@ -506,6 +599,44 @@ async fn delivery_rate(redis: &Redis, sink: &Sink, n: usize, naive: bool) -> Res
     Ok(HashMap::from([
         ("jobs_per_s", n as f64 / span),
         ("first_late_ms", (first - due) as f64),
+        ("script_calls_per_job", scripts as f64 / n as f64),
+        ("redis_cpu_us_per_job", redis_cpu * 1e6 / n as f64),
+        ("hookq_cpu_us_per_job", own_cpu * 1e6 / n as f64),
+    ]))
+}
+
+/// End-to-end delivery rate of `n` jobs due at the same moment, hookq on a
+/// three-master Redis Cluster (same partitions, same daemon settings as
+/// `delivery_rate`); Redis CPU is the sum over the masters.
+async fn delivery_rate_cluster(cluster: &Cluster, sink: &Sink, n: usize) -> Res<Figures> {
+    cluster.flush().await?;
+    sink.reset().await?;
+    let cfg = cluster.config();
+    let store = Store::connect(&cfg).await?;
+    store.load_scripts().await?;
+    let due = store.redis_time_ms().await? + 3000 + (n as i64 / 50);
+    let url = sink.url("/rate");
+    preload(
+        &store,
+        &cfg,
+        (0..n)
+            .map(|i| job(format!("dc-{i}"), url.clone(), due))
+            .collect(),
+    )
+    .await?;
+    let scripts_before = cluster.script_calls().await?;
+    let redis_cpu_before = cluster.cpu_seconds().await?;
+    let own_cpu_before = own_cpu_seconds();
+    let daemon = Daemon::start(cfg.clone()).await?;
+    let stats = sink.wait_for(n as u64, Duration::from_secs(600)).await?;
+    let scripts = cluster.script_calls().await? - scripts_before;
+    let redis_cpu = cluster.cpu_seconds().await? - redis_cpu_before;
+    let own_cpu = own_cpu_seconds() - own_cpu_before;
+    daemon.stop().await?;
+    let last = stats["last_ms"].as_i64().unwrap_or(0);
+    let span = (last - due).max(1) as f64 / 1000.0;
+    Ok(HashMap::from([
+        ("jobs_per_s", n as f64 / span),
         ("script_calls_per_job", scripts as f64 / n as f64),
         ("redis_cpu_us_per_job", redis_cpu * 1e6 / n as f64),
         ("hookq_cpu_us_per_job", own_cpu * 1e6 / n as f64),
@@ -930,6 +1061,14 @@ async fn bench(quick: bool, runs: usize, only: Option<String>) -> Res<Vec<Scenar
         runs,
         delivery_rate(&redis, &sink, s(100_000, 2_000), true)
     );
+    if wanted("delivery_rate_cluster_3_masters") {
+        let cluster = Cluster::start()?;
+        scenario!(
+            "delivery_rate_cluster_3_masters",
+            runs,
+            delivery_rate_cluster(&cluster, &sink, s(100_000, 2_000))
+        );
+    }
     scenario!(
         "lateness_idle",
         runs,

@@ -32,7 +32,7 @@ local current = {}
 for i = 4, #ARGV, 3 do
   local key, hist = ARGV[1] .. ARGV[i], ARGV[2] .. ARGV[i]
   local f = rcall('HMGET', key, 'state', 'att')
-  if (not f[1] or rcall('EXISTS', hist) == 0) and slot_moving_once(KEYS[1]) then
+  if IN_CLUSTER and (not f[1] or rcall('EXISTS', hist) == 0) and slot_moving_once(KEYS[1]) then
     return try_again()
   end
   current[i] = f[1] == 'inflight' and f[2] == ARGV[i + 1]

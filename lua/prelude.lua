@@ -12,11 +12,16 @@
   write, and when one is absent it asks `slot_moving`: if the partition's
   slot is migrating or importing on this node, the script answers TRYAGAIN
   having changed nothing, and the caller retries after the migration.
+
+  `IN_CLUSTER` (defined above this prelude when the store compiles the
+  scripts) is false on a single Redis, where no slot moves: reads made only
+  for this guard are skipped there.
 ]]
 
 -- Whether the cluster slot of `key` is migrating from or importing to this
 -- node right now; always false outside a cluster.
 local function slot_moving(key)
+  if not IN_CLUSTER then return false end
   local nodes = redis.pcall('CLUSTER', 'NODES')
   if type(nodes) ~= 'string' then return false end
   local me = string.match(nodes, '[^\n]*myself[^\n]*')

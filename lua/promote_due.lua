@@ -20,13 +20,13 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_s = tostring(now)
 
 local members = rcall('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[1]))
--- Read pass: every job record must be here before anything is written. A
--- member whose record is gone outside a migration (deleted by hand) is only
--- dropped from the due set.
+-- Read pass (in a cluster): every job record must be here before anything
+-- is written. A member whose record is gone outside a migration (deleted by
+-- hand) is only dropped from the due set.
 local ids = {}
 for _, member in ipairs(members) do
   local id = string.sub(member, 13)
-  if rcall('EXISTS', ARGV[2] .. id) == 1 then
+  if not IN_CLUSTER or rcall('EXISTS', ARGV[2] .. id) == 1 then
     ids[#ids + 1] = id
   elseif slot_moving_once(KEYS[1]) then
     return try_again()

@@ -31,7 +31,8 @@ local ids = rcall('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumbe
 local fields = {}
 for i, id in ipairs(ids) do
   local f = rcall('HMGET', ARGV[2] .. id, 'state', 'att', 'max', 'job')
-  if (not f[1] or rcall('EXISTS', ARGV[3] .. id) == 0) and slot_moving_once(KEYS[1]) then
+  if IN_CLUSTER and (not f[1] or rcall('EXISTS', ARGV[3] .. id) == 0)
+    and slot_moving_once(KEYS[1]) then
     return try_again()
   end
   fields[i] = f

@@ -440,12 +440,13 @@ impl Store {
 
     /// A store over an existing connection.
     pub fn with_conn(conn: RedisConn, config: &Config) -> Store {
+        let in_cluster = matches!(conn, RedisConn::Cluster(_));
         let keys = Keys::new(&config.redis.namespace, config.redis.partitions);
         let channel = keys.wake_channel();
         Store {
             conn,
             keys,
-            scripts: Arc::new(Scripts::new()),
+            scripts: Arc::new(Scripts::new(in_cluster)),
             settings: Settings {
                 retention_ms: config.retention.finished.as_millis() as u64,
                 dead_letters_max: config.retention.dead_letters_max,

@@ -92,12 +92,20 @@ pub struct Scripts {
 }
 
 impl Scripts {
-    /// Compiles every script of [`ALL`], each after the [`PRELUDE`].
-    pub fn new() -> Self {
+    /// Compiles every script of [`ALL`], each after the [`PRELUDE`], for a
+    /// Redis Cluster (`in_cluster`: the scripts guard against slot
+    /// migrations) or a single Redis (where no slot ever moves, so the guard's
+    /// extra reads are skipped).
+    pub fn new(in_cluster: bool) -> Self {
         Scripts {
             compiled: ALL
                 .iter()
-                .map(|d| Script::new(&format!("{PRELUDE}\n{}", d.source)))
+                .map(|d| {
+                    Script::new(&format!(
+                        "local IN_CLUSTER = {in_cluster}\n{PRELUDE}\n{}",
+                        d.source
+                    ))
+                })
                 .collect(),
         }
     }
@@ -114,12 +122,6 @@ impl Scripts {
     /// All compiled scripts with their definitions.
     pub fn iter(&self) -> impl Iterator<Item = (&'static ScriptDef, &Script)> {
         ALL.iter().copied().zip(self.compiled.iter())
-    }
-}
-
-impl Default for Scripts {
-    fn default() -> Self {
-        Scripts::new()
     }
 }
 

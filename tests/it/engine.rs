@@ -501,3 +501,58 @@ async fn jobs_due_in_the_same_millisecond_keep_enqueue_order() {
         "ids sort against enqueue order; order must be enqueue order"
     );
 }
+
+/// A record removed or mangled by hand (or evicted under a wrong
+/// `maxmemory-policy`) must not wedge its partition: a record without its
+/// spec (a due-set member whose record was deleted is promoted into one) is
+/// dropped from the ready list unclaimed, and the jobs around it go on.
+#[tokio::test]
+async fn records_deleted_by_hand_do_not_wedge_the_partition() {
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    config.redis.partitions = 1;
+    let store = Store::connect(&config).await.expect("store");
+    let new_job = |id: &str| {
+        JobInput {
+            id: Some(id.into()),
+            url: Some("http://127.0.0.1:9/".into()),
+            delay: Some("50ms".into()),
+            ..JobInput::default()
+        }
+        .validate(&config)
+        .expect("valid job")
+        .new_job(&config)
+    };
+    for id in ["keep-1", "gone-1", "keep-2"] {
+        store.enqueue(&new_job(id)).await.expect("enqueue");
+    }
+    let keys = store.keys().clone();
+    let mut conn = redis.conn().await;
+    let _: () = conn.del(keys.job(0, "gone-1")).await.expect("DEL");
+    // A bare record on the ready list, as an old promote would have left.
+    let _: () = conn
+        .hset(keys.job(0, "bare-1"), "state", "ready")
+        .await
+        .expect("HSET");
+    let _: () = conn.rpush(keys.ready(0), "bare-1").await.expect("RPUSH");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    store.promote(0, 100).await.expect("promote");
+    let mut claimed: Vec<String> = store
+        .claim(0, 10)
+        .await
+        .expect("claim")
+        .jobs
+        .into_iter()
+        .map(|j| j.id)
+        .collect();
+    claimed.sort();
+    assert_eq!(claimed, ["keep-1", "keep-2"]);
+    let (due, ready): (usize, usize) = redis::pipe()
+        .zcard(keys.due(0))
+        .llen(keys.ready(0))
+        .query_async(&mut conn)
+        .await
+        .expect("ZCARD, LLEN");
+    assert_eq!((due, ready), (0, 0), "nothing left behind");
+}
