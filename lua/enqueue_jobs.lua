@@ -86,16 +86,19 @@ for _, c in ipairs(created) do
   local i, state, due = c[1], c[2], c[3]
   local id = ARGV[i]
   local key = ARGV[1] .. id
+  -- Formatted once, as an integer: a Lua number passed to redis.call is
+  -- formatted with %.17g on every call.
+  local due_s = string.format('%d', due)
   if state == 'ready' then
     rcall('HSET', key, 'job', ARGV[i + 1], 'state', state, 'att', '0', 'max', ARGV[i + 4],
-      'due', due, 'ct', now_s, 'ut', now_s)
+      'due', due_s, 'ct', now_s, 'ut', now_s)
     ready[#ready + 1] = id
   else
     seq = seq + 1
     local seq_hex = string.format('%012x', seq)
     rcall('HSET', key, 'job', ARGV[i + 1], 'state', state, 'att', '0', 'max', ARGV[i + 4],
-      'due', due, 'seq', seq_hex, 'ct', now_s, 'ut', now_s)
-    zadd[#zadd + 1] = due
+      'due', due_s, 'seq', seq_hex, 'ct', now_s, 'ut', now_s)
+    zadd[#zadd + 1] = due_s
     zadd[#zadd + 1] = seq_hex .. id
     if not new_earliest or due < new_earliest then new_earliest = due end
   end
@@ -104,7 +107,7 @@ end
 if #zadd > 0 then
   rcall('ZADD', KEYS[1], unpack(zadd))
   if not earliest or new_earliest < earliest then
-    rcall('PUBLISH', ARGV[2], 'd' .. ARGV[3] .. ':' .. new_earliest)
+    rcall('PUBLISH', ARGV[2], 'd' .. ARGV[3] .. ':' .. string.format('%d', new_earliest))
   end
 end
 if #ready > 0 and rcall('RPUSH', KEYS[2], unpack(ready)) == #ready then

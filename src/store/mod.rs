@@ -390,7 +390,7 @@ impl JobRecord {
 }
 
 /// Settings the scripts need, taken from the config once.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 struct Settings {
     retention_ms: u64,
     dead_letters_max: u64,
@@ -401,10 +401,11 @@ struct Settings {
 #[derive(Clone)]
 pub struct Store {
     conn: RedisConn,
-    keys: Keys,
+    // Shared, not copied: the API clones the store for every request.
+    keys: Arc<Keys>,
     scripts: Arc<Scripts>,
     settings: Settings,
-    channel: String,
+    channel: Arc<String>,
 }
 
 impl Store {
@@ -445,14 +446,14 @@ impl Store {
         let channel = keys.wake_channel();
         Store {
             conn,
-            keys,
+            keys: Arc::new(keys),
             scripts: Arc::new(Scripts::new(in_cluster)),
             settings: Settings {
                 retention_ms: config.retention.finished.as_millis() as u64,
                 dead_letters_max: config.retention.dead_letters_max,
                 default_lease_ms: config.lease_for(config.delivery.timeout).as_millis() as u64,
             },
-            channel,
+            channel: Arc::new(channel),
         }
     }
 
@@ -603,7 +604,7 @@ impl Store {
     ) -> StoreResult<Vec<EnqueueOutcome>> {
         let mut args = Vec::with_capacity(3 + 6 * jobs.len());
         args.push(arg(&self.keys.job_prefix(p)));
-        args.push(arg(&self.channel));
+        args.push(arg(&*self.channel));
         args.push(arg(&p));
         for job in jobs {
             let (at, delay) = match job.due {
@@ -667,7 +668,7 @@ impl Store {
                 &[
                     arg(&batch),
                     arg(&self.keys.job_prefix(p)),
-                    arg(&self.channel),
+                    arg(&*self.channel),
                     arg(&p),
                 ],
             )
@@ -790,7 +791,7 @@ impl Store {
                     arg(&status),
                     arg(&failure.topic),
                     arg(&self.settings.dead_letters_max),
-                    arg(&self.channel),
+                    arg(&*self.channel),
                     arg(&p),
                 ],
             )
@@ -824,7 +825,7 @@ impl Store {
                     arg(&job.id),
                     arg(&job.attempt),
                     arg(&(delay.as_millis() as u64)),
-                    arg(&self.channel),
+                    arg(&*self.channel),
                     arg(&p),
                 ],
             )
@@ -852,7 +853,7 @@ impl Store {
                     arg(&self.keys.history_prefix(p)),
                     arg(&self.settings.retention_ms),
                     arg(&self.settings.dead_letters_max),
-                    arg(&self.channel),
+                    arg(&*self.channel),
                     arg(&p),
                 ],
             )
@@ -916,7 +917,7 @@ impl Store {
                     arg(&delay),
                     arg(&change.max_attempts),
                     arg(&lease),
-                    arg(&self.channel),
+                    arg(&*self.channel),
                     arg(&p),
                     arg(&change.old_spec_json),
                 ],
@@ -982,7 +983,7 @@ impl Store {
                     arg(&entry_id),
                     arg(&spec_json),
                     arg(&max_attempts),
-                    arg(&self.channel),
+                    arg(&*self.channel),
                     arg(&p),
                 ],
             )
