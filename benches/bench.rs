@@ -566,6 +566,55 @@ async fn ingest_single(redis: &Redis, n: usize) -> Res<Figures> {
     Ok(HashMap::from([("requests_per_s", n as f64 / took)]))
 }
 
+/// wrk's script for `ingest_single_wrk`: a distinct id per request
+/// (`w-<thread>-<n>`), otherwise the body `ingest_single` sends.
+const WRK_SCRIPT: &str = r#"
+local next_thread = 0
+function setup(thread)
+  thread:set("tid", next_thread)
+  next_thread = next_thread + 1
+end
+local n = 0
+function request()
+  n = n + 1
+  local body = string.format(
+    '{"id":"w-%d-%d","url":"http://127.0.0.1:9/","delay":"1h","body":{"n":%d}}', tid, n, n)
+  return wrk.format("POST", "/v1/jobs", {["Content-Type"] = "application/json"}, body)
+end
+"#;
+
+/// Single creates driven by wrk (C, one thread, 32 connections) for
+/// `seconds`, instead of the in-process reqwest client: the load generator
+/// shares the two cores with hookq and Redis, and wrk spends less of them.
+/// Every answer must be a 2xx (wrk reports the others).
+async fn ingest_single_wrk(redis: &Redis, seconds: u64) -> Res<Figures> {
+    redis.flush().await?;
+    let daemon = Daemon::start(config(redis)).await?;
+    let dir = tempfile::tempdir()?;
+    let script = dir.path().join("create.lua");
+    std::fs::write(&script, WRK_SCRIPT)?;
+    let out = tokio::process::Command::new("wrk")
+        .args(["-t1", "-c32", "-d"])
+        .arg(format!("{seconds}s"))
+        .arg("-s")
+        .arg(&script)
+        .arg(daemon.url())
+        .output()
+        .await
+        .map_err(|e| format!("wrk (scripts/test.sh installs it): {e}"))?;
+    daemon.stop().await?;
+    let report = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() || report.contains("Non-2xx") || report.contains("Socket errors") {
+        return Err(format!("wrk failed or saw errors:\n{report}").into());
+    }
+    let rate = report
+        .lines()
+        .find_map(|l| l.strip_prefix("Requests/sec:"))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .ok_or_else(|| format!("no Requests/sec in wrk's report:\n{report}"))?;
+    Ok(HashMap::from([("requests_per_s", rate)]))
+}
+
 /// n jobs all due at the same moment; rate = n / (last 2xx − due).
 async fn delivery_rate(redis: &Redis, sink: &Sink, n: usize, naive: bool) -> Res<Figures> {
     redis.flush().await?;
@@ -1054,6 +1103,11 @@ async fn bench(quick: bool, runs: usize, only: Option<String>) -> Res<Vec<Scenar
         ingest_batch(&redis, s(100_000, 2_000))
     );
     scenario!("ingest_single", runs, ingest_single(&redis, s(20_000, 500)));
+    scenario!(
+        "ingest_single_wrk",
+        runs,
+        ingest_single_wrk(&redis, s(5, 1) as u64)
+    );
     scenario!(
         "delivery_rate",
         runs,

@@ -20,6 +20,11 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 echo "== $(redis-server --version | cut -d' ' -f1-3)"
 
+# wrk: the benchmark's second load generator for single creates.
+if ! command -v wrk >/dev/null 2>&1; then
+  apt_install wrk
+fi
+
 # faketime (libfaketime): the clock-skew test runs daemons with shifted clocks.
 if ! command -v faketime >/dev/null 2>&1; then
   apt_install faketime
