@@ -477,10 +477,34 @@ impl Store {
         Ok(())
     }
 
-    /// PING.
+    /// Whether Redis answers: PING on a single Redis; on a cluster, a read
+    /// in every partition (so every master holding one must answer).
     pub async fn ping(&self) -> StoreResult<()> {
         let mut conn = self.conn.clone();
-        redis::cmd("PING").query_async::<()>(&mut conn).await?;
+        match conn {
+            RedisConn::Single(_) => {
+                redis::cmd("PING").query_async::<()>(&mut conn).await?;
+            }
+            RedisConn::Cluster(_) => {
+                // A PING reaches one node; a keyed read per partition reaches
+                // every master that holds one, so a master lost in a failover
+                // shows as not ready until its replica has taken over.
+                // (A cluster pipeline must stay on one node: one call each.)
+                let reads = (0..self.keys.partitions()).map(|p| {
+                    let mut conn = conn.clone();
+                    let key = self.keys.seq(p);
+                    async move {
+                        redis::cmd("EXISTS")
+                            .arg(key)
+                            .query_async::<()>(&mut conn)
+                            .await
+                    }
+                });
+                for result in futures_util::future::join_all(reads).await {
+                    result?;
+                }
+            }
+        }
         Ok(())
     }
 

@@ -48,6 +48,13 @@ async fn enqueue(base: &str, ids: std::ops::Range<usize>, url: &str, spread_ms: 
     }
 }
 
+async fn http_status(url: &str) -> u16 {
+    match reqwest::get(url).await {
+        Ok(response) => response.status().as_u16(),
+        Err(_) => 0,
+    }
+}
+
 async fn dbsize(node: &RedisServer) -> usize {
     let mut conn = node.conn().await;
     redis::cmd("DBSIZE")
@@ -145,9 +152,23 @@ async fn a_master_killed_mid_run_loses_no_job() {
         .find(|n| n.port() == victim_port)
         .expect("victim node");
     victim.kill();
+    // SPEC §8: not ready while a master is gone, ready again by itself.
+    let readyz = format!("{}/readyz", daemons[1].url());
+    wait_until(
+        "the daemon reports not ready",
+        Duration::from_secs(10),
+        || async { http_status(&readyz).await != 200 },
+    )
+    .await;
     wait_until("the replica took over", Duration::from_secs(30), || async {
         cluster.failed_over_from(victim_port)
     })
+    .await;
+    wait_until(
+        "the daemon is ready again",
+        Duration::from_secs(30),
+        || async { http_status(&readyz).await == 200 },
+    )
     .await;
 
     wait_until(
