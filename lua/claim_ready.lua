@@ -23,8 +23,10 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_s = tostring(now)
 local want = tonumber(ARGV[1])
 
-local ids = rcall('LRANGE', KEYS[1], 0, want - 1)
 local out = {now, 0}
+-- (LRANGE 0 -1 would be the whole list.)
+if want < 1 then return out end
+local ids = rcall('LRANGE', KEYS[1], 0, want - 1)
 if #ids == 0 then return out end
 if #ids == want then out[2] = 1 end
 

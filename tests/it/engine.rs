@@ -556,3 +556,24 @@ async fn records_deleted_by_hand_do_not_wedge_the_partition() {
         .expect("ZCARD, LLEN");
     assert_eq!((due, ready), (0, 0), "nothing left behind");
 }
+
+/// A claim for no jobs claims none (the script reads the ready list with
+/// LRANGE, where 0..-1 would mean all of it).
+#[tokio::test]
+async fn a_claim_for_zero_jobs_claims_none() {
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    config.redis.partitions = 1;
+    let store = Store::connect(&config).await.expect("store");
+    let job = JobInput {
+        id: Some("z-1".into()),
+        url: Some("http://127.0.0.1:9/".into()),
+        ..JobInput::default()
+    }
+    .validate(&config)
+    .expect("valid job")
+    .new_job(&config);
+    store.enqueue(&job).await.expect("enqueue");
+    assert!(store.claim(0, 0).await.expect("claim").jobs.is_empty());
+    assert_eq!(store.claim(0, 1).await.expect("claim").jobs.len(), 1);
+}
