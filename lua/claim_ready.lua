@@ -2,8 +2,8 @@
   Claim up to N ready jobs for attempts: each gets a lease in the in-flight set
   and its attempt counter (which is also the lease's fencing token) goes up.
   Ids whose job is no longer `ready` (cancelled while queued, or expired), or
-  whose record has no spec (a bare record left by hand), are dropped from the
-  list without being claimed.
+  whose record has no spec (a bare record left by hand; it is deleted), are
+  dropped from the list without being claimed.
 
   Input:
     KEYS[1] ready list      <ns>:{p}:ready
@@ -43,7 +43,10 @@ local leases = {}
 for i, id in ipairs(ids) do
   local key = ARGV[2] .. id
   local f = fields[i]
-  if f[1] == 'ready' and f[4] then
+  if f[1] and not f[4] then
+    -- A bare record (its job was deleted by hand): nothing to deliver.
+    rcall('DEL', key)
+  elseif f[1] == 'ready' then
     local attempt = tonumber(f[2]) + 1
     local lease = tonumber(f[5]) or tonumber(ARGV[3])
     rcall('HSET', key, 'state', 'inflight', 'att', attempt, 'ut', now_s)

@@ -555,6 +555,11 @@ async fn records_deleted_by_hand_do_not_wedge_the_partition() {
         .await
         .expect("ZCARD, LLEN");
     assert_eq!((due, ready), (0, 0), "nothing left behind");
+    let bare: usize = conn
+        .exists(&[keys.job(0, "gone-1"), keys.job(0, "bare-1")])
+        .await
+        .expect("EXISTS");
+    assert_eq!(bare, 0, "bare records are deleted");
 }
 
 /// A claim for no jobs claims none (the script reads the ready list with
