@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
-# Starts the hookq daemon against a local Redis:
-#   1. installs redis-server (and redis-cli) if missing;
+# Starts hookq against a local Redis, on a fresh Debian/Ubuntu machine that
+# has only a Rust toolchain:
+#   1. installs redis-server (and redis-cli, curl) if missing;
 #   2. if nothing answers PING at REDIS_URL (default redis://127.0.0.1:6379/0)
 #      and it names this machine, starts a redis-server there with AOF
 #      persistence, data and log in ./data/redis;
-#   3. runs `hookq serve` on that Redis; extra arguments pass through,
-#      e.g. scripts/run.sh --config config.example.toml
+#   3. builds hookq (release; a few minutes the first time);
+#   4. runs `hookq serve` and prints its address once /readyz answers.
+#
+#   scripts/run.sh [SERVE ARGS]               in the foreground; Ctrl-C stops hookq
+#   scripts/run.sh --background [SERVE ARGS]  returns once hookq is ready
+#                                             (log: data/hookq.log)
+#   scripts/run.sh stop                       stops the background hookq and the
+#                                             Redis this script started
+#
+# SERVE ARGS pass through to `hookq serve`, e.g. --config config.example.toml.
 # Without --config, hookq uses its defaults plus HOOKQ_<SECTION>__<KEY>
 # variables. REDIS_URL (or HOOKQ_REDIS__URL) picks the Redis; it is exported
 # as HOOKQ_REDIS__URL, so it wins over a config file's redis.url.
@@ -13,6 +22,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REDIS_URL="${REDIS_URL:-${HOOKQ_REDIS__URL:-redis://127.0.0.1:6379/0}}"
 export HOOKQ_REDIS__URL="$REDIS_URL"
+DATA="$PWD/data"
+HOOKQ_PID="$DATA/hookq.pid"
+REDIS_PID="$DATA/redis/redis.pid"
 
 # as_root, apt_install
 source scripts/lib.sh
@@ -22,8 +34,52 @@ redis_answers() {
   [ "$(redis-cli -u "$REDIS_URL" ping 2>/dev/null)" = "PONG" ]
 }
 
+# True while the process in pid file $1 runs.
+running() {
+  [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null
+}
+
+# Sends SIGTERM to the process in pid file $1 and waits up to $2 seconds.
+stop_pidfile() {
+  local pidfile="$1" seconds="$2" what="$3"
+  if ! running "$pidfile"; then
+    echo "== $what is not running"
+    rm -f "$pidfile"
+    return
+  fi
+  local pid
+  pid="$(cat "$pidfile")"
+  echo "== stopping $what (pid $pid)"
+  kill -TERM "$pid"
+  for _ in $(seq $((seconds * 10))); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "$what (pid $pid) did not stop within ${seconds}s" >&2
+    exit 1
+  fi
+  rm -f "$pidfile"
+}
+
+if [ "${1:-}" = "stop" ]; then
+  # hookq first (it lets attempts in flight finish), then Redis.
+  stop_pidfile "$HOOKQ_PID" 60 "hookq"
+  stop_pidfile "$REDIS_PID" 30 "redis-server started by scripts/run.sh"
+  exit 0
+fi
+
+background=0
+if [ "${1:-}" = "--background" ]; then
+  background=1
+  shift
+fi
+
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
   apt_install redis-server
+fi
+if ! command -v curl >/dev/null 2>&1; then
+  apt_install curl
 fi
 
 if redis_answers; then
@@ -46,23 +102,90 @@ else
       exit 1
       ;;
   esac
-  data="$PWD/data/redis"
-  mkdir -p "$data"
+  mkdir -p "$DATA/redis"
   echo "== starting redis-server on 127.0.0.1:$port (AOF on, data in data/redis)"
-  redis-server --port "$port" --bind 127.0.0.1 --dir "$data" \
+  redis-server --port "$port" --bind 127.0.0.1 --dir "$DATA/redis" \
     --appendonly yes --appendfsync everysec --maxmemory-policy noeviction \
     --hash-max-listpack-value 1024 \
-    --daemonize yes --pidfile "$data/redis.pid" --logfile "$data/redis.log"
+    --daemonize yes --pidfile "$REDIS_PID" --logfile "$DATA/redis/redis.log"
   # Wait up to 10 s (an AOF is replayed before PING answers).
   for _ in $(seq 100); do
     redis_answers && break
     sleep 0.1
   done
   if ! redis_answers; then
-    echo "redis-server did not answer at $REDIS_URL; see $data/redis.log" >&2
+    echo "redis-server did not answer at $REDIS_URL; see data/redis/redis.log" >&2
     exit 1
   fi
 fi
 
-echo "== cargo run --release -- serve${*:+ $*}"
-exec cargo run --release --quiet -- serve "$@"
+echo "== cargo build --release (a few minutes the first time)"
+cargo build --release --quiet
+BIN="$PWD/target/release/hookq"
+
+# The address hookq listens on: --listen, else HOOKQ_API__LISTEN, else the
+# config file's api.listen, else the default.
+listen="${HOOKQ_API__LISTEN:-}"
+args=("$@")
+for i in "${!args[@]}"; do
+  case "${args[$i]}" in
+    --listen) listen="${args[$((i + 1))]:-}" ;;
+    --listen=*) listen="${args[$i]#--listen=}" ;;
+    --config) config_file="${args[$((i + 1))]:-}" ;;
+    --config=*) config_file="${args[$i]#--config=}" ;;
+  esac
+done
+if [ -z "$listen" ] && [ -n "${config_file:-}" ]; then
+  listen="$(sed -n '/^\[api\]/,/^\[/s/^listen *= *"\(.*\)".*/\1/p' "$config_file" | head -1)"
+fi
+listen="${listen:-127.0.0.1:8080}"
+url="http://${listen/0.0.0.0/127.0.0.1}"
+
+# Waits until /readyz answers 200, or fails if hookq (pid $1) exits first.
+wait_ready() {
+  local pid="$1" log="$2"
+  for _ in $(seq 300); do
+    if curl -fs -o /dev/null "$url/readyz"; then
+      echo "== hookq is ready at $url"
+      return 0
+    fi
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "hookq exited before it was ready${log:+; last lines of $log:}" >&2
+      [ -n "$log" ] && tail -20 "$log" >&2
+      return 1
+    fi
+    sleep 0.1
+  done
+  echo "hookq did not answer $url/readyz within 30 s" >&2
+  return 1
+}
+
+if [ "$background" -eq 1 ]; then
+  if running "$HOOKQ_PID"; then
+    echo "hookq already runs (pid $(cat "$HOOKQ_PID")); scripts/run.sh stop stops it" >&2
+    exit 1
+  fi
+  mkdir -p "$DATA"
+  nohup "$BIN" serve "$@" >>"$DATA/hookq.log" 2>&1 &
+  echo $! >"$HOOKQ_PID"
+  wait_ready "$!" "$DATA/hookq.log"
+  echo "== log: data/hookq.log; stop hookq and the Redis it started: scripts/run.sh stop"
+  exit 0
+fi
+
+echo "== hookq serve${*:+ $*} (Ctrl-C stops it)"
+"$BIN" serve "$@" &
+pid=$!
+trap 'kill -TERM "$pid" 2>/dev/null || true' INT TERM
+if wait_ready "$pid" ""; then
+  if running "$REDIS_PID"; then
+    echo "== the Redis this script started keeps running; scripts/run.sh stop stops it"
+  fi
+fi
+# `wait` returns early when a trapped signal arrives: wait again for the exit.
+status=0
+wait "$pid" || status=$?
+while kill -0 "$pid" 2>/dev/null; do
+  wait "$pid" || status=$?
+done
+exit "$status"

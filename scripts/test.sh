@@ -1,36 +1,40 @@
 #!/usr/bin/env bash
 # Runs hookq's whole test suite on a fresh Debian/Ubuntu machine that has only
-# a Rust toolchain: installs what the tests need (redis-server; python3 with
-# the `standardwebhooks` library, which verifies our signatures), then checks
-# formatting and lints, then runs every test (`cargo test`: unit, integration
-# and doc tests).
+# a Rust toolchain:
+#   1. installs what the tests need: redis-server (every integration test
+#      runs its own on a private loopback port), faketime (the clock-skew
+#      test), wrk (the benchmark's single-create load), python3 with the
+#      `standardwebhooks` library (it verifies our signatures), and the
+#      rustfmt and clippy components;
+#   2. checks formatting (`cargo fmt --check`) and lints (`cargo clippy
+#      --all-targets -D warnings`);
+#   3. runs every test (`cargo test`: unit, integration, fuzz and doc tests);
+#   4. runs the benchmark's smoke test (`--quick`: every scenario at tiny
+#      sizes, release build, no timing assertions);
+#   5. fails if any process the suite started is still running, naming it.
 #
-# Tests start their own redis-server on private loopback ports, so a distro
-# redis-server service that apt starts on 6379 does not matter; it is left
-# running.
+# A distro redis-server service that apt starts on 6379 is not used by any
+# test and is left running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # as_root, apt_install
 source scripts/lib.sh
 
-# redis-server: every integration test runs its own.
+# Every process this run starts inherits this mark; step 5 looks for it.
+export HOOKQ_TEST_RUN="test-sh-$$-$(date +%s%N)"
+started_at="$(mktemp)"
+
 if ! command -v redis-server >/dev/null 2>&1; then
   apt_install redis-server
 fi
 echo "== $(redis-server --version | cut -d' ' -f1-3)"
-
-# wrk: the benchmark's second load generator for single creates.
 if ! command -v wrk >/dev/null 2>&1; then
   apt_install wrk
 fi
-
-# faketime (libfaketime): the clock-skew test runs daemons with shifted clocks.
 if ! command -v faketime >/dev/null 2>&1; then
   apt_install faketime
 fi
-
-# python3 + standardwebhooks: the delivery tests check signatures with it.
 if ! command -v python3 >/dev/null 2>&1; then
   apt_install python3 python3-pip
 fi
@@ -44,26 +48,63 @@ if ! python3 -c 'import standardwebhooks' >/dev/null 2>&1; then
     || python3 -m pip install --quiet --break-system-packages standardwebhooks
 fi
 echo "== python3 standardwebhooks ok"
+for component in rustfmt clippy; do
+  if ! cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1; then
+    echo "== rustup component add $component"
+    rustup component add "$component" || {
+      echo "cargo ${component/rustfmt/fmt} is missing and rustup could not add it" >&2
+      exit 1
+    }
+  fi
+done
 
-# Formatting and lints, when the toolchain has them.
-if cargo fmt --version >/dev/null 2>&1; then
-  echo "== cargo fmt --check"
-  cargo fmt --check
-else
-  echo "== cargo fmt: not installed, skipped"
-fi
-if cargo clippy --version >/dev/null 2>&1; then
-  echo "== cargo clippy --all-targets -- -D warnings"
-  cargo clippy --all-targets --quiet -- -D warnings
-else
-  echo "== cargo clippy: not installed, skipped"
-fi
+echo "== cargo fmt --check"
+cargo fmt --check
+echo "== cargo clippy --all-targets -- -D warnings"
+cargo clippy --all-targets --quiet -- -D warnings
 
 # Every test. (Not --all-targets: that would also run the benchmark in full.)
 echo "== cargo test"
 cargo test
 
-# The benchmark's smoke test: every scenario at tiny sizes, one run each, in a
-# release build. No timing assertions; it fails if a scenario breaks.
 echo "== benchmark smoke test (scripts/bench.sh --quick)"
 cargo bench --quiet --bench bench -- --quick
+
+# 5. Nothing the suite started may outlive it. /proc/<pid>/environ shows a
+# process's environment as it was exec'd, so this shell (started before the
+# export) does not match, and the loop below runs no program.
+echo "== no process of this run is left"
+leftovers=()
+leftover_pids=()
+for dir in /proc/[0-9]*; do
+  pid="${dir#/proc/}"
+  [ "$pid" = "$$" ] && continue
+  found=0
+  while IFS= read -r -d '' entry; do
+    if [ "$entry" = "HOOKQ_TEST_RUN=$HOOKQ_TEST_RUN" ]; then
+      found=1
+      break
+    fi
+  done 2>/dev/null <"$dir/environ" || true
+  if [ "$found" -eq 1 ]; then
+    cmdline="$(tr '\0' ' ' <"$dir/cmdline" 2>/dev/null || true)"
+    leftovers+=("pid $pid: $cmdline")
+    leftover_pids+=("$pid")
+  fi
+done
+shm_left="$(find /dev/shm -maxdepth 1 \( -name 'faketime_*' -o -name 'sem.faketime_*' \) \
+  -newer "$started_at" 2>/dev/null || true)"
+rm -f "$started_at"
+if [ "${#leftovers[@]}" -gt 0 ] || [ -n "$shm_left" ]; then
+  echo "the test suite left these behind:" >&2
+  for line in "${leftovers[@]}"; do
+    echo "  $line" >&2
+  done
+  # Killed so that they do not pile up on a machine that runs the suite often.
+  for pid in "${leftover_pids[@]}"; do
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+  [ -n "$shm_left" ] && echo "$shm_left" | sed 's/^/  /' >&2
+  exit 1
+fi
+echo "== test suite passed"

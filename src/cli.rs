@@ -77,6 +77,9 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Check Redis (version, persistence, eviction policy, partitions, scripts).
     Doctor,
+    /// Print a fresh Standard Webhooks signing secret (`whsec_...`) for
+    /// `delivery.signing_secrets`; give the same secret to the receiver.
+    NewSecret,
 }
 
 /// `hookq enqueue` flags.
@@ -328,6 +331,15 @@ pub async fn run(cli: Cli, config: Config) -> Result<ExitCode, CliError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Replay(args) => replay(&config, args, json).await,
+        Command::NewSecret => {
+            let secret = crate::delivery::signing::SigningSecret::generate();
+            if json {
+                print_json(&serde_json::json!({ "secret": secret }))?;
+            } else {
+                println!("{secret}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Doctor => {
             let report = doctor::run(&config).await;
             if json {
@@ -419,7 +431,10 @@ async fn show(config: &Config, id: &str, json: bool) -> Result<ExitCode, CliErro
         vec!["id".into(), view.id.clone()],
         vec!["state".into(), view.state.as_str().into()],
         vec!["topic".into(), view.topic.clone()],
-        vec!["url".into(), format!("{:?} {}", view.method, view.url)],
+        vec![
+            "url".into(),
+            format!("{} {}", view.method.as_str(), view.url),
+        ],
         vec![
             "attempts".into(),
             format!("{} of {}", view.attempts, view.max_attempts),
@@ -444,10 +459,7 @@ async fn show(config: &Config, id: &str, json: bool) -> Result<ExitCode, CliErro
                 };
                 vec![
                     text("attempt").unwrap_or_default(),
-                    h.get("at")
-                        .and_then(|v| v.as_i64())
-                        .map(format_ms)
-                        .unwrap_or_default(),
+                    text("at").unwrap_or_default(),
                     text("duration_ms")
                         .map(|d| format!("{d}ms"))
                         .unwrap_or_default(),

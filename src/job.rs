@@ -73,6 +73,15 @@ impl Method {
         *self == Method::Post
     }
 
+    /// The name as the API spells it (`POST`, `PUT`, `PATCH`).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Method::Post => "POST",
+            Method::Put => "PUT",
+            Method::Patch => "PATCH",
+        }
+    }
+
     /// The method for reqwest.
     pub fn as_http(&self) -> reqwest::Method {
         match self {
@@ -84,8 +93,10 @@ impl Method {
 }
 
 /// The stored content of a job (everything but its id and its live state).
-/// Serialized compactly, defaults omitted; compared byte for byte when a job is
-/// created again with the same id.
+/// Serialized compactly, defaults omitted. When a job is created again with
+/// the same id, the store compares the JSON byte for byte (the fast path) and
+/// then [`JobSpec::same_content`] decides (the same JSON value of `body`,
+/// however it was spelled).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobSpec {
     /// Grouping for filters, metrics and replay.
@@ -135,6 +146,70 @@ impl JobSpec {
     pub fn to_json(&self) -> String {
         // A struct of strings, numbers and already-valid raw JSON cannot fail to serialize.
         serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Whether `other` means the same job: every field equal, and `body` the
+    /// same JSON value whatever its whitespace or key order (`body_text` is
+    /// compared byte for byte, as it is sent).
+    pub fn same_content(&self, other: &JobSpec) -> bool {
+        let body_value = |spec: &JobSpec| {
+            spec.body
+                .as_ref()
+                .map(|raw| serde_json::from_str::<serde_json::Value>(raw.get()).ok())
+        };
+        self.topic == other.topic
+            && self.url == other.url
+            && self.method == other.method
+            && self.headers == other.headers
+            && self.body_text == other.body_text
+            && self.content_type == other.content_type
+            && self.run_at == other.run_at
+            && self.delay_ms == other.delay_ms
+            && self.retry_ms == other.retry_ms
+            && self.timeout_ms == other.timeout_ms
+            && body_value(self) == body_value(other)
+    }
+
+    /// The spec as a client would write it: `run_at` in RFC 3339, `delay`,
+    /// `retry` and `timeout` as humantime, defaults left out (dead letters
+    /// and replay previews show this).
+    pub fn to_input_json(&self) -> serde_json::Value {
+        let mut out = serde_json::Map::new();
+        let mut put = |key: &str, value: serde_json::Value| {
+            out.insert(key.to_string(), value);
+        };
+        put("topic", self.topic.clone().into());
+        put("url", self.url.clone().into());
+        put("method", self.method.as_str().into());
+        if !self.headers.is_empty() {
+            put("headers", serde_json::json!(self.headers));
+        }
+        if let Some(raw) = &self.body {
+            put(
+                "body",
+                serde_json::from_str(raw.get()).unwrap_or(serde_json::Value::Null),
+            );
+        }
+        if let Some(text) = &self.body_text {
+            put("body_text", text.clone().into());
+        }
+        if let Some(ct) = &self.content_type {
+            put("content_type", ct.clone().into());
+        }
+        if let Some(ms) = self.run_at {
+            put("run_at", format_ms(ms).into());
+        }
+        if let Some(ms) = self.delay_ms {
+            put("delay", format_duration_ms(ms).into());
+        }
+        if let Some(rungs) = &self.retry_ms {
+            let rungs: Vec<String> = rungs.iter().map(|ms| format_duration_ms(*ms)).collect();
+            put("retry", rungs.into());
+        }
+        if let Some(ms) = self.timeout_ms {
+            put("timeout", format_duration_ms(ms).into());
+        }
+        serde_json::Value::Object(out)
     }
 
     /// The request body of an attempt and its content type.
@@ -728,11 +803,17 @@ pub struct JobView {
     pub history: Vec<serde_json::Value>,
 }
 
-/// Formats epoch milliseconds as RFC 3339 (UTC, millisecond precision).
+/// RFC 3339 in UTC with exactly three fractional digits.
+const RFC3339_MILLIS: &[time::format_description::FormatItem<'static>] = time::macros::format_description!(
+    "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+);
+
+/// Formats epoch milliseconds as RFC 3339 in UTC with milliseconds
+/// (`2026-11-23T07:44:17.000Z`): the one time format of every response.
 pub fn format_ms(ms: i64) -> String {
     OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000)
         .ok()
-        .and_then(|t| t.format(&Rfc3339).ok())
+        .and_then(|t| t.format(RFC3339_MILLIS).ok())
         .unwrap_or_else(|| ms.to_string())
 }
 
@@ -792,6 +873,49 @@ mod tests {
         assert_eq!(d.due, Due::After(5_400_000));
         let year = input(r#"{"url":"http://a.example/","delay":"365d"}"#).expect("valid");
         assert_eq!(year.due, Due::After(365 * 86_400_000));
+    }
+
+    #[test]
+    fn times_are_rfc3339_utc_with_milliseconds() {
+        assert_eq!(format_ms(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(format_ms(1_795_415_873_572), "2026-11-23T06:37:53.572Z");
+        assert_eq!(format_ms(1_795_415_873_000), "2026-11-23T06:37:53.000Z");
+    }
+
+    #[test]
+    fn same_content_ignores_json_spelling_but_not_values() {
+        let spec = |json: &str| input(json).expect("valid").spec;
+        let a = spec(r#"{"url":"https://a.example/","body":{"a": 1, "b": [1, 2]},"delay":"1h"}"#);
+        let respelled =
+            spec(r#"{"delay":"1h","body":{"b":[1,2],"a":1},"url":"https://a.example/"}"#);
+        assert!(a.same_content(&respelled));
+        for other in [
+            r#"{"url":"https://a.example/","body":{"a": 2, "b": [1, 2]},"delay":"1h"}"#,
+            r#"{"url":"https://a.example/","body":{"a": 1, "b": [2, 1]},"delay":"1h"}"#,
+            r#"{"url":"https://a.example/","body":{"a": 1, "b": [1, 2]},"delay":"2h"}"#,
+            r#"{"url":"https://b.example/","body":{"a": 1, "b": [1, 2]},"delay":"1h"}"#,
+            r#"{"url":"https://a.example/","body_text":"{\"a\": 1, \"b\": [1, 2]}","delay":"1h"}"#,
+        ] {
+            assert!(!a.same_content(&spec(other)), "{other}");
+        }
+        let text = spec(r#"{"url":"https://a.example/","body_text":"a=1&b=2"}"#);
+        let spaced = spec(r#"{"url":"https://a.example/","body_text":"a=1& b=2"}"#);
+        assert!(!text.same_content(&spaced));
+    }
+
+    #[test]
+    fn the_input_form_shows_times_and_durations_as_a_client_writes_them() {
+        let spec = input(
+            r#"{"url":"https://a.example/","method":"PUT","run_at":1795415873572,"retry":["1s","1m"],"timeout":"5s","body":{"a":1}}"#,
+        )
+        .expect("valid")
+        .spec;
+        let shown = spec.to_input_json();
+        assert_eq!(shown["run_at"], "2026-11-23T06:37:53.572Z");
+        assert_eq!(shown["retry"], serde_json::json!(["1s", "1m"]));
+        assert_eq!(shown["timeout"], "5s");
+        assert_eq!(shown["method"], "PUT");
+        assert_eq!(shown["body"], serde_json::json!({"a": 1}));
     }
 
     #[test]

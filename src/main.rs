@@ -2,6 +2,7 @@
 //! logging and hands over to [`hookq::cli::run`].
 #![forbid(unsafe_code)]
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -18,8 +19,12 @@ fn init_tracing(config: &hookq::config::Config) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(&config.log.level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only for a person at a terminal: a log file, a pipe or the
+    // journal gets plain text (and `NO_COLOR` turns them off anywhere).
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     if config.log.format == "json" {
         builder.json().init();

@@ -215,7 +215,20 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value: T = serde_path_to_error::deserialize(&mut de).map_err(|err| {
-        let path = err.path().to_string();
+        // serde_path_to_error writes `?` for a segment it could not tell
+        // (e.g. where a truncated body ended): keep the known part only.
+        let full_path = err.path().to_string();
+        let path = match full_path.find('?') {
+            Some(unknown) => full_path[..unknown]
+                .trim_end_matches(['.', '['])
+                .to_string(),
+            None => full_path,
+        };
+        let path = if path.is_empty() {
+            ".".to_string()
+        } else {
+            path
+        };
         let inner = err.into_inner();
         let message = inner.to_string();
         let missing = message

@@ -73,6 +73,13 @@ impl SigningSecret {
         Ok(SigningSecret { mac })
     }
 
+    /// A fresh secret, `whsec_` and 32 random bytes in base64, for
+    /// `delivery.signing_secrets` (`hookq new-secret` prints one).
+    pub fn generate() -> String {
+        let key: [u8; 32] = rand::random();
+        format!("{SECRET_PREFIX}{}", STANDARD.encode(key))
+    }
+
     /// `v1,<base64 signature>` of one message under this secret.
     fn sign(&self, msg_id: &str, timestamp_secs: i64, body: &[u8]) -> String {
         let mut mac = self.mac.clone();
@@ -139,8 +146,18 @@ mod tests {
     }
 
     fn random_secret() -> String {
-        let key: [u8; 32] = rand::random();
-        format!("{SECRET_PREFIX}{}", STANDARD.encode(key))
+        SigningSecret::generate()
+    }
+
+    #[test]
+    fn generated_secrets_parse_and_differ() {
+        let (a, b) = (SigningSecret::generate(), SigningSecret::generate());
+        assert!(
+            a.starts_with("whsec_") && a.len() == "whsec_".len() + 44,
+            "{a}"
+        );
+        assert_ne!(a, b);
+        secret(&a);
     }
 
     #[test]

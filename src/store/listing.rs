@@ -117,7 +117,8 @@ pub struct DeadLetter {
     /// The job's spec JSON (what a replay revives).
     #[serde(skip)]
     pub job_json: String,
-    /// The job's spec, for display.
+    /// The job as a client would write it (RFC 3339 times, humantime
+    /// durations), for display.
     pub job: serde_json::Value,
 }
 
@@ -141,7 +142,9 @@ impl DeadLetter {
             last_status: text("last_status").and_then(|v| v.parse().ok()),
             dead_at: crate::job::format_ms(dead_at_ms),
             dead_at_ms,
-            job: serde_json::from_str(&job_json).unwrap_or(serde_json::Value::Null),
+            job: serde_json::from_str::<crate::job::JobSpec>(&job_json)
+                .map(|spec| spec.to_input_json())
+                .unwrap_or(serde_json::Value::Null),
             job_json,
         })
     }

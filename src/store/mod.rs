@@ -383,10 +383,22 @@ impl JobRecord {
             history: self
                 .history
                 .iter()
-                .filter_map(|h| serde_json::from_str(h).ok())
+                .filter_map(|h| attempt_view(h))
                 .collect(),
         }
     }
+}
+
+/// An attempt record as the API shows it: the stored JSON with its start
+/// time `at` (epoch ms in Redis) in RFC 3339.
+fn attempt_view(stored: &str) -> Option<serde_json::Value> {
+    let mut record: serde_json::Value = serde_json::from_str(stored).ok()?;
+    if let Some(at) = record.get_mut("at") {
+        if let Some(ms) = at.as_i64() {
+            *at = crate::job::format_ms(ms).into();
+        }
+    }
+    Some(record)
 }
 
 /// Settings the scripts need, taken from the config once.
@@ -661,7 +673,7 @@ impl Store {
             )));
         }
         let now: i64 = redis::from_redis_value(&reply[0])?;
-        reply[1..]
+        let mut outcomes = reply[1..]
             .chunks_exact(3)
             .map(|c| {
                 let code: i64 = redis::from_redis_value(&c[0])?;
@@ -680,7 +692,27 @@ impl Store {
                     other => Err(bad(format!("code {other}"))),
                 }
             })
-            .collect()
+            .collect::<StoreResult<Vec<EnqueueOutcome>>>()?;
+        for (outcome, job) in outcomes.iter_mut().zip(jobs) {
+            if matches!(outcome, EnqueueOutcome::Conflict) && self.same_as_stored(job).await? {
+                *outcome = EnqueueOutcome::Identical;
+            }
+        }
+        Ok(outcomes)
+    }
+
+    /// Whether `job` means the same as the stored job of its id, though its
+    /// JSON is spelled differently (the script compares bytes; a client that
+    /// re-serializes its body on a retry must still get 200). Read only on
+    /// the conflict path, so a normal create pays nothing for it.
+    async fn same_as_stored(&self, job: &NewJob) -> StoreResult<bool> {
+        let Ok(spec) = serde_json::from_str::<JobSpec>(&job.spec_json) else {
+            return Ok(false);
+        };
+        Ok(self
+            .get(&job.id)
+            .await?
+            .is_some_and(|stored| stored.spec.same_content(&spec)))
     }
 
     /// Moves up to `batch` due jobs of partition `p` to its ready list.

@@ -60,6 +60,17 @@ async fn create_is_idempotent_by_id() {
     assert_eq!(conflict, 409, "{error}");
     assert_eq!(error["error"]["code"], "conflict");
     assert_eq!(error["error"]["field"], "id");
+    // The same job with another delay is another job: 409 too.
+    let mut later = job.clone();
+    later["delay"] = json!("2h");
+    let (conflict, error) = post_json(&url, later).await;
+    assert_eq!(conflict, 409, "a changed delay: {error}");
+    assert_eq!(error["error"]["code"], "conflict");
+    let (_, stored) = get_json(&format!("{}/v1/jobs/idem-1", daemon.url())).await;
+    assert_eq!(
+        stored["next_attempt_at"], view["next_attempt_at"],
+        "the conflict changed nothing"
+    );
     daemon.stop().await.expect("clean stop");
 }
 
@@ -250,7 +261,7 @@ async fn a_dead_letter_can_be_dropped() {
     let receiver = Receiver::with_status(410).await;
     let daemon = start_daemon(&test_config(&redis)).await;
     let base = daemon.url();
-    post_json(
+    crate::post_created(
         &format!("{base}/v1/jobs"),
         json!({"id": "drop-1", "url": receiver.url("/")}),
     )
@@ -751,7 +762,37 @@ async fn malformed_requests_get_4xx_and_change_nothing() {
         ("DELETE", "/v1/dead-letters/keep", "".into(), None),
         ("GET", "/v1/nothing-here", "".into(), None),
     ];
-    assert!(cases.len() >= 40);
+    // The table covers every documented operation that takes input (a body,
+    // a query or an id in the path): a route added without a malformed case
+    // fails here.
+    let doc: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json"))
+            .expect("openapi.json"),
+    )
+    .expect("openapi.json is JSON");
+    let matches = |template: &str, path: &str| {
+        let path = path.split('?').next().unwrap_or(path);
+        let (t, p): (Vec<&str>, Vec<&str>) =
+            (template.split('/').collect(), path.split('/').collect());
+        t.len() == p.len() && t.iter().zip(&p).all(|(a, b)| a.starts_with('{') || a == b)
+    };
+    for (template, ops) in doc["paths"].as_object().expect("paths") {
+        for (method, op) in ops.as_object().expect("ops") {
+            let takes_input = template.contains('{')
+                || op.get("requestBody").is_some()
+                || op["parameters"].as_array().is_some_and(|p| !p.is_empty());
+            if method == "parameters" || !takes_input {
+                continue;
+            }
+            assert!(
+                cases
+                    .iter()
+                    .any(|(m, p, _, _)| m.eq_ignore_ascii_case(method) && matches(template, p)),
+                "no malformed case for {} {template}",
+                method.to_uppercase()
+            );
+        }
+    }
     let client = reqwest::Client::new();
     for (method, path, body, field) in &cases {
         let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
@@ -852,6 +893,11 @@ async fn patch_and_delete_racing_the_carrier_are_all_or_nothing() {
             (id, serde_json::from_slice(&r.body).expect("json body"))
         })
         .collect();
+    let mut arrivals: HashMap<String, usize> = HashMap::new();
+    for r in receiver.requests() {
+        let id = r.header("webhook-id").expect("webhook-id").to_string();
+        *arrivals.entry(id).or_default() += 1;
+    }
     let mut patched = 0;
     let mut cancelled = 0;
     for i in 0..JOBS {
@@ -881,6 +927,14 @@ async fn patch_and_delete_racing_the_carrier_are_all_or_nothing() {
                 204 => {
                     cancelled += 1;
                     assert_eq!(view["state"], "cancelled", "{id}");
+                    // Cancelled before its attempt started: it never
+                    // arrives; cancelled in flight: only that attempt may.
+                    let arrived = arrivals.get(&id).copied().unwrap_or(0);
+                    let started = view["attempts"].as_u64().expect("attempts");
+                    assert!(
+                        arrived as u64 <= started.min(1),
+                        "{id}: cancelled after {started} attempts, arrived {arrived} times"
+                    );
                 }
                 409 => assert_eq!(view["state"], "delivered", "{id}"),
                 other => panic!("{id}: DELETE answered {other}"),
@@ -892,6 +946,85 @@ async fn patch_and_delete_racing_the_carrier_are_all_or_nothing() {
         JOBS / 2
     );
     daemon.stop().await.expect("clean stop");
+}
+
+/// A job cancelled while ready (due, waiting for a worker: the only worker
+/// is held by another job) never reaches its receiver.
+#[tokio::test]
+async fn a_cancelled_ready_job_never_arrives() {
+    use crate::support::receiver::{Recorded, Reply};
+    let redis = RedisServer::start();
+    let receiver = Receiver::start(std::sync::Arc::new(|r: &Recorded| {
+        let hold = (r.path == "/hold").then_some(Duration::from_secs(1));
+        Reply {
+            delay: hold,
+            ..Reply::status(200)
+        }
+    }))
+    .await;
+    let mut config = test_config(&redis);
+    config.delivery.workers = 1;
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    let jobs = format!("{base}/v1/jobs");
+    crate::post_created(&jobs, json!({"id": "hold", "url": receiver.url("/hold")})).await;
+    receiver.wait_for_count(1, Duration::from_secs(10)).await;
+    let view = crate::post_created(
+        &jobs,
+        json!({"id": "queued", "url": receiver.url("/queued")}),
+    )
+    .await;
+    assert_eq!(view["state"], "ready", "{view}");
+    let (status, body) = send(reqwest::Method::DELETE, &format!("{jobs}/queued"), None).await;
+    assert_eq!(status, 204, "{body}");
+    let (_, view) = get_json(&format!("{jobs}/queued")).await;
+    assert_eq!(
+        (&view["state"], &view["attempts"]),
+        (&json!("cancelled"), &json!(0)),
+        "cancelled before any attempt: {view}"
+    );
+
+    // Once the worker is free and nothing is left to run, stop (draining
+    // any attempt) and look at what arrived.
+    crate::wait_until_idle(&base, Duration::from_secs(10)).await;
+    daemon.stop().await.expect("clean stop");
+    let paths: Vec<String> = receiver.requests().into_iter().map(|r| r.path).collect();
+    assert_eq!(paths, ["/hold"], "the cancelled job arrived");
+}
+
+/// A job cancelled while its attempt is at the receiver is not retried when
+/// that attempt fails: the failure's outcome is discarded, the job stays
+/// cancelled, and nothing is scheduled (a second daemon finds nothing).
+#[tokio::test]
+async fn a_job_cancelled_in_flight_is_not_retried() {
+    use crate::support::receiver::{Recorded, Reply};
+    let redis = RedisServer::start();
+    let receiver = Receiver::start(std::sync::Arc::new(|r: &Recorded| {
+        if r.header("hookq-attempt") == Some("1") {
+            Reply::status(500).with_delay(Duration::from_secs(1))
+        } else {
+            Reply::status(200)
+        }
+    }))
+    .await;
+    let config = test_config(&redis);
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    let jobs = format!("{base}/v1/jobs");
+    crate::post_created(&jobs, json!({"id": "flying", "url": receiver.url("/f")})).await;
+    receiver.wait_for_count(1, Duration::from_secs(10)).await;
+    let (status, body) = send(reqwest::Method::DELETE, &format!("{jobs}/flying"), None).await;
+    assert_eq!(status, 204, "{body}");
+    // A stop drains the running attempt: its 500 is handled before it returns.
+    daemon.stop().await.expect("clean stop");
+
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    crate::wait_until_idle(&base, Duration::from_secs(10)).await;
+    let (_, view) = get_json(&format!("{base}/v1/jobs/flying")).await;
+    daemon.stop().await.expect("clean stop");
+    assert_eq!(view["state"], "cancelled", "{view}");
+    assert_eq!(receiver.count(), 1, "the cancelled job was retried");
 }
 
 mod fuzz {
@@ -962,4 +1095,213 @@ mod fuzz {
         });
         runtime.block_on(daemon.stop()).expect("clean stop");
     }
+}
+
+/// POSTs a raw body (the bytes exactly as given) and returns the status and
+/// the JSON answer.
+async fn post_raw(url: &str, body: &str) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("request is sent");
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// RFC 3339 in UTC with exactly three fractional digits.
+fn is_rfc3339_millis(value: &Value) -> bool {
+    let Some(text) = value.as_str() else {
+        return false;
+    };
+    let bytes = text.as_bytes();
+    text.len() == 24
+        && bytes.iter().enumerate().all(|(i, b)| match i {
+            4 | 7 => *b == b'-',
+            10 => *b == b'T',
+            13 | 16 => *b == b':',
+            19 => *b == b'.',
+            23 => *b == b'Z',
+            _ => b.is_ascii_digit(),
+        })
+}
+
+#[tokio::test]
+async fn every_time_in_a_response_is_rfc3339_with_milliseconds() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let failing = Receiver::with_status(500).await;
+    let mut config = test_config(&redis);
+    config.delivery.retry = vec![];
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+
+    let (status, created) = post_json(
+        &format!("{base}/v1/jobs"),
+        json!({"id": "t-ok", "url": receiver.url("/"), "delay": "1h"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    for field in ["created_at", "updated_at", "next_attempt_at"] {
+        assert!(is_rfc3339_millis(&created[field]), "{field}: {created}");
+    }
+
+    let (status, answer) = post_json(
+        &format!("{base}/v1/jobs"),
+        json!({"id": "t-now", "url": receiver.url("/")}),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+    receiver.wait_for_count(1, Duration::from_secs(10)).await;
+    wait_until("t-now is delivered", Duration::from_secs(10), || {
+        let url = format!("{base}/v1/jobs/t-now");
+        async move {
+            let (_, v) = get_json(&url).await;
+            v["state"] == "delivered"
+        }
+    })
+    .await;
+    let (_, view) = get_json(&format!("{base}/v1/jobs/t-now")).await;
+    let at = &view["history"][0]["at"];
+    assert!(is_rfc3339_millis(at), "history at: {view}");
+
+    // A dead letter: its time and its job's run_at.
+    let run_at = time::OffsetDateTime::now_utc().unix_timestamp() * 1000;
+    let (status, answer) = post_json(
+        &format!("{base}/v1/jobs"),
+        json!({"id": "t-dead", "url": failing.url("/"), "run_at": run_at}),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+    wait_until("t-dead is dead-lettered", Duration::from_secs(10), || {
+        let url = format!("{base}/v1/dead-letters");
+        async move {
+            let (_, v) = get_json(&url).await;
+            v["dead_letters"].as_array().is_some_and(|l| !l.is_empty())
+        }
+    })
+    .await;
+    let (_, letters) = get_json(&format!("{base}/v1/dead-letters")).await;
+    let letter = &letters["dead_letters"][0];
+    assert!(is_rfc3339_millis(&letter["dead_at"]), "{letter}");
+    assert!(is_rfc3339_millis(&letter["job"]["run_at"]), "{letter}");
+    daemon.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn a_create_retried_with_other_json_spelling_is_idempotent() {
+    let redis = RedisServer::start();
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let jobs = format!("{}/v1/jobs", daemon.url());
+    let url = "http://127.0.0.1:9/hook";
+    let first = format!(
+        r#"{{"id": "sem", "url": "{url}", "delay": "1h", "body": {{"order": 42, "items": [1, 2], "note": "a b"}}}}"#
+    );
+    let (status, answer) = post_raw(&jobs, &first).await;
+    assert_eq!(status, 201, "{answer}");
+
+    // Whitespace and key order (of the body and of the job) do not matter.
+    let respelled = format!(
+        r#"{{"body":{{"note":"a b","items":[1,2],"order":42}},"delay":"1h","url":"{url}","id":"sem"}}"#
+    );
+    let (status, answer) = post_raw(&jobs, &respelled).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["id"], "sem");
+
+    // The stored body keeps the first spelling, byte for byte.
+    let text = reqwest::get(format!("{jobs}/sem"))
+        .await
+        .expect("get")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        text.contains(r#""body":{"order": 42, "items": [1, 2], "note": "a b"}"#),
+        "{text}"
+    );
+
+    // Another value, another delay, or a body_text spelled otherwise: 409.
+    for (what, body) in [
+        (
+            "another body value",
+            format!(
+                r#"{{"id":"sem","url":"{url}","delay":"1h","body":{{"order":43,"items":[1,2],"note":"a b"}}}}"#
+            ),
+        ),
+        (
+            "another delay",
+            format!(
+                r#"{{"id":"sem","url":"{url}","delay":"2h","body":{{"order":42,"items":[1,2],"note":"a b"}}}}"#
+            ),
+        ),
+    ] {
+        let (status, answer) = post_raw(&jobs, &body).await;
+        assert_eq!(status, 409, "{what}: {answer}");
+        assert_eq!(answer["error"]["code"], "conflict", "{what}");
+    }
+    let (status, answer) = post_raw(
+        &jobs,
+        &format!(r#"{{"id":"txt","url":"{url}","delay":"1h","body_text":"a=1&b=2"}}"#),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+    let (status, answer) = post_raw(
+        &jobs,
+        &format!(r#"{{"id":"txt","url":"{url}","delay":"1h","body_text":"a=1& b=2"}}"#),
+    )
+    .await;
+    assert_eq!(status, 409, "body_text is compared byte for byte: {answer}");
+
+    // The batch route answers the same per item, also for a duplicate id
+    // within one request.
+    let (status, answer) = post_raw(
+        &format!("{jobs}/batch"),
+        &format!(
+            r#"{{"jobs":[{respelled},{{"id":"b2","url":"{url}","body":{{"x": 1,"y": 2}}}},{{"id":"b2","url":"{url}","body":{{"y":2,"x":1}}}}]}}"#
+        ),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let statuses: Vec<&Value> = answer["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| &r["status"])
+        .collect();
+    assert_eq!(
+        statuses,
+        [&json!(200), &json!(201), &json!(200)],
+        "{answer}"
+    );
+    daemon.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn a_truncated_body_names_a_real_field_or_none() {
+    let redis = RedisServer::start();
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let jobs = format!("{}/v1/jobs", daemon.url());
+    for (body, field) in [
+        (r#"{"url": "http://127.0.0.1:9/"#, json!("url")),
+        (
+            r#"{"url": "http://127.0.0.1:9/", "retry": ["1s","#,
+            json!("retry"),
+        ),
+        (r#"{"url""#, Value::Null),
+        ("{", Value::Null),
+    ] {
+        let before = crate::redis_snapshot(&redis).await;
+        let (status, answer) = post_raw(&jobs, body).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert_eq!(answer["error"]["code"], "invalid_json", "{body}: {answer}");
+        assert_eq!(answer["error"]["field"], field, "{body}: {answer}");
+        assert_eq!(
+            crate::redis_snapshot(&redis).await,
+            before,
+            "{body} changed Redis"
+        );
+    }
+    daemon.stop().await.expect("clean stop");
 }

@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::support::process::OwnedProcess;
 use crate::support::receiver::Receiver;
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
@@ -190,35 +191,102 @@ async fn a_chaotic_endpoint_ends_every_job_delivered_or_dead() {
     daemon.stop().await.expect("clean stop");
 }
 
-/// Starts `hookq serve` under libfaketime with its clock shifted by `shift`
-/// (e.g. `+5m`); stderr (the log) is captured.
-fn spawn_skewed(redis: &RedisServer, port: u16, shift: &str) -> std::process::Child {
-    let mut faketime = std::process::Command::new("faketime");
-    faketime.args(["-f", shift, env!("CARGO_BIN_EXE_hookq")]);
-    crate::ops::serve_command(faketime, redis, port)
+/// libfaketime's preload library, where Debian and Ubuntu put it.
+fn libfaketime() -> std::path::PathBuf {
+    let candidates = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("faketime/libfaketime.so.1"))
+        .chain([std::path::PathBuf::from(
+            "/usr/lib/faketime/libfaketime.so.1",
+        )]);
+    for path in candidates {
+        if path.exists() {
+            return path;
+        }
+    }
+    panic!("libfaketime.so.1 is missing: scripts/test.sh installs it (apt-get install faketime)");
+}
+
+/// The environment entry that marks this test process's skewed daemons.
+fn skew_mark() -> String {
+    format!("clock-skew-{}", std::process::id())
+}
+
+/// Starts `hookq serve` with its clock shifted by `shift` (e.g. `+5m`):
+/// libfaketime is preloaded into hookq itself (no `faketime` wrapper, whose
+/// death would orphan hookq). libfaketime creates two `/dev/shm` files named
+/// after the process and leaves them when it is killed: the guard removes them.
+fn spawn_skewed(redis: &RedisServer, port: u16, shift: &str) -> OwnedProcess {
+    let mut command = crate::ops::serve_command(
+        std::process::Command::new(env!("CARGO_BIN_EXE_hookq")),
+        redis,
+        port,
+    );
+    command
+        .env("LD_PRELOAD", libfaketime())
+        .env("FAKETIME", shift)
         .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("faketime hookq serve starts")
+        .env("HOOKQ_LOG__LEVEL", "info")
+        .env("HOOKQ_TEST_MARK", skew_mark());
+    let mut daemon = OwnedProcess::spawn(command, &format!("hookq serve, clock {shift}"));
+    daemon.removes_on_drop(faketime_shm_files(daemon.pid()));
+    daemon
+}
+
+/// The shared-memory files libfaketime creates for process `pid`.
+fn faketime_shm_files(pid: u32) -> [std::path::PathBuf; 2] {
+    [
+        format!("/dev/shm/faketime_shm_{pid}").into(),
+        format!("/dev/shm/sem.faketime_sem_{pid}").into(),
+    ]
 }
 
 /// Seconds between the first log line's timestamp and the real clock: proves
 /// the skew reached the daemon.
-fn log_skew_seconds(child: &mut std::process::Child) -> i64 {
-    use std::io::BufRead;
-    let stderr = child.stderr.take().expect("piped stderr");
-    let line = std::io::BufReader::new(stderr)
+async fn log_skew_seconds(daemon: &OwnedProcess) -> i64 {
+    let mut log = String::new();
+    wait_until("the daemon logs a line", Duration::from_secs(30), || {
+        log = daemon.log();
+        let found = log.lines().any(|l| l.contains("20") && l.contains('Z'));
+        async move { found }
+    })
+    .await;
+    let line = log
         .lines()
-        .map_while(Result::ok)
-        .find(|l| l.contains("20"))
+        .find(|l| l.contains("20") && l.contains('Z'))
         .expect("a log line");
-    let clean: String = line.chars().filter(|c| !c.is_control()).collect();
-    let start = clean.find("20").expect("a timestamp");
-    let rest = &clean[start..];
+    let start = line.find("20").expect("a timestamp");
+    let rest = &line[start..];
     let stamp = &rest[..rest.find('Z').map(|z| z + 1).unwrap_or(rest.len())];
     let logged = time::OffsetDateTime::parse(stamp, &time::format_description::well_known::Rfc3339)
         .unwrap_or_else(|e| panic!("log timestamp {stamp:?}: {e}"));
     (logged - time::OffsetDateTime::now_utc()).whole_seconds()
+}
+
+/// Every process on the machine whose environment holds `mark` (the
+/// `HOOKQ_TEST_MARK=...` entry a test gives the processes it starts).
+fn processes_marked(mark: &str) -> Vec<String> {
+    let mark = mark.as_bytes();
+    std::fs::read_dir("/proc")
+        .expect("read /proc")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|e| {
+            std::fs::read(e.path().join("environ"))
+                .map(|env| env.split(|b| *b == 0).any(|kv| kv == mark))
+                .unwrap_or(false)
+        })
+        .map(|e| {
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            format!(
+                "{}: {}",
+                e.file_name().to_string_lossy(),
+                String::from_utf8_lossy(&cmdline).replace('\0', " ")
+            )
+        })
+        .collect()
 }
 
 /// Two daemons whose local clocks are 5 minutes ahead and 5 minutes behind
@@ -226,19 +294,15 @@ fn log_skew_seconds(child: &mut std::process::Child) -> i64 {
 /// Redis `TIME` is the only clock that decides.
 #[tokio::test]
 async fn daemons_with_skewed_clocks_are_never_early_nor_double() {
-    if std::process::Command::new("faketime")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        panic!("faketime is missing: scripts/test.sh installs it (apt-get install faketime)");
-    }
     let redis = RedisServer::start();
     let receiver = Receiver::ok().await;
     let ports = [crate::ops::free_port(), crate::ops::free_port()];
-    let mut ahead = spawn_skewed(&redis, ports[0], "+5m");
-    let mut behind = spawn_skewed(&redis, ports[1], "-5m");
-    let skews = [log_skew_seconds(&mut ahead), log_skew_seconds(&mut behind)];
+    let ahead = spawn_skewed(&redis, ports[0], "+5m");
+    let behind = spawn_skewed(&redis, ports[1], "-5m");
+    let skews = [
+        log_skew_seconds(&ahead).await,
+        log_skew_seconds(&behind).await,
+    ];
     assert!(
         (290..=310).contains(&skews[0]),
         "clock ahead by {}s",
@@ -290,10 +354,12 @@ async fn daemons_with_skewed_clocks_are_never_early_nor_double() {
         }
         assert!(seen.insert(id.clone()), "{id} delivered twice");
     }
-    for child in [&mut ahead, &mut behind] {
-        crate::ops::signal(child, "KILL");
-        let _ = crate::ops::wait_exit(child, Duration::from_secs(5)).await;
-    }
+    drop((ahead, behind));
+    let survivors = processes_marked(&format!("HOOKQ_TEST_MARK={}", skew_mark()));
+    assert!(
+        survivors.is_empty(),
+        "processes of this test survived it: {survivors:?}"
+    );
     eprintln!(
         "clock skew: daemons at {:+}s and {:+}s, {jobs} jobs, {} deliveries, early {early:?}",
         skews[0], skews[1], settle

@@ -88,3 +88,81 @@ pub async fn redis_snapshot(redis: &RedisServer) -> std::collections::BTreeMap<S
     }
     out
 }
+
+/// POSTs a create to `url`, asserts it answered 201 Created, and returns the
+/// job view.
+pub async fn post_created(url: &str, body: serde_json::Value) -> serde_json::Value {
+    let (status, answer) = post_json(url, body.clone()).await;
+    assert_eq!(status, 201, "create {body} answered {status}: {answer}");
+    answer
+}
+
+/// The sum of every sample of the Prometheus series `name` (all label sets)
+/// in a `/metrics` text; 0 when the series is absent.
+pub fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .fold(0.0, |sum, v| sum + v)
+}
+
+/// Waits until `GET /v1/stats` shows no job scheduled, ready or in flight:
+/// no attempt can start any more, and no lease is left to expire.
+pub async fn wait_until_idle(base: &str, deadline: Duration) {
+    support::wait_until(
+        "no job is scheduled, ready or in flight",
+        deadline,
+        || async {
+            let (status, stats) = get_json(&format!("{base}/v1/stats")).await;
+            status == 200
+                && stats["scheduled"] == 0
+                && stats["ready"] == 0
+                && stats["inflight"] == 0
+        },
+    )
+    .await;
+}
+
+/// Runs `command` (stdin closed, stdout and stderr captured) and returns its
+/// output; panics, killing it, if it has not exited within `deadline`.
+pub fn output_within(
+    mut command: std::process::Command,
+    deadline: Duration,
+) -> std::process::Output {
+    use std::process::Stdio;
+    let what = format!("{:?}", command.get_program());
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what} does not start: {e}"));
+    wait_output_within(child, deadline, &what)
+}
+
+/// Waits for `child` and collects its output; panics, killing it, if it has
+/// not exited within `deadline` (`what` names it in the message).
+pub fn wait_output_within(
+    child: std::process::Child,
+    deadline: Duration,
+    what: &str,
+) -> std::process::Output {
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(deadline) {
+        Ok(output) => output.unwrap_or_else(|e| panic!("waiting for {what}: {e}")),
+        Err(_) => {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!("{what} did not exit within {deadline:?}");
+        }
+    }
+}

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod process;
 pub mod receiver;
 pub mod redis;
 

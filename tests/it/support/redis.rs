@@ -5,6 +5,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -89,6 +90,9 @@ impl RedisServer {
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(stderr))
+            // Its own process group: a background save or AOF rewrite child
+            // dies with it.
+            .process_group(0)
             .spawn()
             .expect("spawn redis-server (is it on PATH? scripts/test.sh installs it)");
         self.child = Some(child);
@@ -173,9 +177,15 @@ impl RedisServer {
             .unwrap_or_else(|e| panic!("connect to test redis at {}: {e}", self.url()))
     }
 
-    /// SIGKILLs the server and reaps it (no shutdown save, no AOF rewrite).
+    /// SIGKILLs the server and its process group (a fork doing a background
+    /// save or AOF rewrite) and reaps it: no shutdown save, no AOF rewrite.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
             let _ = child.kill();
             let _ = child.wait();
         }
