@@ -160,6 +160,7 @@ const CONFIG_KEYS: &[(&str, &str)] = &[
     ("log", "level"),
     ("log", "format"),
     ("nonsense", "key"),
+    ("delivery", "nope"),
 ];
 
 /// A TOML value of any kind, as text.
@@ -191,7 +192,11 @@ proptest! {
     #[test]
     fn config_parser_survives_arbitrary_text(text in any::<String>()) {
         if let Err(e) = load_toml(&text) {
-            prop_assert!(format!("{e:#}").contains("config"), "{e:#}");
+            let message = format!("{e:#}");
+            prop_assert!(message.contains("config"), "{message}");
+            if toml::from_str::<toml::Table>(&text).is_ok() {
+                prop_assert!(!message.contains("not valid TOML"), "{message}\n{text:?}");
+            }
         }
     }
 
@@ -199,17 +204,20 @@ proptest! {
     fn config_errors_name_the_key(
         entries in prop::collection::vec((prop::sample::select(CONFIG_KEYS), toml_value()), 1..5),
     ) {
-        let mut text = String::new();
-        for ((section, key), value) in &entries {
-            text.push_str(&format!("[{section}]\n{key} = {value}\n"));
-        }
+        let entries = by_section(&entries);
+        let text = config_document(&entries);
+        // The generator writes well-formed TOML (each section once, each key
+        // once), so any error is about a key, never about the syntax.
+        prop_assert!(toml::from_str::<toml::Table>(&text).is_ok(), "generator wrote bad TOML:\n{text}");
         match load_toml(&text) {
-            Ok(config) => prop_assert!(config.validate().is_ok()),
+            Ok(config) => check_read_as_written(&config, &entries)?,
             Err(e) => {
                 let message = format!("{e:#}");
+                prop_assert!(!message.contains("not valid TOML"), "{message}\n{text}");
+                prop_assert!(message.contains("config key"), "{message}\n{text}");
                 prop_assert!(
-                    message.contains("config key") || message.contains("not valid TOML"),
-                    "{message}"
+                    names_a_key(&message, &entries),
+                    "the error names none of the keys set:\n{message}\n{text}"
                 );
             }
         }
@@ -221,9 +229,87 @@ proptest! {
         value in prop_oneof![tricky_string(), toml_value()],
     ) {
         let name = format!("HOOKQ_{}__{}", section.to_uppercase(), key.to_uppercase());
-        if let Err(e) = Config::load(None, vec![(name, value)]) {
+        if let Err(e) = Config::load(None, vec![(name.clone(), value.clone())]) {
             let message = format!("{e:#}");
-            prop_assert!(message.contains("config key") || message.contains("HOOKQ_"), "{message}");
+            let entries = by_section(&[((section, key), value)]);
+            prop_assert!(
+                message.contains(&name) || names_a_key(&message, &entries),
+                "the error names neither {name} nor its key: {message}"
+            );
         }
     }
+}
+
+/// Entries grouped by section, the last value of a repeated key winning (as
+/// it would in a hand-edited file once the duplicate is removed).
+type Sections =
+    std::collections::BTreeMap<&'static str, std::collections::BTreeMap<&'static str, String>>;
+
+fn by_section(entries: &[((&'static str, &'static str), String)]) -> Sections {
+    let mut sections = Sections::new();
+    for ((section, key), value) in entries {
+        sections
+            .entry(*section)
+            .or_default()
+            .insert(*key, value.clone());
+    }
+    sections
+}
+
+/// A TOML document: each section once, with its keys.
+fn config_document(sections: &Sections) -> String {
+    let mut text = String::new();
+    for (section, keys) in sections {
+        text.push_str(&format!("[{section}]\n"));
+        for (key, value) in keys {
+            text.push_str(&format!("{key} = {value}\n"));
+        }
+    }
+    text
+}
+
+/// Whether `message` names one of the keys set (`section.key`), or, for a
+/// section or key hookq does not know, that name as an unknown field.
+fn names_a_key(message: &str, sections: &Sections) -> bool {
+    sections.iter().any(|(section, keys)| {
+        message.contains(&format!("unknown field `{section}`"))
+            || keys.keys().any(|key| {
+                message.contains(&format!("{section}.{key}"))
+                    || message.contains(&format!("unknown field `{key}`"))
+            })
+    })
+}
+
+/// A config that loaded holds the values the document gave its plain keys.
+fn check_read_as_written(config: &Config, sections: &Sections) -> Result<(), TestCaseError> {
+    for (section, keys) in sections {
+        for (key, text) in keys {
+            let value: toml::Value = toml::from_str::<toml::Table>(&format!("v = {text}"))
+                .map_err(|e| TestCaseError::fail(format!("{text}: {e}")))?
+                .remove("v")
+                .ok_or_else(|| TestCaseError::fail("no value"))?;
+            let held: Option<toml::Value> = match (*section, *key) {
+                ("redis", "url") => Some(config.redis.url.clone().into()),
+                ("redis", "namespace") => Some(config.redis.namespace.clone().into()),
+                ("redis", "partitions") => Some(i64::from(config.redis.partitions).into()),
+                ("api", "listen") => Some(config.api.listen.clone().into()),
+                ("delivery", "workers") => Some((config.delivery.workers as i64).into()),
+                ("delivery", "allow_private") => Some(config.delivery.allow_private.into()),
+                ("log", "level") => Some(config.log.level.clone().into()),
+                ("log", "format") => Some(config.log.format.clone().into()),
+                _ => None,
+            };
+            if let Some(held) = held {
+                prop_assert_eq!(
+                    &held,
+                    &value,
+                    "{}.{} = {} was not read as written",
+                    section,
+                    key,
+                    text
+                );
+            }
+        }
+    }
+    Ok(())
 }

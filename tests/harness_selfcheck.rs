@@ -113,9 +113,34 @@ async fn wait_for_count_panics_with_what_arrived() {
 
 #[tokio::test]
 async fn wait_until_returns_once_the_condition_holds() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let start = tokio::time::Instant::now();
-    support::wait_until("50 ms passed", Duration::from_secs(5), || async move {
-        start.elapsed() >= Duration::from_millis(50)
+    let polls = AtomicUsize::new(0);
+    let last = AtomicBool::new(false);
+    support::wait_until("50 ms passed", Duration::from_secs(5), || async {
+        polls.fetch_add(1, Ordering::SeqCst);
+        let held = start.elapsed() >= Duration::from_millis(50);
+        last.store(held, Ordering::SeqCst);
+        held
     })
     .await;
+    assert!(
+        last.load(Ordering::SeqCst),
+        "wait_until returned although its condition did not hold"
+    );
+    assert!(
+        start.elapsed() >= Duration::from_millis(50),
+        "wait_until returned after {:?}, before the condition could hold",
+        start.elapsed()
+    );
+    assert!(
+        polls.load(Ordering::SeqCst) >= 2,
+        "the condition was polled again after it first failed"
+    );
+}
+
+#[tokio::test]
+#[should_panic(expected = "timed out after 50ms waiting until never")]
+async fn wait_until_panics_at_its_deadline() {
+    support::wait_until("never", Duration::from_millis(50), || async { false }).await;
 }

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::support::receiver::{Receiver, Recorded, Reply};
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
-use crate::{get_json, post_json, start_daemon, test_config};
+use crate::{get_json, post_created, post_json, start_daemon, test_config};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const ROTATED: &str = "whsec_Vm9yc2ljaHQgYmVpbSBSb3RpZXJlbiE=";
@@ -47,7 +47,9 @@ fn verify_with_standardwebhooks(secret: &str, requests: &[Signed]) -> Vec<String
             .write_all(input.to_string().as_bytes())
             .expect("write");
     }
-    let output = child.wait_with_output().expect("python finishes");
+    // Bounded: a hung interpreter fails the test instead of hanging it.
+    let output =
+        crate::wait_output_within(child, Duration::from_secs(60), "the standardwebhooks check");
     assert!(
         output.status.success(),
         "the standardwebhooks check failed to run"
@@ -63,6 +65,20 @@ fn headers_of(r: &Recorded) -> Vec<(String, String)> {
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or_default().to_string()))
         .collect()
+}
+
+/// A batch answered 200 with every item created (201).
+fn assert_batch_created(status: u16, answer: &Value) {
+    assert_eq!(status, 200, "{answer}");
+    let results = answer["results"].as_array().expect("results");
+    let refused: Vec<&Value> = results.iter().filter(|r| r["status"] != 201).collect();
+    assert!(
+        refused.is_empty(),
+        "{} of {} items not created, first: {}",
+        refused.len(),
+        results.len(),
+        refused[0]
+    );
 }
 
 async fn wait_state(base: &str, id: &str, state: &str) -> Value {
@@ -83,8 +99,8 @@ async fn signatures_verify_with_the_official_library() {
     config.delivery.signing_secrets = vec![SECRET.into(), ROTATED.into()];
     let daemon = start_daemon(&config).await;
     let base = daemon.url();
-    post_json(&format!("{base}/v1/jobs"), json!({"id": "signed-1", "url": receiver.url("/s"), "body": {"amount": 100, "note": "é ✓"}})).await;
-    post_json(&format!("{base}/v1/jobs"), json!({"id": "signed-2", "url": receiver.url("/s"), "body_text": "a=1&b=2", "content_type": "application/x-www-form-urlencoded"})).await;
+    post_created(&format!("{base}/v1/jobs"), json!({"id": "signed-1", "url": receiver.url("/s"), "body": {"amount": 100, "note": "é ✓"}})).await;
+    post_created(&format!("{base}/v1/jobs"), json!({"id": "signed-2", "url": receiver.url("/s"), "body_text": "a=1&b=2", "content_type": "application/x-www-form-urlencoded"})).await;
     let got = receiver.wait_for_count(2, Duration::from_secs(10)).await;
     for r in &got {
         let signature = r.headers["webhook-signature"].to_str().expect("ascii");
@@ -162,7 +178,7 @@ async fn private_targets_are_refused_and_dead_lettered_at_once() {
     config.delivery.allow_cidrs = vec!["127.0.0.0/8".into()];
     let daemon = start_daemon(&config).await;
     let base = daemon.url();
-    post_json(
+    post_created(
         &format!("{base}/v1/jobs"),
         json!({"id": "allowed", "url": format!("http://localhost:{port}/ok")}),
     )
@@ -188,12 +204,12 @@ async fn redirects_are_failures_and_410_is_final() {
     .await;
     let daemon = start_daemon(&test_config(&redis)).await;
     let base = daemon.url();
-    post_json(
+    post_created(
         &format!("{base}/v1/jobs"),
         json!({"id": "redir", "url": receiver.url("/moved"), "retry": []}),
     )
     .await;
-    post_json(
+    post_created(
         &format!("{base}/v1/jobs"),
         json!({"id": "gone", "url": receiver.url("/gone")}),
     )
@@ -250,7 +266,7 @@ async fn retry_after_delays_the_next_attempt_within_the_ladder() {
         ("ra-date", "/date"),
         ("ra-capped", "/capped"),
     ] {
-        post_json(
+        post_created(
             &format!("{base}/v1/jobs"),
             json!({"id": id, "url": receiver.url(path)}),
         )
@@ -320,12 +336,12 @@ async fn huge_and_endless_responses_are_read_only_to_the_cap() {
     let base = daemon.url();
     let huge = streaming_server(false).await;
     let endless = streaming_server(true).await;
-    post_json(
+    post_created(
         &format!("{base}/v1/jobs"),
         json!({"id": "huge", "url": huge}),
     )
     .await;
-    post_json(
+    post_created(
         &format!("{base}/v1/jobs"),
         json!({"id": "endless", "url": endless}),
     )
@@ -370,14 +386,16 @@ async fn a_hanging_host_does_not_hold_up_a_healthy_one() {
     let hang_jobs: Vec<Value> = (0..200)
         .map(|i| json!({"id": format!("hang-{i}"), "url": hanging.url("/h")}))
         .collect();
-    let (status, _) = post_json(&format!("{base}/v1/jobs/batch"), json!({"jobs": hang_jobs})).await;
-    assert_eq!(status, 200);
+    let (status, answer) =
+        post_json(&format!("{base}/v1/jobs/batch"), json!({"jobs": hang_jobs})).await;
+    assert_batch_created(status, &answer);
     let started = Instant::now();
     let good_jobs: Vec<Value> = (0..1000)
         .map(|i| json!({"id": format!("good-{i}"), "url": healthy.url("/g")}))
         .collect();
-    let (status, _) = post_json(&format!("{base}/v1/jobs/batch"), json!({"jobs": good_jobs})).await;
-    assert_eq!(status, 200);
+    let (status, answer) =
+        post_json(&format!("{base}/v1/jobs/batch"), json!({"jobs": good_jobs})).await;
+    assert_batch_created(status, &answer);
     healthy.wait_for_count(1000, Duration::from_secs(60)).await;
     let took = started.elapsed();
     eprintln!(
@@ -392,4 +410,68 @@ async fn a_hanging_host_does_not_hold_up_a_healthy_one() {
         hanging.count()
     );
     daemon.stop().await.expect("clean stop");
+}
+
+/// Proxy variables in the daemon's environment are ignored: a proxy would
+/// see (and could redirect) every delivery, and would bypass the SSRF guard's
+/// check of the target's own address. A fake proxy that counts connections
+/// must see none while the job reaches its receiver directly.
+#[tokio::test]
+async fn proxy_variables_in_the_environment_are_ignored() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let proxy = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the fake proxy");
+    let proxy_url = format!("http://{}", proxy.local_addr().expect("proxy addr"));
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counted = connections.clone();
+    let _proxy_task = tokio::spawn(async move {
+        // Accepted connections are held open and never answered.
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = proxy.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            held.push(stream);
+        }
+    });
+    let p = proxy_url.as_str();
+    let env = [
+        ("HTTP_PROXY", p),
+        ("HTTPS_PROXY", p),
+        ("ALL_PROXY", p),
+        ("http_proxy", p),
+        ("https_proxy", p),
+        ("all_proxy", p),
+        ("NO_PROXY", ""),
+        ("no_proxy", ""),
+        ("HOOKQ_DELIVERY__TIMEOUT", "2s"),
+    ];
+    let port = crate::ops::free_port();
+    let _serve = crate::ops::spawn_serve(&redis, port, &env);
+    crate::ops::wait_ready(port).await;
+    let base = format!("http://127.0.0.1:{port}");
+    post_created(
+        &format!("{base}/v1/jobs"),
+        json!({"id": "direct", "url": receiver.url("/direct")}),
+    )
+    .await;
+    wait_until(
+        "the receiver or the proxy is reached",
+        Duration::from_secs(15),
+        || async { receiver.count() > 0 || connections.load(Ordering::SeqCst) > 0 },
+    )
+    .await;
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        0,
+        "a delivery went through the proxy from the environment"
+    );
+    let view = wait_state(&base, "direct", "delivered").await;
+    assert_eq!(view["attempts"], 1, "{view}");
+    assert_eq!(receiver.count(), 1);
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        0,
+        "the proxy saw nothing"
+    );
 }
