@@ -121,7 +121,7 @@ fi
 
 echo "== cargo build --release (a few minutes the first time)"
 cargo build --release --quiet
-BIN="$PWD/target/release/hookq"
+BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/hookq"
 
 # The address hookq listens on: --listen, else HOOKQ_API__LISTEN, else the
 # config file's api.listen, else the default.
@@ -182,10 +182,13 @@ if wait_ready "$pid" ""; then
     echo "== the Redis this script started keeps running; scripts/run.sh stop stops it"
   fi
 fi
-# `wait` returns early when a trapped signal arrives: wait again for the exit.
 status=0
 wait "$pid" || status=$?
-while kill -0 "$pid" 2>/dev/null; do
-  wait "$pid" || status=$?
-done
+if [ "$status" -gt 128 ]; then
+  # Interrupted by the trapped signal (or hookq died of one): wait for
+  # hookq's own exit status; 127 means it was already reported.
+  real=0
+  wait "$pid" 2>/dev/null || real=$?
+  [ "$real" -ne 127 ] && status=$real
+fi
 exit "$status"
