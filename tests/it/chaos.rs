@@ -337,8 +337,22 @@ async fn daemons_with_skewed_clocks_are_never_early_nor_double() {
         .await;
         assert_eq!(status, 200, "{answer}");
     }
-    let got = receiver.wait_for_count(jobs, Duration::from_secs(30)).await;
-    let settle = receiver.count();
+    receiver.wait_for_count(jobs, Duration::from_secs(30)).await;
+    // Every job finished in Redis, then both daemons gone: no attempt can
+    // arrive after the count below, so a late duplicate cannot slip past.
+    crate::wait_until_idle(
+        &format!("http://127.0.0.1:{}", ports[0]),
+        Duration::from_secs(30),
+    )
+    .await;
+    drop((ahead, behind));
+    let survivors = processes_marked(&format!("HOOKQ_TEST_MARK={}", skew_mark()));
+    assert!(
+        survivors.is_empty(),
+        "processes of this test survived it: {survivors:?}"
+    );
+    let got = receiver.requests();
+    let settle = got.len();
     let mut early = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for r in &got {
@@ -354,12 +368,6 @@ async fn daemons_with_skewed_clocks_are_never_early_nor_double() {
         }
         assert!(seen.insert(id.clone()), "{id} delivered twice");
     }
-    drop((ahead, behind));
-    let survivors = processes_marked(&format!("HOOKQ_TEST_MARK={}", skew_mark()));
-    assert!(
-        survivors.is_empty(),
-        "processes of this test survived it: {survivors:?}"
-    );
     eprintln!(
         "clock skew: daemons at {:+}s and {:+}s, {jobs} jobs, {} deliveries, early {early:?}",
         skews[0], skews[1], settle
