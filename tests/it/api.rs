@@ -1305,3 +1305,38 @@ async fn a_truncated_body_names_a_real_field_or_none() {
     }
     daemon.stop().await.expect("clean stop");
 }
+
+#[tokio::test]
+async fn a_finished_job_cannot_be_cancelled() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let failing = Receiver::with_status(410).await;
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+    for (id, url, finished) in [
+        ("fin-delivered", receiver.url("/"), "delivered"),
+        ("fin-dead", failing.url("/"), "dead"),
+    ] {
+        crate::post_created(&format!("{base}/v1/jobs"), json!({"id": id, "url": url})).await;
+        wait_until(
+            &format!("{id} is {finished}"),
+            Duration::from_secs(10),
+            || {
+                let url = format!("{base}/v1/jobs/{id}");
+                async move { get_json(&url).await.1["state"] == finished }
+            },
+        )
+        .await;
+        let (status, answer) = send(
+            reqwest::Method::DELETE,
+            &format!("{base}/v1/jobs/{id}"),
+            None,
+        )
+        .await;
+        assert_eq!(status, 409, "{id}: {answer}");
+        assert_eq!(answer["error"]["code"], "finished", "{id}: {answer}");
+        let (_, view) = get_json(&format!("{base}/v1/jobs/{id}")).await;
+        assert_eq!(view["state"], finished, "{id}: {view}");
+    }
+    daemon.stop().await.expect("clean stop");
+}

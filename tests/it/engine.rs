@@ -714,3 +714,183 @@ async fn a_claim_for_zero_jobs_claims_none() {
     assert!(store.claim(0, 0).await.expect("claim").jobs.is_empty());
     assert_eq!(store.claim(0, 1).await.expect("claim").jobs.len(), 1);
 }
+
+/// Enqueues a job due now (or in an hour) through `store` and returns its id.
+async fn enqueue_direct(store: &Store, config: &hookq::config::Config, id: &str, later: bool) {
+    let job = JobInput {
+        id: Some(id.into()),
+        url: Some("http://127.0.0.1:9/never".into()),
+        delay: later.then(|| "1h".to_string()),
+        ..JobInput::default()
+    }
+    .validate(config)
+    .expect("valid job");
+    store.enqueue(&job.new_job(config)).await.expect("enqueue");
+}
+
+/// Claims job `id` (due now) and returns its claim.
+async fn claim_direct(store: &Store, id: &str) -> hookq::store::Claimed {
+    let p = store.keys().partition_of(id);
+    store
+        .claim(p, 100)
+        .await
+        .expect("claim")
+        .jobs
+        .into_iter()
+        .find(|j| j.id == id)
+        .expect("the job is claimed")
+}
+
+/// A change that sends job `id` elsewhere, computed from `old_spec_json`.
+fn redirect<'a>(id: &'a str, old_spec_json: &'a str) -> hookq::store::Reschedule<'a> {
+    hookq::store::Reschedule {
+        id,
+        old_spec_json,
+        new_spec_json: r#"{"url":"http://127.0.0.1:9/elsewhere"}"#,
+        due: Some(hookq::job::Due::After(10)),
+        max_attempts: 3,
+        lease_ms: None,
+    }
+}
+
+/// Every move that arrives late — a defer or an outcome of an attempt whose
+/// lease was taken over or whose job was cancelled, a cancel of a finished
+/// job, a change of a job that is no longer scheduled or was changed
+/// meanwhile — changes nothing. Each case is one guard in a Lua script;
+/// `scripts/lua-guards.sh` deletes each guard and sees a test fail.
+#[tokio::test]
+async fn late_moves_change_nothing() {
+    use hookq::job::State;
+    use hookq::store::{CancelOutcome, RescheduleOutcome};
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    config.delivery.timeout = Duration::from_millis(200);
+    config.delivery.lease_margin = Duration::from_millis(100);
+    let store = Store::connect(&config).await.expect("store");
+    let state_of = |id: &'static str| {
+        let store = store.clone();
+        async move {
+            let record = store.get(id).await.expect("get").expect("record");
+            (record.state, record.attempts)
+        }
+    };
+
+    // A defer by attempt 1 after its lease expired and attempt 2 was claimed.
+    enqueue_direct(&store, &config, "defer-stale", false).await;
+    let first = claim_direct(&store, "defer-stale").await;
+    let p = store.keys().partition_of("defer-stale");
+    wait_until(
+        "the lease of attempt 1 expires",
+        Duration::from_secs(10),
+        || {
+            let store = store.clone();
+            async move { store.reclaim(p, 100).await.expect("reclaim").requeued == 1 }
+        },
+    )
+    .await;
+    let second = claim_direct(&store, "defer-stale").await;
+    assert_eq!(second.attempt, 2);
+    let deferred = store
+        .defer(&first, Duration::from_millis(10))
+        .await
+        .expect("defer");
+    assert_eq!(
+        deferred, None,
+        "attempt 1's defer was applied over attempt 2"
+    );
+    assert_eq!(state_of("defer-stale").await, (State::Inflight, 2));
+
+    // A defer, and a success, of an attempt whose job was cancelled meanwhile.
+    enqueue_direct(&store, &config, "defer-cancelled", false).await;
+    let claim = claim_direct(&store, "defer-cancelled").await;
+    let inflight_key = store
+        .keys()
+        .inflight(store.keys().partition_of("defer-cancelled"));
+    assert_eq!(
+        store.cancel("defer-cancelled").await.expect("cancel"),
+        CancelOutcome::Cancelled
+    );
+    let mut conn = redis.conn().await;
+    let leased: Option<f64> = conn
+        .zscore(&inflight_key, "defer-cancelled")
+        .await
+        .expect("ZSCORE");
+    assert_eq!(leased, None, "a cancelled job keeps its lease");
+    let deferred = store
+        .defer(&claim, Duration::from_millis(10))
+        .await
+        .expect("defer");
+    assert_eq!(deferred, None, "a cancelled job was deferred back to life");
+    assert!(
+        !store.complete(&claim, "{}").await.expect("complete"),
+        "a cancelled job was recorded as delivered"
+    );
+    assert_eq!(state_of("defer-cancelled").await, (State::Cancelled, 1));
+
+    // A cancel of a delivered job.
+    enqueue_direct(&store, &config, "done", false).await;
+    let claim = claim_direct(&store, "done").await;
+    assert!(store.complete(&claim, "{}").await.expect("complete"));
+    assert_eq!(
+        store.cancel("done").await.expect("cancel"),
+        CancelOutcome::Finished
+    );
+    assert_eq!(state_of("done").await, (State::Delivered, 1));
+
+    // A lease left behind for a job no longer in flight (no script leaves
+    // one; an operator's hand or a future bug could): reclaim drops the
+    // lease and leaves the job as it is.
+    let p = store.keys().partition_of("done");
+    let () = conn
+        .zadd(store.keys().inflight(p), "done", 1)
+        .await
+        .expect("ZADD");
+    let reclaim = store.reclaim(p, 100).await.expect("reclaim");
+    assert_eq!((reclaim.requeued, reclaim.dead), (0, 0), "{reclaim:?}");
+    assert_eq!(state_of("done").await, (State::Delivered, 1));
+    let leased: Option<f64> = conn
+        .zscore(store.keys().inflight(p), "done")
+        .await
+        .expect("ZSCORE");
+    assert_eq!(leased, None);
+
+    // A change of a job that is no longer scheduled, and one computed from
+    // a spec that has changed since.
+    enqueue_direct(&store, &config, "patched", true).await;
+    let stored = store.get("patched").await.expect("get").expect("record");
+    let stale_spec = r#"{"url":"http://127.0.0.1:9/before"}"#;
+    assert_eq!(
+        store
+            .reschedule(&redirect("patched", stale_spec))
+            .await
+            .expect("reschedule"),
+        RescheduleOutcome::Modified
+    );
+    assert_eq!(
+        store
+            .get("patched")
+            .await
+            .expect("get")
+            .expect("record")
+            .spec_json,
+        stored.spec_json
+    );
+    enqueue_direct(&store, &config, "ready-now", false).await;
+    let ready = store.get("ready-now").await.expect("get").expect("record");
+    assert_eq!(
+        store
+            .reschedule(&redirect("ready-now", &ready.spec_json))
+            .await
+            .expect("reschedule"),
+        RescheduleOutcome::NotScheduled(State::Ready)
+    );
+    assert_eq!(
+        store
+            .get("ready-now")
+            .await
+            .expect("get")
+            .expect("record")
+            .spec_json,
+        ready.spec_json
+    );
+}
