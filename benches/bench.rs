@@ -17,6 +17,13 @@ use hookq::job::{JobInput, RunAt};
 use hookq::store::Store;
 use serde_json::{json, Value};
 
+/// The test kit: free ports, Redis servers and clusters, waits.
+#[path = "../tests/it/support/mod.rs"]
+mod support;
+use support::cluster::RedisCluster;
+use support::free_port;
+use support::redis::RedisServer;
+
 /// mimalloc instead of the system allocator: the delivery hot path allocates
 /// per request (hyper, reqwest, redis), and the profile showed glibc malloc's
 /// bookkeeping (`_int_malloc`, `malloc_consolidate`, `unlink_chunk`) as the
@@ -38,12 +45,6 @@ fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
-}
-
-fn free_port() -> Res<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 // ---------------------------------------------------------------- the sink
@@ -124,7 +125,7 @@ struct Sink {
 
 impl Sink {
     async fn start() -> Res<Sink> {
-        let port = free_port()?;
+        let port = free_port();
         let child = Command::new(std::env::current_exe()?)
             .arg("--sink")
             .arg(port.to_string())
@@ -199,234 +200,23 @@ impl Drop for Sink {
 
 // ---------------------------------------------------------------- redis
 
-struct Redis {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
+/// The benchmark's Redis: the test kit's server with persistence off and
+/// `hash-max-listpack-value 1024`, as `scripts/run.sh` and the README
+/// recommend (`memory_1m_scheduled_stock_redis` measures the stock setting).
+fn start_redis() -> RedisServer {
+    RedisServer::start_with(&["--hash-max-listpack-value", "1024"])
 }
 
-impl Redis {
-    fn start() -> Res<Redis> {
-        Redis::start_with(free_port()?, &[])
-    }
-
-    /// A `redis-server` on `port` with `extra` arguments after the bench's own.
-    fn start_with(port: u16, extra: &[&str]) -> Res<Redis> {
-        let dir = tempfile::tempdir()?;
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                // As scripts/run.sh and the README recommend.
-                "--hash-max-listpack-value",
-                "1024",
-            ])
-            .args(extra)
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .spawn()?;
-        let redis = Redis {
-            child,
-            port,
-            _dir: dir,
-        };
-        for _ in 0..200 {
-            if let Ok(client) = redis::Client::open(redis.url()) {
-                if let Ok(mut c) = client.get_connection() {
-                    if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                        return Ok(redis);
-                    }
-                }
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Err("redis-server did not start".into())
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
-    }
-
-    async fn flush(&self) -> Res<()> {
-        let mut c = redis::Client::open(self.url())?
-            .get_multiplexed_async_connection()
-            .await?;
-        redis::cmd("FLUSHALL").query_async::<()>(&mut c).await?;
-        Ok(())
-    }
-
-    async fn config_set(&self, name: &str, value: &str) -> Res<()> {
-        let mut c = redis::Client::open(self.url())?
-            .get_multiplexed_async_connection()
-            .await?;
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg(name)
-            .arg(value)
-            .query_async::<()>(&mut c)
-            .await?;
-        Ok(())
-    }
-
-    async fn used_memory(&self) -> Res<i64> {
-        self.info_field("memory", "used_memory").await
-    }
-
-    /// Script invocations Redis has served (`EVALSHA` + `EVAL` calls): a
-    /// measure of hookq's requests, which are all scripts.
-    async fn script_calls(&self) -> Res<i64> {
-        let mut c = redis::Client::open(self.url())?
-            .get_multiplexed_async_connection()
-            .await?;
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut c)
-            .await?;
-        Ok(info
-            .lines()
-            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-            .filter_map(|l| {
-                l.split("calls=")
-                    .nth(1)?
-                    .split(',')
-                    .next()?
-                    .parse::<i64>()
-                    .ok()
-            })
-            .sum())
-    }
-
-    /// CPU seconds Redis has used (user + system).
-    async fn cpu_seconds(&self) -> Res<f64> {
-        let mut c = redis::Client::open(self.url())?
-            .get_multiplexed_async_connection()
-            .await?;
-        let info: String = redis::cmd("INFO").arg("cpu").query_async(&mut c).await?;
-        Ok(info
-            .lines()
-            .filter(|l| l.starts_with("used_cpu_sys:") || l.starts_with("used_cpu_user:"))
-            .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
-            .sum())
-    }
-
-    async fn info_field(&self, section: &str, field: &str) -> Res<i64> {
-        let mut c = redis::Client::open(self.url())?
-            .get_multiplexed_async_connection()
-            .await?;
-        let info: String = redis::cmd("INFO").arg(section).query_async(&mut c).await?;
-        let prefix = format!("{field}:");
-        info.lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()))
-            .and_then(|v| v.trim().parse().ok())
-            .ok_or_else(|| format!("no {field} in INFO {section}").into())
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A Redis Cluster of three masters (no replicas) on loopback, for the
-/// single-vs-cluster delivery comparison.
-struct Cluster {
-    nodes: Vec<Redis>,
-}
-
-impl Cluster {
-    fn start() -> Res<Cluster> {
-        let mut nodes = Vec::new();
-        while nodes.len() < 3 {
-            // The cluster bus listens on port + 10000.
-            let port = free_port()?;
-            if port < 55_000 {
-                nodes.push(Redis::start_with(
-                    port,
-                    &[
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        "nodes.conf",
-                    ],
-                )?);
-            }
-        }
-        let addrs: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
-            .collect();
-        let created = Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdout(Stdio::null())
-            .status()?;
-        if !created.success() {
-            return Err("redis-cli --cluster create failed".into());
-        }
-        let cluster = Cluster { nodes };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !cluster.nodes.iter().all(|n| {
-            Command::new("redis-cli")
-                .args(["-p", &n.port.to_string(), "CLUSTER", "INFO"])
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).contains("cluster_state:ok"))
-                .unwrap_or(false)
-        }) {
-            if Instant::now() > deadline {
-                return Err("the cluster did not become ok".into());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(cluster)
-    }
-
-    fn config(&self) -> Config {
-        let mut c = config(&self.nodes[0]);
-        c.redis.cluster_nodes = self
-            .nodes
-            .iter()
-            .map(|n| format!("redis://127.0.0.1:{}", n.port))
-            .collect();
-        c
-    }
-
-    async fn flush(&self) -> Res<()> {
-        for node in &self.nodes {
-            node.flush().await?;
-        }
-        Ok(())
-    }
-
-    async fn script_calls(&self) -> Res<i64> {
-        let mut total = 0;
-        for node in &self.nodes {
-            total += node.script_calls().await?;
-        }
-        Ok(total)
-    }
-
-    async fn cpu_seconds(&self) -> Res<f64> {
-        let mut total = 0.0;
-        for node in &self.nodes {
-            total += node.cpu_seconds().await?;
-        }
-        Ok(total)
-    }
+/// The daemon config for a three-master cluster.
+fn cluster_config(cluster: &RedisCluster) -> Config {
+    let mut c = config(&cluster.nodes[0]);
+    c.redis.cluster_nodes = cluster.seeds();
+    c
 }
 
 // ---------------------------------------------------------------- helpers
 
-fn config(redis: &Redis) -> Config {
+fn config(redis: &RedisServer) -> Config {
     let mut c = Config::default();
     c.redis.url = redis.url();
     c.api.listen = "127.0.0.1:0".into();
@@ -533,7 +323,7 @@ async fn post_all(url: &str, bodies: Vec<String>, clients: usize, expected: u16)
     Ok(started.elapsed().as_secs_f64())
 }
 
-async fn ingest_batch(redis: &Redis, n: usize) -> Res<Figures> {
+async fn ingest_batch(redis: &RedisServer, n: usize) -> Res<Figures> {
     redis.flush().await?;
     let daemon = Daemon::start(config(redis)).await?;
     // Request bodies are encoded before the clock starts: the load generator
@@ -555,7 +345,7 @@ async fn ingest_batch(redis: &Redis, n: usize) -> Res<Figures> {
     )]))
 }
 
-async fn ingest_single(redis: &Redis, n: usize) -> Res<Figures> {
+async fn ingest_single(redis: &RedisServer, n: usize) -> Res<Figures> {
     redis.flush().await?;
     let daemon = Daemon::start(config(redis)).await?;
     let bodies: Vec<String> = (0..n)
@@ -587,7 +377,7 @@ end
 /// `seconds`, instead of the in-process reqwest client: the load generator
 /// shares the two cores with hookq and Redis, and wrk spends less of them.
 /// Every answer must be a 2xx (wrk reports the others).
-async fn ingest_single_wrk(redis: &Redis, seconds: u64) -> Res<Figures> {
+async fn ingest_single_wrk(redis: &RedisServer, seconds: u64) -> Res<Figures> {
     redis.flush().await?;
     let daemon = Daemon::start(config(redis)).await?;
     let dir = tempfile::tempdir()?;
@@ -616,7 +406,7 @@ async fn ingest_single_wrk(redis: &Redis, seconds: u64) -> Res<Figures> {
 }
 
 /// n jobs all due at the same moment; rate = n / (last 2xx − due).
-async fn delivery_rate(redis: &Redis, sink: &Sink, n: usize, naive: bool) -> Res<Figures> {
+async fn delivery_rate(redis: &RedisServer, sink: &Sink, n: usize, naive: bool) -> Res<Figures> {
     redis.flush().await?;
     sink.reset().await?;
     let cfg = config(redis);
@@ -660,10 +450,10 @@ async fn delivery_rate(redis: &Redis, sink: &Sink, n: usize, naive: bool) -> Res
 /// End-to-end delivery rate of `n` jobs due at the same moment, hookq on a
 /// three-master Redis Cluster (same partitions, same daemon settings as
 /// `delivery_rate`); Redis CPU is the sum over the masters.
-async fn delivery_rate_cluster(cluster: &Cluster, sink: &Sink, n: usize) -> Res<Figures> {
+async fn delivery_rate_cluster(cluster: &RedisCluster, sink: &Sink, n: usize) -> Res<Figures> {
     cluster.flush().await?;
     sink.reset().await?;
-    let cfg = cluster.config();
+    let cfg = cluster_config(cluster);
     let store = Store::connect(&cfg).await?;
     store.load_scripts().await?;
     let due = store.redis_time_ms().await? + 3000 + (n as i64 / 50);
@@ -699,7 +489,7 @@ async fn delivery_rate_cluster(cluster: &Cluster, sink: &Sink, n: usize) -> Res<
 /// for `seconds`, or one at a time (`rate` = 0: idle, `count` jobs 150 ms apart
 /// with the previous one delivered first).
 async fn lateness(
-    redis: &Redis,
+    redis: &RedisServer,
     sink: &Sink,
     rate: usize,
     seconds: usize,
@@ -779,7 +569,7 @@ const STOCK_LISTPACK_VALUE: u32 = 64;
 
 /// Redis memory per scheduled job (body `{"due":<13 digits>}`, 22 bytes) with
 /// Redis's `hash-max-listpack-value` set to `listpack_value`.
-async fn memory(redis: &Redis, n: usize, listpack_value: u32) -> Res<Figures> {
+async fn memory(redis: &RedisServer, n: usize, listpack_value: u32) -> Res<Figures> {
     redis.flush().await?;
     redis
         .config_set("hash-max-listpack-value", &listpack_value.to_string())
@@ -820,7 +610,7 @@ async fn memory(redis: &Redis, n: usize, listpack_value: u32) -> Res<Figures> {
 }
 
 /// Time to promote `due` jobs while `parked` other jobs wait far ahead.
-async fn promotion(redis: &Redis, parked: usize, due_n: usize) -> Res<Figures> {
+async fn promotion(redis: &RedisServer, parked: usize, due_n: usize) -> Res<Figures> {
     redis.flush().await?;
     let mut cfg = config(redis);
     cfg.redis.partitions = 16;
@@ -877,7 +667,7 @@ async fn promotion(redis: &Redis, parked: usize, due_n: usize) -> Res<Figures> {
 }
 
 /// Delivery rate to a healthy endpoint, alone and next to a hanging one.
-async fn hanging(redis: &Redis, sink: &Sink, n: usize) -> Res<Figures> {
+async fn hanging(redis: &RedisServer, sink: &Sink, n: usize) -> Res<Figures> {
     let mut rates = Vec::new();
     for with_hang in [false, true] {
         redis.flush().await?;
@@ -925,7 +715,7 @@ enum Runner {
 }
 
 impl Runner {
-    async fn start(redis: &Redis, cfg: &Config, naive: bool, url: String) -> Res<Runner> {
+    async fn start(redis: &RedisServer, cfg: &Config, naive: bool, url: String) -> Res<Runner> {
         if naive {
             Ok(naive::start(redis.url(), url).await?)
         } else {
@@ -952,7 +742,7 @@ impl Runner {
 mod naive {
     use super::*;
 
-    pub async fn preload(redis: &Redis, jobs: Vec<(String, i64)>) -> Res<()> {
+    pub async fn preload(redis: &RedisServer, jobs: Vec<(String, i64)>) -> Res<()> {
         let mut c = redis::Client::open(redis.url())?
             .get_multiplexed_async_connection()
             .await?;
@@ -1071,7 +861,7 @@ impl Scenario {
 }
 
 async fn bench(quick: bool, runs: usize, only: Option<String>) -> Res<Vec<Scenario>> {
-    let redis = Redis::start()?;
+    let redis = start_redis();
     let sink = Sink::start().await?;
     let s = |full: usize, small: usize| if quick { small } else { full };
     let mut out = Vec::new();
@@ -1119,7 +909,7 @@ async fn bench(quick: bool, runs: usize, only: Option<String>) -> Res<Vec<Scenar
         delivery_rate(&redis, &sink, s(100_000, 2_000), true)
     );
     if wanted("delivery_rate_cluster_3_masters") {
-        let cluster = Cluster::start()?;
+        let cluster = RedisCluster::start_with(0);
         scenario!(
             "delivery_rate_cluster_3_masters",
             runs,

@@ -45,13 +45,7 @@ fn stdout_json(out: &Output) -> Value {
     })
 }
 
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
+pub(crate) use crate::support::free_port;
 
 /// Starts `hookq serve` as a real process, owned by the returned guard (its
 /// log is shown only if the test fails).
@@ -768,5 +762,48 @@ async fn show_spells_the_method_as_the_api_does_and_new_secret_makes_a_usable_se
         let path = config_file.path().to_string_lossy().to_string();
         let out = hookq(&redis, ns, &["--config", &path, "stats"]);
         assert!(out.status.success(), "{secret} refused: {out:?}");
+    }
+}
+
+/// Lateness and attempt duration are exported in seconds: a job due 1.5 s
+/// ago whose receiver takes 1.5 s shows about 1.5 s in both sums (a real
+/// `hookq serve` process, so no other test's observations are counted).
+#[tokio::test]
+async fn lateness_and_duration_are_measured_in_seconds() {
+    let redis = RedisServer::start();
+    let slow = Receiver::start(Arc::new(|_: &Recorded| {
+        Reply::status(200).with_delay(Duration::from_millis(1500))
+    }))
+    .await;
+    let port = free_port();
+    let _daemon = spawn_serve(&redis, port, &[]);
+    wait_ready(port).await;
+    let base = format!("http://127.0.0.1:{port}");
+    let run_at = time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000 - 1500;
+    crate::post_created(
+        &format!("{base}/v1/jobs"),
+        json!({"id": "late-1", "url": slow.url("/"), "run_at": run_at as i64}),
+    )
+    .await;
+    wait_until("late-1 is delivered", Duration::from_secs(20), || {
+        let url = format!("{base}/v1/jobs/late-1");
+        async move { get_json(&url).await.1["state"] == "delivered" }
+    })
+    .await;
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await
+        .expect("get /metrics")
+        .text()
+        .await
+        .expect("text");
+    for series in [
+        "hookq_lateness_seconds_sum",
+        "hookq_attempt_duration_seconds_sum",
+    ] {
+        let seconds = crate::metric_sum(&text, series);
+        assert!(
+            (1.4..10.0).contains(&seconds),
+            "{series} = {seconds}, expected about 1.5 s:\n{text}"
+        );
     }
 }

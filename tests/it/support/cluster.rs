@@ -37,7 +37,13 @@ impl RedisCluster {
     /// Starts three masters with one replica each and waits until every node
     /// reports `cluster_state:ok`.
     pub fn start() -> RedisCluster {
-        let nodes: Vec<RedisServer> = (0..6)
+        RedisCluster::start_with(1)
+    }
+
+    /// Starts three masters with `replicas` replicas each and waits until
+    /// every node reports `cluster_state:ok` and every replica is in sync.
+    pub fn start_with(replicas: usize) -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
             .map(|_| loop {
                 // The cluster bus listens on port + 10000, so the port must
                 // leave room for it.
@@ -63,7 +69,7 @@ impl RedisCluster {
         let out = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addrs)
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("redis-cli runs");
         assert!(
@@ -82,6 +88,33 @@ impl RedisCluster {
             std::thread::sleep(Duration::from_millis(50));
         }
         RedisCluster { nodes }
+    }
+
+    /// `FLUSHALL` on every master.
+    pub async fn flush(&self) -> ::redis::RedisResult<()> {
+        let masters = self.master_ports();
+        for node in self.nodes.iter().filter(|n| masters.contains(&n.port())) {
+            node.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Script calls served by every node together.
+    pub async fn script_calls(&self) -> ::redis::RedisResult<i64> {
+        let mut total = 0;
+        for node in &self.nodes {
+            total += node.script_calls().await?;
+        }
+        Ok(total)
+    }
+
+    /// CPU seconds used by every node together.
+    pub async fn cpu_seconds(&self) -> ::redis::RedisResult<f64> {
+        let mut total = 0.0;
+        for node in &self.nodes {
+            total += node.cpu_seconds().await?;
+        }
+        Ok(total)
     }
 
     /// `redis://` URLs of every node, as `redis.cluster_nodes` seeds.

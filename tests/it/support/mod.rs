@@ -1,6 +1,10 @@
-//! Shared integration-test harness: a real `redis-server` per test
-//! ([`redis::RedisServer`]), a real recording HTTP receiver
-//! ([`receiver::Receiver`]), condition waits with deadlines, and test logging.
+//! The one test kit, shared by the integration tests, the harness self-check
+//! and the benchmark (`#[path]`-included): a free loopback port, a real
+//! `redis-server` per test ([`redis::RedisServer`]) or a real cluster
+//! ([`cluster::RedisCluster`]), a real recording HTTP receiver
+//! ([`receiver::Receiver`]), processes owned down to their grandchildren
+//! ([`process::OwnedProcess`]), condition waits with deadlines, and test
+//! logging.
 #![allow(dead_code)]
 
 pub mod cluster;
@@ -9,7 +13,23 @@ pub mod receiver;
 pub mod redis;
 
 use std::future::Future;
+use std::net::TcpListener;
 use std::time::Duration;
+
+/// A loopback port that was free a moment ago (the OS picks it; never 6379,
+/// the port of a Redis someone may run on this machine).
+pub fn free_port() -> u16 {
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0 to pick a port");
+        let port = listener
+            .local_addr()
+            .expect("local addr of a bound socket")
+            .port();
+        if port != 6379 {
+            return port;
+        }
+    }
+}
 
 /// Polls `cond` every 5 ms until it holds; panics naming `what` once
 /// `deadline` has passed.

@@ -4,7 +4,6 @@
 //! tests can check AOF recovery.
 
 use std::fs::{File, OpenOptions};
-use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -23,20 +22,6 @@ pub struct RedisServer {
     args: Vec<String>,
 }
 
-/// A loopback port that was free a moment ago (the OS picks it; never 6379).
-fn free_port() -> u16 {
-    loop {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0 to pick a port");
-        let port = listener
-            .local_addr()
-            .expect("local addr of a bound socket")
-            .port();
-        if port != 6379 {
-            return port;
-        }
-    }
-}
-
 impl RedisServer {
     /// Starts a server with persistence off (`--save "" --appendonly no`).
     pub fn start() -> RedisServer {
@@ -51,7 +36,7 @@ impl RedisServer {
         for _ in 0..START_TRIES {
             let mut server = RedisServer {
                 child: None,
-                port: free_port(),
+                port: super::free_port(),
                 dir: tempfile::tempdir().expect("create a temp dir for redis-server"),
                 args: args.clone(),
             };
@@ -175,6 +160,85 @@ impl RedisServer {
             .get_multiplexed_async_connection()
             .await
             .unwrap_or_else(|e| panic!("connect to test redis at {}: {e}", self.url()))
+    }
+
+    /// `FLUSHALL`.
+    pub async fn flush(&self) -> ::redis::RedisResult<()> {
+        ::redis::cmd("FLUSHALL")
+            .query_async(&mut self.try_conn().await?)
+            .await
+    }
+
+    /// `CONFIG SET name value`.
+    pub async fn config_set(&self, name: &str, value: &str) -> ::redis::RedisResult<()> {
+        ::redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query_async(&mut self.try_conn().await?)
+            .await
+    }
+
+    /// Bytes of memory Redis uses (`INFO memory` `used_memory`).
+    pub async fn used_memory(&self) -> ::redis::RedisResult<i64> {
+        self.info_field("memory", "used_memory").await
+    }
+
+    /// Script calls Redis has served (`EVALSHA` and `EVAL`): hookq's
+    /// requests are all scripts.
+    pub async fn script_calls(&self) -> ::redis::RedisResult<i64> {
+        let info = self.info("commandstats").await?;
+        Ok(info
+            .lines()
+            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<i64>()
+                    .ok()
+            })
+            .sum())
+    }
+
+    /// CPU seconds Redis has used, user and system.
+    pub async fn cpu_seconds(&self) -> ::redis::RedisResult<f64> {
+        let info = self.info("cpu").await?;
+        Ok(info
+            .lines()
+            .filter(|l| l.starts_with("used_cpu_sys:") || l.starts_with("used_cpu_user:"))
+            .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
+            .sum())
+    }
+
+    /// One integer field of `INFO section`.
+    pub async fn info_field(&self, section: &str, field: &str) -> ::redis::RedisResult<i64> {
+        let info = self.info(section).await?;
+        let prefix = format!("{field}:");
+        info.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| {
+                ::redis::RedisError::from((
+                    ::redis::ErrorKind::TypeError,
+                    "no such INFO field",
+                    format!("{field} in INFO {section}"),
+                ))
+            })
+    }
+
+    async fn info(&self, section: &str) -> ::redis::RedisResult<String> {
+        ::redis::cmd("INFO")
+            .arg(section)
+            .query_async(&mut self.try_conn().await?)
+            .await
+    }
+
+    async fn try_conn(&self) -> ::redis::RedisResult<::redis::aio::MultiplexedConnection> {
+        ::redis::Client::open(self.url())?
+            .get_multiplexed_async_connection()
+            .await
     }
 
     /// SIGKILLs the server and its process group (a fork doing a background
