@@ -381,6 +381,14 @@ async fn redis_down_answers_503_then_the_daemon_resumes() {
     .await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"]["code"], "redis_unavailable");
+    // A batch whose every partition call fails answers 503 as a whole.
+    let (status, body) = post_json(
+        &format!("{base}/v1/jobs/batch"),
+        json!({"jobs": [{"id": "down-1", "url": "http://127.0.0.1:9/"}, {"id": "down-2", "url": "http://127.0.0.1:9/"}]}),
+    )
+    .await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "redis_unavailable");
     assert_eq!(get_json(&format!("{base}/readyz")).await.0, 503);
 
     // Redis comes back: readiness returns and jobs flow again, unattended.

@@ -894,3 +894,33 @@ async fn late_moves_change_nothing() {
         ready.spec_json
     );
 }
+
+/// `stats` reports how long the oldest ready job has waited, on Redis's
+/// clock: a job due a minute ago that no worker took shows a minute.
+#[tokio::test]
+async fn stats_report_the_oldest_ready_jobs_lag() {
+    let redis = RedisServer::start();
+    let config = test_config(&redis);
+    let store = Store::connect(&config).await.expect("store");
+    let (secs, micros): (i64, i64) = redis::cmd("TIME")
+        .query_async(&mut redis.conn().await)
+        .await
+        .expect("TIME");
+    let minute_ago = secs * 1000 + micros / 1000 - 60_000;
+    let job = JobInput {
+        id: Some("waiting".into()),
+        url: Some("http://127.0.0.1:9/never".into()),
+        run_at: Some(hookq::job::RunAt::Millis(minute_ago)),
+        ..JobInput::default()
+    }
+    .validate(&config)
+    .expect("valid job");
+    store.enqueue(&job.new_job(&config)).await.expect("enqueue");
+    let stats = store.stats().await.expect("stats");
+    assert_eq!(stats.ready, 1);
+    assert!(
+        (60_000..65_000).contains(&stats.oldest_ready_lag_ms),
+        "lag {} ms, expected a minute",
+        stats.oldest_ready_lag_ms
+    );
+}
