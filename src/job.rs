@@ -170,46 +170,33 @@ impl JobSpec {
             && body_value(self) == body_value(other)
     }
 
-    /// The spec as a client would write it: `run_at` in RFC 3339, `delay`,
-    /// `retry` and `timeout` as humantime, defaults left out (dead letters
-    /// and replay previews show this).
+    /// The spec as the input a client could have sent for it (`run_at` in
+    /// epoch ms, durations in humantime), so that a merged change goes
+    /// through the very same validation as a create.
+    pub fn to_input(&self, id: Option<String>) -> JobInput {
+        let durations = |ms: &[u64]| ms.iter().map(|ms| format_duration_ms(*ms)).collect();
+        JobInput {
+            id,
+            topic: Some(self.topic.clone()),
+            url: Some(self.url.clone()),
+            method: Some(self.method.as_str().to_string()),
+            headers: (!self.headers.is_empty()).then(|| self.headers.clone()),
+            body: self.body.clone(),
+            body_text: self.body_text.clone(),
+            content_type: self.content_type.clone(),
+            run_at: self.run_at.map(RunAt::Millis),
+            delay: self.delay_ms.map(format_duration_ms),
+            retry: self.retry_ms.as_deref().map(durations),
+            timeout: self.timeout_ms.map(format_duration_ms),
+        }
+    }
+
+    /// The spec as a client would write it, with `run_at` in RFC 3339 (dead
+    /// letters and replay previews show this).
     pub fn to_input_json(&self) -> serde_json::Value {
-        let mut out = serde_json::Map::new();
-        let mut put = |key: &str, value: serde_json::Value| {
-            out.insert(key.to_string(), value);
-        };
-        put("topic", self.topic.clone().into());
-        put("url", self.url.clone().into());
-        put("method", self.method.as_str().into());
-        if !self.headers.is_empty() {
-            put("headers", serde_json::json!(self.headers));
-        }
-        if let Some(raw) = &self.body {
-            put(
-                "body",
-                serde_json::from_str(raw.get()).unwrap_or(serde_json::Value::Null),
-            );
-        }
-        if let Some(text) = &self.body_text {
-            put("body_text", text.clone().into());
-        }
-        if let Some(ct) = &self.content_type {
-            put("content_type", ct.clone().into());
-        }
-        if let Some(ms) = self.run_at {
-            put("run_at", format_ms(ms).into());
-        }
-        if let Some(ms) = self.delay_ms {
-            put("delay", format_duration_ms(ms).into());
-        }
-        if let Some(rungs) = &self.retry_ms {
-            let rungs: Vec<String> = rungs.iter().map(|ms| format_duration_ms(*ms)).collect();
-            put("retry", rungs.into());
-        }
-        if let Some(ms) = self.timeout_ms {
-            put("timeout", format_duration_ms(ms).into());
-        }
-        serde_json::Value::Object(out)
+        let mut input = self.to_input(None);
+        input.run_at = self.run_at.map(|ms| RunAt::Text(format_ms(ms)));
+        serde_json::to_value(input).unwrap_or(serde_json::Value::Null)
     }
 
     /// The request body of an attempt and its content type.
@@ -274,7 +261,7 @@ impl FieldError {
 }
 
 /// `run_at` as a client may send it.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum RunAt {
     /// Epoch milliseconds.
@@ -284,32 +271,44 @@ pub enum RunAt {
 }
 
 /// A job as a client sends it (`POST /v1/jobs`, `hookq enqueue`).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobInput {
     /// Client-chosen id; a ULID is generated when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
     /// Grouping, default `default`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub topic: Option<String>,
     /// Target URL (required).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// `POST`, `PUT` or `PATCH`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
     /// Extra headers.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub headers: Option<BTreeMap<String, String>>,
     /// JSON body.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub body: Option<Box<RawValue>>,
     /// Verbatim text body.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub body_text: Option<String>,
     /// Content type of `body_text`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub content_type: Option<String>,
     /// Absolute due time.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub run_at: Option<RunAt>,
     /// Relative due time (humantime).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub delay: Option<String>,
     /// Retry ladder override (humantime list).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub retry: Option<Vec<String>>,
     /// Attempt timeout (humantime).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
 }
 

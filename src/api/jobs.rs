@@ -13,9 +13,7 @@ use serde_json::value::RawValue;
 
 use super::{parse_json, parse_limit, parse_query, ApiError, AppState};
 use crate::config::Config;
-use crate::job::{
-    validate_id, FieldError, JobInput, JobSpec, JobView, RunAt, State as JobState, ValidJob,
-};
+use crate::job::{validate_id, FieldError, JobInput, JobView, RunAt, State as JobState, ValidJob};
 use crate::store::listing::Cursor;
 use crate::store::{CancelOutcome, EnqueueOutcome, JobRecord, Reschedule, RescheduleOutcome};
 
@@ -209,36 +207,6 @@ struct JobPatch {
     retry: Option<Vec<String>>,
 }
 
-/// The stored spec as the input it could have come from, so a merged change
-/// goes through the very same validation as a create.
-fn spec_as_input(id: &str, spec: &JobSpec) -> JobInput {
-    let as_ms = |ms: u64| format!("{ms}ms");
-    JobInput {
-        id: Some(id.to_string()),
-        topic: Some(spec.topic.clone()),
-        url: Some(spec.url.clone()),
-        method: Some(
-            match spec.method {
-                crate::job::Method::Post => "POST",
-                crate::job::Method::Put => "PUT",
-                crate::job::Method::Patch => "PATCH",
-            }
-            .to_string(),
-        ),
-        headers: Some(spec.headers.clone()),
-        body: spec.body.clone(),
-        body_text: spec.body_text.clone(),
-        content_type: spec.content_type.clone(),
-        run_at: spec.run_at.map(RunAt::Millis),
-        delay: spec.delay_ms.map(as_ms),
-        retry: spec
-            .retry_ms
-            .as_ref()
-            .map(|r| r.iter().copied().map(as_ms).collect()),
-        timeout: spec.timeout_ms.map(as_ms),
-    }
-}
-
 /// `PATCH /v1/jobs/{id}`: only while scheduled; applied atomically against
 /// the very spec it was computed from, so it never half-applies or races the
 /// carrier (a job promoted or changed meanwhile answers 409).
@@ -271,7 +239,7 @@ pub(super) async fn patch_job(
     if record.state != JobState::Scheduled {
         return Err(not_scheduled(&id, record.state));
     }
-    let mut input = spec_as_input(&id, &record.spec);
+    let mut input = record.spec.to_input(Some(id.clone()));
     let reschedules = patch.run_at.is_some() || patch.delay.is_some();
     if reschedules {
         input.run_at = patch.run_at;
