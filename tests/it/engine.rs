@@ -217,14 +217,12 @@ async fn an_expired_lease_returns_the_job_and_fences_the_late_outcome() {
 
     // A "daemon" claims the job and dies: the claim is made, no outcome follows.
     let store = Store::connect(&config).await.expect("store");
-    let job = JobInput {
+    let input = JobInput {
         id: Some("crash-1".into()),
         url: Some(receiver.url("/after-crash")),
         ..JobInput::default()
-    }
-    .validate(&config)
-    .expect("valid");
-    store.enqueue(&job.new_job(&config)).await.expect("enqueue");
+    };
+    crate::enqueue_direct(&store, &config, input).await;
     let p = store.keys().partition_of("crash-1");
     let claimed = store.claim(p, 10).await.expect("claim");
     assert_eq!(claimed.jobs.len(), 1);
@@ -283,14 +281,12 @@ async fn a_stale_outcome_is_discarded_while_the_next_attempt_is_in_flight() {
     dying.delivery.lease_margin = Duration::from_millis(100);
     dying.validate().expect("valid config");
     let store = Store::connect(&dying).await.expect("store");
-    let job = JobInput {
+    let input = JobInput {
         id: Some("fence-1".into()),
         url: Some(receiver.url("/fence")),
         ..JobInput::default()
-    }
-    .validate(&config)
-    .expect("valid");
-    store.enqueue(&job.new_job(&config)).await.expect("enqueue");
+    };
+    crate::enqueue_direct(&store, &config, input).await;
     let p = store.keys().partition_of("fence-1");
     let claimed = store.claim(p, 10).await.expect("claim");
     let stale = claimed
@@ -353,15 +349,13 @@ async fn a_lease_lost_on_the_last_attempt_dead_letters_the_job() {
     config.delivery.timeout = Duration::from_millis(200);
     config.delivery.lease_margin = Duration::from_millis(100);
     let store = Store::connect(&config).await.expect("store");
-    let job = JobInput {
+    let input = JobInput {
         id: Some("last-1".into()),
         url: Some(receiver.url("/last")),
         retry: Some(Vec::new()),
         ..JobInput::default()
-    }
-    .validate(&config)
-    .expect("valid");
-    store.enqueue(&job.new_job(&config)).await.expect("enqueue");
+    };
+    crate::enqueue_direct(&store, &config, input).await;
     let p = store.keys().partition_of("last-1");
     let claimed = store.claim(p, 10).await.expect("claim");
     assert!(claimed
@@ -597,15 +591,13 @@ async fn jobs_due_in_the_same_millisecond_keep_enqueue_order() {
     let now = store.redis_time_ms().await.expect("TIME");
     let at = now + 200;
     for i in 0..50 {
-        let job = JobInput {
+        let input = JobInput {
             id: Some(format!("z-{:02}", 49 - i)),
             url: Some("http://127.0.0.1:9/".into()),
             run_at: Some(hookq::job::RunAt::Millis(at)),
             ..JobInput::default()
-        }
-        .validate(&config)
-        .expect("valid");
-        store.enqueue(&job.new_job(&config)).await.expect("enqueue");
+        };
+        crate::enqueue_direct(&store, &config, input).await;
     }
     let signals = Signals::new(1);
     let token = CancellationToken::new();
@@ -715,30 +707,21 @@ async fn a_claim_for_zero_jobs_claims_none() {
     assert_eq!(store.claim(0, 1).await.expect("claim").jobs.len(), 1);
 }
 
-/// Enqueues a job due now (or in an hour) through `store` and returns its id.
-async fn enqueue_direct(store: &Store, config: &hookq::config::Config, id: &str, later: bool) {
-    let job = JobInput {
+/// Creates job `id`, due after `delay` (None: now), for a receiver that is
+/// never reached (the test claims and settles it by hand).
+async fn enqueue_unreached(
+    store: &Store,
+    config: &hookq::config::Config,
+    id: &str,
+    delay: Option<&str>,
+) {
+    let input = JobInput {
         id: Some(id.into()),
         url: Some("http://127.0.0.1:9/never".into()),
-        delay: later.then(|| "1h".to_string()),
+        delay: delay.map(str::to_string),
         ..JobInput::default()
-    }
-    .validate(config)
-    .expect("valid job");
-    store.enqueue(&job.new_job(config)).await.expect("enqueue");
-}
-
-/// Claims job `id` (due now) and returns its claim.
-async fn claim_direct(store: &Store, id: &str) -> hookq::store::Claimed {
-    let p = store.keys().partition_of(id);
-    store
-        .claim(p, 100)
-        .await
-        .expect("claim")
-        .jobs
-        .into_iter()
-        .find(|j| j.id == id)
-        .expect("the job is claimed")
+    };
+    crate::enqueue_direct(store, config, input).await;
 }
 
 /// A change that sends job `id` elsewhere, computed from `old_spec_json`.
@@ -776,8 +759,8 @@ async fn late_moves_change_nothing() {
     };
 
     // A defer by attempt 1 after its lease expired and attempt 2 was claimed.
-    enqueue_direct(&store, &config, "defer-stale", false).await;
-    let first = claim_direct(&store, "defer-stale").await;
+    enqueue_unreached(&store, &config, "defer-stale", None).await;
+    let first = crate::claim_direct(&store, "defer-stale").await;
     let p = store.keys().partition_of("defer-stale");
     wait_until(
         "the lease of attempt 1 expires",
@@ -788,7 +771,7 @@ async fn late_moves_change_nothing() {
         },
     )
     .await;
-    let second = claim_direct(&store, "defer-stale").await;
+    let second = crate::claim_direct(&store, "defer-stale").await;
     assert_eq!(second.attempt, 2);
     let deferred = store
         .defer(&first, Duration::from_millis(10))
@@ -801,8 +784,8 @@ async fn late_moves_change_nothing() {
     assert_eq!(state_of("defer-stale").await, (State::Inflight, 2));
 
     // A defer, and a success, of an attempt whose job was cancelled meanwhile.
-    enqueue_direct(&store, &config, "defer-cancelled", false).await;
-    let claim = claim_direct(&store, "defer-cancelled").await;
+    enqueue_unreached(&store, &config, "defer-cancelled", None).await;
+    let claim = crate::claim_direct(&store, "defer-cancelled").await;
     let inflight_key = store
         .keys()
         .inflight(store.keys().partition_of("defer-cancelled"));
@@ -828,8 +811,8 @@ async fn late_moves_change_nothing() {
     assert_eq!(state_of("defer-cancelled").await, (State::Cancelled, 1));
 
     // A cancel of a delivered job.
-    enqueue_direct(&store, &config, "done", false).await;
-    let claim = claim_direct(&store, "done").await;
+    enqueue_unreached(&store, &config, "done", None).await;
+    let claim = crate::claim_direct(&store, "done").await;
     assert!(store.complete(&claim, "{}").await.expect("complete"));
     assert_eq!(
         store.cancel("done").await.expect("cancel"),
@@ -856,7 +839,7 @@ async fn late_moves_change_nothing() {
 
     // A change of a job that is no longer scheduled, and one computed from
     // a spec that has changed since.
-    enqueue_direct(&store, &config, "patched", true).await;
+    enqueue_unreached(&store, &config, "patched", Some("1h")).await;
     let stored = store.get("patched").await.expect("get").expect("record");
     let stale_spec = r#"{"url":"http://127.0.0.1:9/before"}"#;
     assert_eq!(
@@ -875,7 +858,7 @@ async fn late_moves_change_nothing() {
             .spec_json,
         stored.spec_json
     );
-    enqueue_direct(&store, &config, "ready-now", false).await;
+    enqueue_unreached(&store, &config, "ready-now", None).await;
     let ready = store.get("ready-now").await.expect("get").expect("record");
     assert_eq!(
         store
@@ -907,15 +890,13 @@ async fn stats_report_the_oldest_ready_jobs_lag() {
         .await
         .expect("TIME");
     let minute_ago = secs * 1000 + micros / 1000 - 60_000;
-    let job = JobInput {
+    let input = JobInput {
         id: Some("waiting".into()),
         url: Some("http://127.0.0.1:9/never".into()),
         run_at: Some(hookq::job::RunAt::Millis(minute_ago)),
         ..JobInput::default()
-    }
-    .validate(&config)
-    .expect("valid job");
-    store.enqueue(&job.new_job(&config)).await.expect("enqueue");
+    };
+    crate::enqueue_direct(&store, &config, input).await;
     let stats = store.stats().await.expect("stats");
     assert_eq!(stats.ready, 1);
     assert!(

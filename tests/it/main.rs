@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use hookq::config::Config;
 use hookq::daemon::Daemon;
+use hookq::job::JobInput;
 use support::redis::RedisServer;
 
 /// A config for tests: the given Redis, private targets allowed, an API on a
@@ -165,4 +166,25 @@ pub fn wait_output_within(
             panic!("{what} did not exit within {deadline:?}");
         }
     }
+}
+
+/// Creates a job straight through `store`, as another daemon or the CLI
+/// would; panics if it is invalid or Redis refuses it.
+pub async fn enqueue_direct(store: &hookq::store::Store, config: &Config, input: JobInput) {
+    let job = input.validate(config).expect("valid job");
+    store.enqueue(&job.new_job(config)).await.expect("enqueue");
+}
+
+/// Claims job `id` (due now) through `store`, as a daemon would, and
+/// returns its claim; panics if the job is not claimed.
+pub async fn claim_direct(store: &hookq::store::Store, id: &str) -> hookq::store::Claimed {
+    let p = store.keys().partition_of(id);
+    store
+        .claim(p, 100)
+        .await
+        .expect("claim")
+        .jobs
+        .into_iter()
+        .find(|j| j.id == id)
+        .expect("the job is claimed")
 }

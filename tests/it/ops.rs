@@ -312,15 +312,13 @@ async fn an_interrupted_replay_never_makes_two_live_jobs() {
     let store = Store::connect(&config).await.expect("store");
     store.load_scripts().await.expect("scripts");
     // A job dies (no daemon: claim and fail it by hand).
-    let job = JobInput {
+    let input = JobInput {
         id: Some("twice".into()),
         url: Some("http://127.0.0.1:9/".into()),
         retry: Some(Vec::new()),
         ..JobInput::default()
-    }
-    .validate(&config)
-    .expect("valid");
-    store.enqueue(&job.new_job(&config)).await.expect("enqueue");
+    };
+    crate::enqueue_direct(&store, &config, input).await;
     let p = store.keys().partition_of("twice");
     let claimed = store.claim(p, 1).await.expect("claim").jobs.remove(0);
     let failure = hookq::store::Failure {
@@ -613,14 +611,12 @@ async fn metrics_move_when_their_events_happen() {
     config.delivery.lease_margin = Duration::from_millis(100);
     config.validate().expect("valid config");
     let store = Store::connect(&config).await.expect("store");
-    let job = JobInput {
+    let input = JobInput {
         id: Some("abandoned".into()),
         url: Some(ok.url("/")),
         ..JobInput::default()
-    }
-    .validate(&config)
-    .expect("valid job");
-    store.enqueue(&job.new_job(&config)).await.expect("enqueue");
+    };
+    crate::enqueue_direct(&store, &config, input).await;
     let claimed = store
         .claim(store.keys().partition_of("abandoned"), 10)
         .await

@@ -31,6 +31,17 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// SIGKILLs every process of the process group `pgid` (a test's child that
+/// was started as the leader of its own group). The group outlives its
+/// leader, so grandchildren die even when the child itself has exited.
+pub fn kill_process_group(pgid: u32) {
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+}
+
 /// Polls `cond` every 5 ms until it holds; panics naming `what` once
 /// `deadline` has passed.
 pub async fn wait_until<F, Fut>(what: &str, deadline: Duration, mut cond: F)

@@ -108,13 +108,7 @@ impl OwnedProcess {
 
     /// SIGKILLs the whole process group and reaps the child.
     pub fn kill_group(&mut self) {
-        // The group outlives its leader: grandchildren are killed even when
-        // the child itself has already exited.
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &format!("-{}", self.pid())])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        super::kill_process_group(self.pid());
         if self.exited.is_none() {
             let _ = self.child.kill();
             self.exited = self.child.wait().ok();

@@ -245,11 +245,7 @@ impl RedisServer {
     /// save or AOF rewrite) and reaps it: no shutdown save, no AOF rewrite.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{}", child.id())])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
+            super::kill_process_group(child.id());
             let _ = child.kill();
             let _ = child.wait();
         }
