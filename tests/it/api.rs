@@ -1163,15 +1163,7 @@ async fn every_time_in_a_response_is_rfc3339_with_milliseconds() {
     .await;
     assert_eq!(status, 201, "{answer}");
     receiver.wait_for_count(1, Duration::from_secs(10)).await;
-    wait_until("t-now is delivered", Duration::from_secs(10), || {
-        let url = format!("{base}/v1/jobs/t-now");
-        async move {
-            let (_, v) = get_json(&url).await;
-            v["state"] == "delivered"
-        }
-    })
-    .await;
-    let (_, view) = get_json(&format!("{base}/v1/jobs/t-now")).await;
+    let view = crate::wait_state(&base, "t-now", "delivered").await;
     let at = &view["history"][0]["at"];
     assert!(is_rfc3339_millis(at), "history at: {view}");
 
@@ -1326,15 +1318,7 @@ async fn a_finished_job_cannot_be_cancelled() {
         ("fin-dead", failing.url("/"), "dead"),
     ] {
         crate::post_created(&format!("{base}/v1/jobs"), json!({"id": id, "url": url})).await;
-        wait_until(
-            &format!("{id} is {finished}"),
-            Duration::from_secs(10),
-            || {
-                let url = format!("{base}/v1/jobs/{id}");
-                async move { get_json(&url).await.1["state"] == finished }
-            },
-        )
-        .await;
+        crate::wait_state(&base, id, finished).await;
         let (status, answer) = send(
             reqwest::Method::DELETE,
             &format!("{base}/v1/jobs/{id}"),

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::support::receiver::{Receiver, Recorded, Reply};
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
-use crate::{get_json, post_created, post_json, start_daemon, test_config};
+use crate::{post_created, post_json, start_daemon, test_config};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const ROTATED: &str = "whsec_Vm9yc2ljaHQgYmVpbSBSb3RpZXJlbiE=";
@@ -79,16 +79,6 @@ fn assert_batch_created(status: u16, answer: &Value) {
         results.len(),
         refused[0]
     );
-}
-
-async fn wait_state(base: &str, id: &str, state: &str) -> Value {
-    wait_until(
-        &format!("{id} is {state}"),
-        Duration::from_secs(15),
-        || async { get_json(&format!("{base}/v1/jobs/{id}")).await.1["state"] == state },
-    )
-    .await;
-    get_json(&format!("{base}/v1/jobs/{id}")).await.1
 }
 
 #[tokio::test]
@@ -164,7 +154,7 @@ async fn private_targets_are_refused_and_dead_lettered_at_once() {
         assert_eq!(status, 201, "{body}");
     }
     for (id, _) in &targets {
-        let view = wait_state(&base, id, "dead").await;
+        let view = crate::wait_state(&base, id, "dead").await;
         assert_eq!(view["attempts"], 1, "{id}: no retry for a refused target");
         assert_eq!(view["history"][0]["error"], "ssrf_blocked", "{id}: {view}");
     }
@@ -184,7 +174,7 @@ async fn private_targets_are_refused_and_dead_lettered_at_once() {
     )
     .await;
     receiver.wait_for_count(1, Duration::from_secs(10)).await;
-    wait_state(&base, "allowed", "delivered").await;
+    crate::wait_state(&base, "allowed", "delivered").await;
     daemon.stop().await.expect("clean stop");
 }
 
@@ -214,10 +204,10 @@ async fn redirects_are_failures_and_410_is_final() {
         json!({"id": "gone", "url": receiver.url("/gone")}),
     )
     .await;
-    let redir = wait_state(&base, "redir", "dead").await;
+    let redir = crate::wait_state(&base, "redir", "dead").await;
     assert_eq!(redir["history"][0]["error"], "redirect");
     assert_eq!(redir["history"][0]["location"], "/elsewhere");
-    let gone = wait_state(&base, "gone", "dead").await;
+    let gone = crate::wait_state(&base, "gone", "dead").await;
     assert_eq!(
         gone["attempts"], 1,
         "410 is not retried although rungs are left"
@@ -304,7 +294,7 @@ async fn retry_after_delays_the_next_attempt_within_the_ladder() {
         gap("/capped")
     );
     for id in ["ra-seconds", "ra-date", "ra-capped"] {
-        wait_state(&base, id, "delivered").await;
+        crate::wait_state(&base, id, "delivered").await;
     }
     daemon.stop().await.expect("clean stop");
 }
@@ -349,7 +339,7 @@ async fn huge_and_endless_responses_are_read_only_to_the_cap() {
     // An endless body would never finish if it were read to the end; the
     // attempt ends after 1 KiB and is delivered well within its 2 s timeout.
     for id in ["huge", "endless"] {
-        let view = wait_state(&base, id, "delivered").await;
+        let view = crate::wait_state(&base, id, "delivered").await;
         assert_eq!(view["history"][0]["status"], 200, "{view}");
         let kept = view["history"][0]["response"]
             .as_str()
@@ -466,7 +456,7 @@ async fn proxy_variables_in_the_environment_are_ignored() {
         0,
         "a delivery went through the proxy from the environment"
     );
-    let view = wait_state(&base, "direct", "delivered").await;
+    let view = crate::wait_state(&base, "direct", "delivered").await;
     assert_eq!(view["attempts"], 1, "{view}");
     assert_eq!(receiver.count(), 1);
     assert_eq!(

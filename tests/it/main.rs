@@ -188,3 +188,15 @@ pub async fn claim_direct(store: &hookq::store::Store, id: &str) -> hookq::store
         .find(|j| j.id == id)
         .expect("the job is claimed")
 }
+
+/// Waits (15 s at most) until job `id` on the daemon at `base` is in
+/// `state`, and returns its view.
+pub async fn wait_state(base: &str, id: &str, state: &str) -> serde_json::Value {
+    support::wait_until(
+        &format!("{id} is {state}"),
+        Duration::from_secs(15),
+        || async { get_json(&format!("{base}/v1/jobs/{id}")).await.1["state"] == state },
+    )
+    .await;
+    get_json(&format!("{base}/v1/jobs/{id}")).await.1
+}

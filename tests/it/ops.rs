@@ -781,11 +781,7 @@ async fn lateness_and_duration_are_measured_in_seconds() {
         json!({"id": "late-1", "url": slow.url("/"), "run_at": run_at as i64}),
     )
     .await;
-    wait_until("late-1 is delivered", Duration::from_secs(20), || {
-        let url = format!("{base}/v1/jobs/late-1");
-        async move { get_json(&url).await.1["state"] == "delivered" }
-    })
-    .await;
+    crate::wait_state(&base, "late-1", "delivered").await;
     let text = reqwest::get(format!("{base}/metrics"))
         .await
         .expect("get /metrics")
