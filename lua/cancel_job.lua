@@ -11,6 +11,8 @@
     KEYS[4] history list    <ns>:{p}:hist:<id>
     ARGV[1] id
     ARGV[2] retention in ms
+    ARGV[3] wake channel (a leased job's cancel is announced as x<id>, so a
+            daemon holding it for its host drops it before its attempt)
   Output:
      1 cancelled now
      0 was already cancelled (nothing changed)
@@ -28,6 +30,7 @@ if state == 'scheduled' and f[2] then
   rcall('ZREM', KEYS[2], f[2] .. ARGV[1])
 elseif state == 'inflight' then
   rcall('ZREM', KEYS[3], ARGV[1])
+  rcall('PUBLISH', ARGV[3], 'x' .. ARGV[1])
 end
 local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

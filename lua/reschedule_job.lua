@@ -40,7 +40,10 @@ else
   due = now + tonumber(ARGV[4])
 end
 
-rcall('ZREM', KEYS[2], f[2] .. ARGV[1])
+-- A job held for its host (parked) has no due-set member; it leaves the
+-- host's parking as it joins the due set (the parked id is skipped later).
+if f[2] then rcall('ZREM', KEYS[2], f[2] .. ARGV[1]) end
+rcall('HDEL', KEYS[1], 'park')
 rcall('HSET', KEYS[1], 'job', ARGV[2], 'max', ARGV[5], 'due', due, 'ut', now)
 if ARGV[6] ~= '' then
   rcall('HSET', KEYS[1], 'lease', ARGV[6])

@@ -75,11 +75,37 @@ pub enum Command {
     },
     /// Replay dead letters: each job is live again, due now, with a fresh ladder.
     Replay(ReplayArgs),
+    /// Hosts with their breaker state; `pause HOST` / `resume HOST` hold
+    /// and release a host's deliveries.
+    Hosts {
+        /// Only hosts in this state: closed, open, half_open, paused.
+        #[arg(long)]
+        state: Option<String>,
+        /// pause or resume.
+        #[command(subcommand)]
+        action: Option<HostAction>,
+    },
     /// Check Redis (version, persistence, eviction policy, partitions, scripts).
     Doctor,
     /// Print a fresh Standard Webhooks signing secret (`whsec_...`) for
     /// `delivery.signing_secrets`; give the same secret to the receiver.
     NewSecret,
+}
+
+/// `hookq hosts` actions.
+#[derive(Debug, Subcommand)]
+pub enum HostAction {
+    /// Hold every delivery to HOST (its jobs wait, keeping their attempts)
+    /// until resumed.
+    Pause {
+        /// `https://api.example.com:443`, or `api.example.com` for https.
+        host: String,
+    },
+    /// Release a paused or open HOST; its waiting jobs drain at its limits.
+    Resume {
+        /// `https://api.example.com:443`, or `api.example.com` for https.
+        host: String,
+    },
 }
 
 /// `hookq enqueue` flags.
@@ -216,6 +242,82 @@ async fn connect(config: &Config) -> Result<Store, CliError> {
     })
 }
 
+/// `hookq hosts [--state S]`, `hookq hosts pause|resume HOST`.
+async fn hosts(
+    config: &Config,
+    state: Option<String>,
+    action: Option<HostAction>,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    use crate::hosts::{parse_host, view, HostRules};
+    use crate::store::hosts::HostState;
+    let rules = HostRules::new(config);
+    if let Some(action) = action {
+        let (text, pause) = match &action {
+            HostAction::Pause { host } => (host, true),
+            HostAction::Resume { host } => (host, false),
+        };
+        let host = parse_host(text).map_err(|e| fail(2, format!("HOST: {e}")))?;
+        let store = connect(config).await?;
+        if pause {
+            store.host_pause(&host, 0, "operator").await?;
+        } else {
+            store.host_resume(&host, "operator").await?;
+        }
+        let v = view::view(&store, &rules, None, &host).await?;
+        if json {
+            print_json(&v)?;
+        } else {
+            println!("{} is {}", v.host, v.state.as_str());
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let filter = match state.as_deref() {
+        None => None,
+        Some("closed") => Some(HostState::Closed),
+        Some("open") => Some(HostState::Open),
+        Some("half_open") => Some(HostState::HalfOpen),
+        Some("paused") => Some(HostState::Paused),
+        Some(other) => {
+            return Err(fail(
+                2,
+                format!("--state: `{other}` is not closed, open, half_open or paused"),
+            ))
+        }
+    };
+    let store = connect(config).await?;
+    let (hosts, _) = view::list(&store, &rules, None, filter, 1000, None).await?;
+    if json {
+        print_json(&hosts)?;
+    } else {
+        let rows: Vec<Vec<String>> = hosts
+            .iter()
+            .map(|h| {
+                vec![
+                    h.host.clone(),
+                    h.state.as_str().to_string(),
+                    h.waiting.to_string(),
+                    h.consecutive_failures.to_string(),
+                    h.next_probe_at.clone().unwrap_or_else(|| "-".into()),
+                    h.reason.clone().unwrap_or_else(|| "-".into()),
+                ]
+            })
+            .collect();
+        print_table(
+            &[
+                "host",
+                "state",
+                "waiting",
+                "failures",
+                "next_probe_at",
+                "reason",
+            ],
+            &rows,
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn print_json<T: Serialize>(value: &T) -> Result<(), CliError> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
@@ -331,6 +433,7 @@ pub async fn run(cli: Cli, config: Config) -> Result<ExitCode, CliError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Replay(args) => replay(&config, args, json).await,
+        Command::Hosts { state, action } => hosts(&config, state, action, json).await,
         Command::NewSecret => {
             let secret = crate::delivery::signing::SigningSecret::generate();
             if json {

@@ -27,6 +27,53 @@ pub struct Config {
     pub retention: RetentionConfig,
     /// `[log]`: logging.
     pub log: LogConfig,
+    /// `[[hosts]]`: per-host overrides of the delivery limits, first match wins.
+    pub hosts: Vec<HostRule>,
+    /// `[breaker]`: the circuit breaker shared by every daemon.
+    pub breaker: BreakerConfig,
+    /// `[alerts]`: operational events sent to an operator's endpoint.
+    pub alerts: AlertsConfig,
+}
+
+/// One `[[hosts]]` entry: limits for the hosts its `match` names.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostRule {
+    /// `api.example.com`, `*.example.com` (subdomains only), optionally with
+    /// `:port` and/or a `scheme://` prefix.
+    #[serde(rename = "match")]
+    pub pattern: String,
+    /// Concurrent attempts to a matching host (default: `delivery.per_host_concurrency`).
+    pub concurrency: Option<usize>,
+    /// Requests per second to a matching host, 0 = unlimited (default:
+    /// `delivery.per_host_rate`).
+    pub rate: Option<f64>,
+}
+
+/// `[breaker]` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BreakerConfig {
+    /// Consecutive failed attempts (connection errors, timeouts, 5xx, 429)
+    /// that open a host; 0 turns the breaker off.
+    pub failures: u32,
+    /// How long a host stays open before one probe attempt; doubles per
+    /// failed probe.
+    #[serde(with = "humantime_serde")]
+    pub open_for: Duration,
+    /// Upper bound of the open period and of a `Retry-After` pause.
+    #[serde(with = "humantime_serde")]
+    pub max_open: Duration,
+}
+
+/// `[alerts]` section.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AlertsConfig {
+    /// Endpoint receiving operational events; empty = off.
+    pub url: String,
+    /// Standard Webhooks secret (`whsec_...`) the events are signed with.
+    pub signing_secret: String,
 }
 
 /// `[redis]` section.
@@ -81,6 +128,8 @@ pub struct DeliveryConfig {
     pub jitter: f64,
     /// Concurrent attempts to one host (scheme, host, port).
     pub per_host_concurrency: usize,
+    /// Requests per second to one host across all daemons, 0 = unlimited.
+    pub per_host_rate: f64,
     /// Statuses that dead-letter a job at once.
     pub dead_letter_statuses: Vec<u16>,
     /// Turns the SSRF guard off.
@@ -157,6 +206,7 @@ impl Default for DeliveryConfig {
             retry: default_ladder(),
             jitter: 0.0,
             per_host_concurrency: 64,
+            per_host_rate: 0.0,
             dead_letter_statuses: vec![410],
             allow_private: false,
             allow_cidrs: Vec::new(),
@@ -172,6 +222,16 @@ impl Default for RetentionConfig {
         RetentionConfig {
             finished: Duration::from_secs(7 * 24 * 3600),
             dead_letters_max: 1_000_000,
+        }
+    }
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        BreakerConfig {
+            failures: 20,
+            open_for: Duration::from_secs(30),
+            max_open: Duration::from_secs(600),
         }
     }
 }
@@ -284,6 +344,43 @@ impl Config {
         }
         if d.per_host_concurrency == 0 {
             bail!("config key `delivery.per_host_concurrency`: must be at least 1");
+        }
+        if !(d.per_host_rate.is_finite() && d.per_host_rate >= 0.0) {
+            bail!("config key `delivery.per_host_rate`: must be a number of requests per second, 0 or more");
+        }
+        for (i, rule) in self.hosts.iter().enumerate() {
+            crate::hosts::HostPattern::parse(&rule.pattern)
+                .map_err(|e| anyhow::anyhow!("config key `hosts[{i}].match`: {e}"))?;
+            if rule.concurrency == Some(0) {
+                bail!("config key `hosts[{i}].concurrency`: must be at least 1");
+            }
+            if let Some(rate) = rule.rate {
+                if !(rate.is_finite() && rate >= 0.0) {
+                    bail!("config key `hosts[{i}].rate`: must be a number of requests per second, 0 or more");
+                }
+            }
+        }
+        let b = &self.breaker;
+        if b.open_for < Duration::from_millis(10) {
+            bail!("config key `breaker.open_for`: must be at least 10ms");
+        }
+        if b.max_open < b.open_for {
+            bail!("config key `breaker.max_open`: must be at least `breaker.open_for`");
+        }
+        if !self.alerts.url.is_empty() {
+            let url = url::Url::parse(&self.alerts.url).map_err(|e| {
+                anyhow::anyhow!(
+                    "config key `alerts.url`: `{}` is not a URL: {e}",
+                    self.alerts.url
+                )
+            })?;
+            if !matches!(url.scheme(), "http" | "https") {
+                bail!("config key `alerts.url`: must be an http:// or https:// URL");
+            }
+        }
+        if !self.alerts.signing_secret.is_empty() {
+            crate::delivery::signing::SigningSecret::parse(&self.alerts.signing_secret)
+                .context("config key `alerts.signing_secret`")?;
         }
         if d.dead_letter_statuses
             .iter()
@@ -476,6 +573,19 @@ mod tests {
             ("HOOKQ_REDIS__NAMESPACE", "a{b}", "redis.namespace"),
             ("HOOKQ_DELIVERY__TIMEOUT", "\"later\"", "delivery.timeout"),
             ("HOOKQ_LOG__FORMAT", "xml", "log.format"),
+            (
+                "HOOKQ_DELIVERY__PER_HOST_RATE",
+                "-1",
+                "delivery.per_host_rate",
+            ),
+            ("HOOKQ_BREAKER__OPEN_FOR", "\"0s\"", "breaker.open_for"),
+            ("HOOKQ_BREAKER__MAX_OPEN", "\"1s\"", "breaker.max_open"),
+            ("HOOKQ_ALERTS__URL", "ftp://x", "alerts.url"),
+            (
+                "HOOKQ_ALERTS__SIGNING_SECRET",
+                "nope",
+                "alerts.signing_secret",
+            ),
         ];
         for (key, value, named) in cases {
             let err = Config::load(None, env(&[(key, value)])).expect_err(key);
@@ -485,6 +595,46 @@ mod tests {
                 "{key}={value}: `{text}` should name {named}"
             );
         }
+    }
+
+    #[test]
+    fn bad_host_rules_name_their_key() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cases = [
+            ("match = \"a.example\"\nconcurency = 2", "concurency"),
+            ("match = \"a.*.example\"", "hosts[0].match"),
+            ("match = \"a.example\"\nrate = -1.0", "hosts[0].rate"),
+            (
+                "match = \"a.example\"\nconcurrency = 0",
+                "hosts[0].concurrency",
+            ),
+            ("concurrency = 2", "match"),
+        ];
+        for (i, (rule, named)) in cases.iter().enumerate() {
+            let path = dir.path().join(format!("c{i}.toml"));
+            std::fs::write(
+                &path,
+                format!("[[hosts]]\nmatch = \"ok.example\"\n\n[[hosts]]\n{rule}\n")
+                    .replace("hosts[0]", "hosts[1]"),
+            )
+            .expect("write");
+            let err = Config::load(Some(&path), env(&[])).expect_err(rule);
+            let text = format!("{err:#}");
+            let named = named.replace("hosts[0]", "hosts[1]");
+            assert!(
+                text.contains(&named),
+                "{rule}: `{text}` should name {named}"
+            );
+        }
+        let path = dir.path().join("good.toml");
+        std::fs::write(
+            &path,
+            "[[hosts]]\nmatch = \"*.example.com\"\nconcurrency = 8\nrate = 2.5\n",
+        )
+        .expect("write");
+        let config = Config::load(Some(&path), env(&[])).expect("a good rule loads");
+        assert_eq!(config.hosts[0].concurrency, Some(8));
+        assert_eq!(config.hosts[0].rate, Some(2.5));
     }
 
     #[test]

@@ -20,6 +20,9 @@ use crate::carrier::Carrier;
 use crate::clock::RedisClock;
 use crate::config::Config;
 use crate::delivery::Deliverer;
+use crate::hosts::breaker::Breaker;
+use crate::hosts::lanes::Lanes;
+use crate::hosts::HostRules;
 use crate::store::Store;
 use crate::wake::{self, Signals};
 use crate::worker::WorkerPool;
@@ -90,6 +93,16 @@ impl Daemon {
         let signals = Signals::new(config.redis.partitions);
         let clock = RedisClock::new();
         let scripts_loaded = Arc::new(AtomicBool::new(false));
+        let lanes = Arc::new(Lanes::new(
+            HostRules::new(&config),
+            config.delivery.workers * crate::worker::HELD_PER_WORKER,
+        ));
+        let breaker = Arc::new(Breaker::new(
+            store.clone(),
+            clock.clone(),
+            config.clone(),
+            signals.clone(),
+        ));
 
         let wake_urls = if config.redis.cluster_nodes.is_empty() {
             vec![config.redis.url.clone()]
@@ -110,6 +123,8 @@ impl Daemon {
             config: config.clone(),
             scripts_loaded: scripts_loaded.clone(),
             metrics: metrics_handle(),
+            lanes: lanes.clone(),
+            breaker: breaker.clone(),
         };
         let app = api::router(state);
 
@@ -147,9 +162,11 @@ impl Daemon {
                     config.delivery.lease_margin,
                 );
                 let carrier = tokio::spawn(carrier.run(token.child_token()));
-                let pool = WorkerPool::new(store, deliverer, config, signals, clock);
+                let breaker_task = tokio::spawn(breaker.clone().run(token.child_token()));
+                let pool =
+                    WorkerPool::new(store, deliverer, config, signals, clock, lanes, breaker);
                 let pool = tokio::spawn(pool.run(token.child_token()));
-                let _ = tokio::join!(subscriber, carrier, pool);
+                let _ = tokio::join!(subscriber, carrier, pool, breaker_task);
             })
         };
         let task = {

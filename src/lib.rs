@@ -33,6 +33,7 @@ pub mod daemon;
 pub mod deadletter;
 pub mod delivery;
 pub mod doctor;
+pub mod hosts;
 pub mod job;
 pub mod retry;
 pub mod store;

@@ -4,7 +4,9 @@
 //!
 //! Scripts `PUBLISH` to `<ns>:wake` (see [`crate::store::Keys::wake_channel`]):
 //! `d<p>:<ms>` when a job becomes the earliest of partition p's due set, and
-//! `r<p>` when p's ready list goes from empty to non-empty. One subscriber task
+//! `r<p>` when p's ready list goes from empty to non-empty, `x<id>` when a job
+//! under a lease was cancelled (a daemon holding it for its host drops it),
+//! `h<host>` when a host's breaker state changed. One subscriber task
 //! per daemon turns those messages into [`Signals`]. Pub/sub is fire and
 //! forget, so the subscriber pings its connection on a timer (a watchdog: a
 //! silently dead connection is detected within seconds), reconnects with
@@ -12,7 +14,7 @@
 //! a message lost while disconnected costs one extra check, never a stuck job.
 
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -33,6 +35,12 @@ pub struct Signals {
     due_hints: Vec<AtomicI64>,
     /// Per partition: wakes that partition's claim loop.
     ready: Vec<Notify>,
+    /// Ids of leased jobs cancelled since last taken.
+    cancelled: Mutex<Vec<String>>,
+    /// Wakes the worker pool when `cancelled` grows.
+    pub cancellations: Notify,
+    /// Wakes the host-state refresher when a host's breaker state changed.
+    pub hosts: Notify,
 }
 
 impl Signals {
@@ -42,6 +50,9 @@ impl Signals {
             carrier: Notify::new(),
             due_hints: (0..partitions).map(|_| AtomicI64::new(i64::MAX)).collect(),
             ready: (0..partitions).map(|_| Notify::new()).collect(),
+            cancelled: Mutex::new(Vec::new()),
+            cancellations: Notify::new(),
+            hosts: Notify::new(),
         })
     }
 
@@ -74,12 +85,30 @@ impl Signals {
         self.ready.get(p as usize)
     }
 
+    /// Announces that the leased job `id` was cancelled.
+    pub fn cancelled(&self, id: &str) {
+        match self.cancelled.lock() {
+            Ok(mut ids) => ids.push(id.to_string()),
+            Err(poisoned) => poisoned.into_inner().push(id.to_string()),
+        }
+        self.cancellations.notify_one();
+    }
+
+    /// Takes the ids announced cancelled so far.
+    pub fn take_cancelled(&self) -> Vec<String> {
+        match self.cancelled.lock() {
+            Ok(mut ids) => std::mem::take(&mut *ids),
+            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+        }
+    }
+
     /// Tells everyone to re-read Redis (after a reconnect, messages may be lost).
     pub fn everything(&self) {
         for p in 0..self.ready.len() {
             self.due(p as u16, 0);
             self.ready(p as u16);
         }
+        self.hosts.notify_one();
     }
 
     /// Applies one message of the wake channel.
@@ -94,6 +123,10 @@ impl Signals {
             if let Ok(p) = p.parse() {
                 self.ready(p);
             }
+        } else if let Some(id) = message.strip_prefix('x') {
+            self.cancelled(id);
+        } else if message.starts_with('h') {
+            self.hosts.notify_one();
         }
     }
 }

@@ -1,13 +1,18 @@
 //! The worker pool: claims ready jobs (`ready` list → `inflight` zset, one
-//! script call per batch) and runs their attempts, then records each outcome
-//! (`complete_job` / `fail_job`).
+//! script call per batch), queues each on its host's lane
+//! ([`crate::hosts::lanes`]) and runs the attempts the lanes clear, then
+//! records each outcome (`complete_jobs` / `fail_job`).
 //!
-//! Concurrency is bounded by a semaphore of `delivery.workers` permits. A
-//! claim loop per partition first acquires permits, then claims at most that
-//! many jobs, so claimed work never waits in memory for a worker; each attempt
-//! task owns its permit. In-flight attempts run on a [`TaskTracker`] so a
-//! graceful stop can wait for them, bounded by `delivery.shutdown_grace`.
+//! Two budgets bound the work: `delivery.workers` attempts in flight, and
+//! twice that many claimed jobs held in memory (in flight or waiting for
+//! their host). A claim loop per partition claims only what the claim budget
+//! allows, so a busy host's jobs wait here under their leases instead of
+//! going back and forth to Redis. In-flight attempts run on a
+//! [`TaskTracker`] so a graceful stop can wait for them, bounded by
+//! `delivery.shutdown_grace`; jobs still waiting for their host are given
+//! back to Redis at once.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,20 +23,26 @@ use tokio_util::task::TaskTracker;
 use crate::clock::RedisClock;
 use crate::completions::Completions;
 use crate::config::Config;
-use crate::delivery::hosts::HostLimits;
 use crate::delivery::{AttemptRecord, Deliverer, ErrorKind, Outcome};
+use crate::hosts::breaker::{Breaker, Verdict};
+use crate::hosts::host_key;
+use crate::hosts::lanes::{Entry, Lane, Lanes, Push};
+use crate::hosts::rate::RateLimiter;
 use crate::job::JobSpec;
 use crate::retry::{next_delay, FailureKind};
+use crate::store::hosts::HostState;
 use crate::store::{Claimed, FailAction, Failure, Store};
 use crate::wake::Signals;
 
-/// Longest wait for a slot of a host at its concurrency limit before the job
-/// is given back to Redis (also at most half the lease margin).
-pub const HOST_WAIT: Duration = Duration::from_secs(1);
+/// Claimed jobs held in memory per worker (in flight or waiting for a host).
+pub const HELD_PER_WORKER: usize = 2;
 
 /// How long an idle claim loop waits before looking at its ready list even
 /// without a signal (a safety net for lost pub/sub messages).
 pub const IDLE_RECHECK: Duration = Duration::from_secs(1);
+
+/// How often lanes are checked for jobs that should go back to Redis.
+const EVICT_EVERY: Duration = Duration::from_millis(100);
 
 /// The attempt runners of one daemon.
 pub struct WorkerPool {
@@ -40,9 +51,16 @@ pub struct WorkerPool {
     config: Arc<Config>,
     signals: Arc<Signals>,
     clock: RedisClock,
-    permits: Arc<Semaphore>,
-    hosts: HostLimits,
+    /// Claimed jobs in memory.
+    budget: Arc<Semaphore>,
+    /// Attempts in flight.
+    workers: Arc<Semaphore>,
+    lanes: Arc<Lanes>,
+    breaker: Arc<Breaker>,
+    /// Attempts (and outcome recordings).
     tracker: TaskTracker,
+    /// Lane runners.
+    runners: TaskTracker,
     completions: Completions,
 }
 
@@ -55,24 +73,30 @@ impl WorkerPool {
         config: Arc<Config>,
         signals: Arc<Signals>,
         clock: RedisClock,
+        lanes: Arc<Lanes>,
+        breaker: Arc<Breaker>,
     ) -> Self {
-        let permits = Arc::new(Semaphore::new(config.delivery.workers));
-        let hosts = HostLimits::new(config.delivery.per_host_concurrency);
+        let workers = config.delivery.workers;
+        let held = workers * HELD_PER_WORKER;
         let completions = Completions::start(store.clone());
         WorkerPool {
             completions,
+            lanes,
+            breaker,
+            budget: Arc::new(Semaphore::new(held)),
+            workers: Arc::new(Semaphore::new(workers)),
             store,
             deliverer,
             config,
             signals,
             clock,
-            permits,
-            hosts,
             tracker: TaskTracker::new(),
+            runners: TaskTracker::new(),
         }
     }
 
-    /// Claims and runs attempts until `token` is cancelled, then waits up to
+    /// Claims and runs attempts until `token` is cancelled, then gives back
+    /// the jobs still waiting for their host and waits up to
     /// `delivery.shutdown_grace` for the attempts in flight.
     pub async fn run(self, token: CancellationToken) {
         metrics::gauge!("hookq_workers").set(self.config.delivery.workers as f64);
@@ -83,8 +107,28 @@ impl WorkerPool {
             let token = token.clone();
             loops.spawn(async move { pool.claim_loop(p, token).await });
         }
+        {
+            let pool = pool.clone();
+            let token = token.clone();
+            loops.spawn(async move { pool.evict_loop(token).await });
+        }
         loops.close();
         loops.wait().await;
+        pool.runners.close();
+        pool.runners.wait().await;
+        let waiting: Vec<(Entry, Duration)> = pool
+            .lanes
+            .drain()
+            .into_iter()
+            .map(|e| (e, Duration::ZERO))
+            .collect();
+        if !waiting.is_empty() {
+            tracing::info!(
+                jobs = waiting.len(),
+                "giving back jobs that were waiting for their host"
+            );
+            pool.give_back(waiting).await;
+        }
         pool.tracker.close();
         let in_flight = pool.tracker.len();
         if in_flight > 0 {
@@ -117,19 +161,19 @@ impl WorkerPool {
                 }
             }
             first = false;
-            // Drain: claim while there is work and free workers.
+            // Drain: claim while there is work and room in memory.
             loop {
                 let permit = tokio::select! {
                     biased;
                     _ = token.cancelled() => return,
-                    permit = self.permits.clone().acquire_owned() => match permit {
+                    permit = self.budget.clone().acquire_owned() => match permit {
                         Ok(p) => p,
                         Err(_) => return,
                     },
                 };
                 let mut permits = vec![permit];
                 while permits.len() < batch {
-                    match self.permits.clone().try_acquire_owned() {
+                    match self.budget.clone().try_acquire_owned() {
                         Ok(p) => permits.push(p),
                         Err(_) => break,
                     }
@@ -151,10 +195,32 @@ impl WorkerPool {
                 };
                 self.clock.observe(claimed.now);
                 let more = claimed.more;
-                for (job, permit) in claimed.jobs.into_iter().zip(permits) {
+                let mut given_back = Vec::new();
+                let mut parked = Vec::new();
+                for (job, held) in claimed.jobs.into_iter().zip(permits) {
+                    let Some(entry) = self.admit(job, held) else {
+                        continue;
+                    };
+                    match self.breaker.state(&entry.host) {
+                        HostState::Closed => {
+                            if let Some(back) = self.queue(entry, &token) {
+                                given_back.push(back);
+                            }
+                        }
+                        HostState::HalfOpen => {
+                            let pool = self.clone();
+                            let token = token.clone();
+                            tokio::spawn(async move { pool.offer_probe(entry, token).await });
+                        }
+                        HostState::Open | HostState::Paused => parked.push(entry),
+                    }
+                }
+                if !given_back.is_empty() || !parked.is_empty() {
                     let pool = self.clone();
-                    self.tracker
-                        .spawn(async move { pool.run_attempt(job, permit).await });
+                    tokio::spawn(async move {
+                        pool.give_back(given_back).await;
+                        pool.park(parked).await;
+                    });
                 }
                 if !more {
                     break;
@@ -163,8 +229,75 @@ impl WorkerPool {
         }
     }
 
-    #[tracing::instrument(skip_all, fields(job_id = %job.id, attempt = job.attempt))]
-    async fn run_attempt(self: Arc<Self>, job: Claimed, permit: OwnedSemaphorePermit) {
+    /// Queues a job on its host's lane, starting the lane's runner when it
+    /// has none; a job over the lane's share comes back, to give back.
+    fn queue(
+        self: &Arc<Self>,
+        entry: Entry,
+        token: &CancellationToken,
+    ) -> Option<(Entry, Duration)> {
+        match self.lanes.push(entry) {
+            Push::StartRunner(lane) => {
+                let pool = self.clone();
+                let token = token.clone();
+                self.runners
+                    .spawn(async move { pool.run_lane(lane, token).await });
+                None
+            }
+            Push::GiveBack(entry, delay) => Some((*entry, delay)),
+            Push::Queued => None,
+        }
+    }
+
+    /// A job of a half-open host: the host's probe if no other daemon runs
+    /// one, else parked like the rest.
+    async fn offer_probe(self: Arc<Self>, mut entry: Entry, token: CancellationToken) {
+        if self.breaker.take_probe(&entry.host).await {
+            entry.probe = true;
+            tracing::info!(host = %entry.host, job_id = %entry.job.id, "probing the host");
+            if let Some(back) = self.queue(entry, &token) {
+                self.give_back(vec![back]).await;
+            }
+        } else {
+            self.park(vec![entry]).await;
+        }
+    }
+
+    /// Parks jobs of open or paused hosts in Redis (one script call per
+    /// partition and host), where they wait without cost until the host closes.
+    async fn park(&self, entries: Vec<Entry>) {
+        let mut groups: BTreeMap<(u16, &str), Vec<&Claimed>> = BTreeMap::new();
+        for entry in &entries {
+            groups
+                .entry((entry.job.partition, entry.host.as_str()))
+                .or_default()
+                .push(&entry.job);
+        }
+        let mut hosts = std::collections::BTreeSet::new();
+        for ((p, host), jobs) in groups {
+            match self.store.park(p, host, &jobs).await {
+                Ok(n) => {
+                    metrics::counter!("hookq_parked_total").increment(n as u64);
+                    hosts.insert(host);
+                }
+                Err(err) => {
+                    metrics::counter!("hookq_redis_errors_total", "component" => "worker")
+                        .increment(1);
+                    tracing::warn!(partition = p, %host, cause = %err, "cannot park jobs; their leases will return them");
+                }
+            }
+        }
+        // A host that closed (and was drained) meanwhile is drained again.
+        for host in hosts {
+            if let Err(err) = self.store.host_drain(host, "note", Duration::ZERO).await {
+                tracing::warn!(%host, cause = %err, "cannot note parked jobs");
+            }
+        }
+    }
+
+    /// Reads a claimed job's spec. A job whose stored spec cannot be read is
+    /// dead-lettered at once (None).
+    fn admit(self: &Arc<Self>, job: Claimed, held: OwnedSemaphorePermit) -> Option<Entry> {
         let spec: JobSpec = match serde_json::from_str(&job.spec_json) {
             Ok(spec) => spec,
             Err(err) => {
@@ -178,31 +311,118 @@ impl WorkerPool {
                     location: None,
                     response: String::new(),
                 };
-                self.record_failure(&job, "default", &record, FailAction::DeadLetter)
-                    .await;
-                return;
+                let pool = self.clone();
+                self.tracker.spawn(async move {
+                    pool.record_failure(&job, "default", &record, FailAction::DeadLetter)
+                        .await;
+                    drop(held);
+                });
+                return None;
             }
         };
-        let timeout = spec.timeout(&self.config);
-        let host = HostLimits::key(&spec.url);
-        let (_permit, _slot) = match self.hosts.try_acquire(&host) {
-            Some(slot) => (permit, slot),
-            None => {
-                // The host is full. A few jobs (as many as the host has slots)
-                // may wait briefly for one; the rest, and those whose wait runs
-                // out, go back to Redis, so one slow host can hold at most
-                // twice its slots in workers.
-                let wait = (self.config.delivery.lease_margin / 2).min(HOST_WAIT);
-                match self.hosts.acquire_within(&host, wait).await {
-                    Some(slot) => (permit, slot),
-                    None => {
-                        drop(permit);
-                        self.defer(&job, timeout).await;
-                        return;
-                    }
+        let margin = i64::try_from(self.config.delivery.lease_margin.as_millis() / 2).unwrap_or(0);
+        let deadline =
+            tokio::time::Instant::from_std(self.clock.instant_at(job.claimed_at + margin));
+        Some(Entry {
+            host: host_key(&spec.url),
+            job,
+            spec,
+            held,
+            deadline,
+            probe: false,
+        })
+    }
+
+    /// A lane's runner: starts the attempts its lane clears, until the lane
+    /// idles or `token` is cancelled.
+    async fn run_lane(self: Arc<Self>, lane: Arc<Lane>, token: CancellationToken) {
+        let limits = lane.limits();
+        let mut rate = (limits.rate > 0.0).then(|| RateLimiter::new(lane.key(), limits.rate));
+        while let Some((entry, ticket)) = lane
+            .next(
+                &self.workers,
+                &mut rate,
+                &self.breaker,
+                &self.store,
+                &self.clock,
+                &token,
+            )
+            .await
+        {
+            let pool = self.clone();
+            self.tracker.spawn(async move {
+                let Entry {
+                    job,
+                    spec,
+                    held,
+                    host,
+                    probe,
+                    ..
+                } = entry;
+                pool.run_attempt(job, spec, &host, probe, ticket).await;
+                drop(held);
+            });
+        }
+    }
+
+    /// Gives back, every [`EVICT_EVERY`], the jobs that should not wait in
+    /// memory any longer; drops at once those cancelled meanwhile; reports
+    /// how late the oldest waiting job is.
+    async fn evict_loop(self: Arc<Self>, token: CancellationToken) {
+        let lag = metrics::gauge!("hookq_oldest_waiting_lag_seconds");
+        loop {
+            tokio::select! {
+                _ = token.cancelled() => return,
+                _ = self.signals.cancellations.notified() => {}
+                _ = tokio::time::sleep(EVICT_EVERY) => {}
+            }
+            let cancelled: std::collections::HashSet<String> =
+                self.signals.take_cancelled().into_iter().collect();
+            if !cancelled.is_empty() {
+                let dropped = self.lanes.remove(&cancelled);
+                if dropped > 0 {
+                    tracing::debug!(dropped, "dropped cancelled jobs waiting for their host");
                 }
             }
-        };
+            let oldest = self.lanes.oldest_due();
+            lag.set(oldest.map_or(0.0, |due| {
+                (self.clock.now_ms() - due).max(0) as f64 / 1000.0
+            }));
+            let evicted = self.lanes.evict(&self.breaker);
+            self.give_back(evicted.give_back).await;
+            self.park(evicted.park).await;
+        }
+    }
+
+    /// Gives jobs back to Redis unattempted, each due after its delay (one
+    /// script call per partition).
+    async fn give_back(&self, jobs: Vec<(Entry, Duration)>) {
+        let mut by_partition: BTreeMap<u16, Vec<(&Claimed, Duration)>> = BTreeMap::new();
+        for (entry, delay) in &jobs {
+            by_partition
+                .entry(entry.job.partition)
+                .or_default()
+                .push((&entry.job, *delay));
+        }
+        for (p, group) in by_partition {
+            metrics::counter!("hookq_deferred_total").increment(group.len() as u64);
+            if let Err(err) = self.store.defer_many(p, &group).await {
+                metrics::counter!("hookq_redis_errors_total", "component" => "worker").increment(1);
+                tracing::warn!(partition = p, cause = %err, "cannot give jobs back; their leases will return them");
+            }
+        }
+    }
+
+    #[tracing::instrument(skip_all, fields(job_id = %job.id, attempt = job.attempt))]
+    async fn run_attempt(
+        &self,
+        job: Claimed,
+        spec: JobSpec,
+        host: &str,
+        probe: bool,
+        ticket: crate::hosts::lanes::Ticket,
+    ) {
+        let timeout = spec.timeout(&self.config);
         let started_at = self.clock.now_ms();
         let lateness = (started_at - job.due).max(0) as f64 / 1000.0;
         metrics::histogram!("hookq_lateness_seconds").record(lateness);
@@ -212,6 +432,13 @@ impl WorkerPool {
             .deliverer
             .attempt(&job.id, job.attempt, &spec, timeout, started_at)
             .await;
+        drop(ticket);
+        let verdict = Verdict::of(&report.outcome, report.record.error, report.record.status);
+        let failure = match &report.outcome {
+            Outcome::Failed(kind) => Some(kind),
+            Outcome::Delivered => None,
+        };
+        self.breaker.record(host, &verdict, failure, probe).await;
         let outcome_label = match report.outcome {
             Outcome::Delivered => "delivered",
             Outcome::Failed(FailureKind::Permanent) => "permanent_failure",
@@ -247,18 +474,6 @@ impl WorkerPool {
             self.clock
                 .instant_at(job.claimed_at + lease.as_millis() as i64),
         )
-    }
-
-    /// Gives a job back to Redis unattempted because its host is full. The
-    /// delay is a quarter of the attempt timeout (the longest a slot can stay
-    /// taken), between 100 ms and 5 s, plus up to 50% jitter.
-    async fn defer(&self, job: &Claimed, timeout: Duration) {
-        let base = (timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
-        let delay = base + base.mul_f64(rand::random::<f64>() * 0.5);
-        metrics::counter!("hookq_deferred_total").increment(1);
-        if let Err(err) = self.store.defer(job, delay).await {
-            tracing::warn!(cause = %err, "cannot give the job back; its lease will return it");
-        }
     }
 
     async fn record_success(&self, job: &Claimed, record: &AttemptRecord) {

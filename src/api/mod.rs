@@ -5,6 +5,7 @@
 //! as `{"error": {"code", "message", "field"}}`.
 
 mod dead_letters;
+mod hosts;
 mod jobs;
 
 pub use jobs::create_one;
@@ -140,6 +141,12 @@ pub struct AppState {
     pub scripts_loaded: Arc<AtomicBool>,
     /// Renders `/metrics`, when a recorder is installed.
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    /// This daemon's host lanes (for the in-flight and waiting figures of
+    /// `/v1/hosts`).
+    pub lanes: Arc<crate::hosts::lanes::Lanes>,
+    /// This daemon's view of the breaker (a pause or resume made here
+    /// applies here at once).
+    pub breaker: Arc<crate::hosts::breaker::Breaker>,
 }
 
 /// The router of the whole API.
@@ -161,6 +168,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/dead-letters", get(dead_letters::list))
         .route("/v1/dead-letters/replay", post(dead_letters::replay))
         .route("/v1/dead-letters/{id}", delete(dead_letters::drop))
+        .route("/v1/hosts", get(hosts::list))
+        .route("/v1/hosts/{*host}", get(hosts::one).post(hosts::one))
         .layer(DefaultBodyLimit::max(max_body))
         .merge(batch)
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));

@@ -3,7 +3,6 @@
 //! (keep-alive, no redirects, SSRF-guarded resolver), the signer, and the
 //! attempt record written to the job's history. Touches no Redis state.
 
-pub mod hosts;
 pub mod signing;
 pub mod ssrf;
 

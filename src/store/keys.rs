@@ -95,6 +95,44 @@ impl Keys {
         format!("{}seq", self.prefix(p))
     }
 
+    /// HASH `<ns>:{hosts}:host:<host>`: a host's breaker record (`state`
+    /// closed|open|half_open|paused, `fails` consecutive failures,
+    /// `opened_at`, `open_for`, `next_probe_at` (probe time, or a pause's end;
+    /// 0 = none), `probe_until`, `reason`, `ut`). Every host record shares
+    /// the hash tag `{hosts}` with the two sets below, so one script updates
+    /// a record and its set entries atomically.
+    pub fn host(&self, host: &str) -> String {
+        format!("{}:{{hosts}}:host:{host}", self.namespace)
+    }
+
+    /// ZSET `<ns>:{hosts}:blocked`: hosts some daemon must act on (open,
+    /// half-open, paused, or closed with parked jobs to drain), score = when.
+    pub fn hosts_blocked(&self) -> String {
+        format!("{}:{{hosts}}:blocked", self.namespace)
+    }
+
+    /// ZSET `<ns>:{hosts}:known`: hosts with a breaker record, score = last change.
+    pub fn hosts_known(&self) -> String {
+        format!("{}:{{hosts}}:known", self.namespace)
+    }
+
+    /// ZSET `<ns>:{p}:park:<host>`: ids of jobs held for their host while it
+    /// is open or paused, score = due ms.
+    pub fn park(&self, p: u16, host: &str) -> String {
+        format!("{}park:{host}", self.prefix(p))
+    }
+
+    /// SET `<ns>:{p}:parked`: hosts with jobs parked in partition p.
+    pub fn parked_hosts(&self, p: u16) -> String {
+        format!("{}parked", self.prefix(p))
+    }
+
+    /// HASH `<ns>:rate:{<host>}`: the host's shared request budget of the
+    /// current rate window (`w` window number, `n` requests taken).
+    pub fn rate(&self, host: &str) -> String {
+        format!("{}:rate:{{{host}}}", self.namespace)
+    }
+
     /// Pub/sub channel `<ns>:wake`: `d<p>:<ms>` when a job becomes the earliest
     /// of partition p's due set, `r<p>` when p's ready list stops being empty.
     pub fn wake_channel(&self) -> String {

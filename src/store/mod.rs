@@ -7,6 +7,7 @@
 //! `inflight` zset of leases, the `dead` stream and the `seq` counter.
 
 pub mod cluster;
+pub mod hosts;
 pub mod keys;
 pub mod listing;
 pub mod scripts;
@@ -864,32 +865,42 @@ impl Store {
         }
     }
 
-    /// Gives a claimed job back unattempted, due again after `delay`;
-    /// None when the lease was stale.
-    pub async fn defer(&self, job: &Claimed, delay: Duration) -> StoreResult<Option<i64>> {
-        let p = job.partition;
-        let reply: Vec<i64> = self
-            .invoke(
-                &scripts::DEFER_JOB,
-                &[
-                    &self.keys.job(p, &job.id),
-                    &self.keys.inflight(p),
-                    &self.keys.due(p),
-                    &self.keys.seq(p),
-                ],
-                &[
-                    arg(&job.id),
-                    arg(&job.attempt),
-                    arg(&(delay.as_millis() as u64)),
-                    arg(&*self.channel),
-                    arg(&p),
-                ],
-            )
-            .await?;
-        Ok(match reply.as_slice() {
-            [1, due] => Some(*due),
-            _ => None,
-        })
+    /// Gives claimed jobs of partition `p` back unattempted, each due again
+    /// after its delay; the number given back (stale leases are skipped).
+    pub async fn defer_many(&self, p: u16, jobs: &[(&Claimed, Duration)]) -> StoreResult<usize> {
+        if jobs.is_empty() {
+            return Ok(0);
+        }
+        let mut args = vec![arg(&self.keys.job_prefix(p)), arg(&*self.channel), arg(&p)];
+        for (job, delay) in jobs {
+            args.push(arg(&job.id));
+            args.push(arg(&job.attempt));
+            args.push(arg(&(delay.as_millis() as u64)));
+        }
+        self.invoke(
+            &scripts::DEFER_JOBS,
+            &[&self.keys.inflight(p), &self.keys.due(p), &self.keys.seq(p)],
+            &args,
+        )
+        .await
+    }
+
+    /// Takes up to `want` tokens of `host`'s shared request budget of the
+    /// current window (`window_ms` long, `budget` requests in all): the
+    /// tokens granted and the window's end (epoch ms, Redis clock).
+    pub async fn take_rate(
+        &self,
+        host: &str,
+        window_ms: u64,
+        budget: u64,
+        want: u64,
+    ) -> StoreResult<(u64, i64)> {
+        self.invoke(
+            &scripts::TAKE_RATE,
+            &[&self.keys.rate(host)],
+            &[arg(&window_ms), arg(&budget), arg(&want)],
+        )
+        .await
     }
 
     /// Takes back up to `batch` expired leases of partition `p`.
@@ -934,7 +945,11 @@ impl Store {
                     &self.keys.inflight(p),
                     &self.keys.history(p, id),
                 ],
-                &[arg(&id), arg(&self.settings.retention_ms)],
+                &[
+                    arg(&id),
+                    arg(&self.settings.retention_ms),
+                    arg(&*self.channel),
+                ],
             )
             .await?;
         match code {

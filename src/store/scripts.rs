@@ -57,15 +57,37 @@ pub const FAIL_JOB: ScriptDef = script!("fail_job", 7, 11);
 /// `reclaim_expired`: take back attempts whose lease expired.
 pub const RECLAIM_EXPIRED: ScriptDef = script!("reclaim_expired", 4, 7);
 /// `cancel_job`: cancel an unfinished job.
-pub const CANCEL_JOB: ScriptDef = script!("cancel_job", 4, 2);
+pub const CANCEL_JOB: ScriptDef = script!("cancel_job", 4, 3);
 /// `reschedule_job`: change a scheduled job.
 pub const RESCHEDULE_JOB: ScriptDef = script!("reschedule_job", 4, 9);
 
 /// `replay_dead`: revive a dead letter.
 pub const REPLAY_DEAD: ScriptDef = script!("replay_dead", 4, 6);
 
-/// `defer_job`: give a claimed job back unattempted.
-pub const DEFER_JOB: ScriptDef = script!("defer_job", 4, 5);
+/// `defer_jobs`: give claimed jobs of one partition back unattempted, three
+/// ARGV per job.
+pub const DEFER_JOBS: ScriptDef = script!("defer_jobs", 3, 3, repeat 3);
+
+/// `take_rate`: take tokens of a host's shared per-window request budget.
+pub const TAKE_RATE: ScriptDef = script!("take_rate", 1, 3);
+
+/// `park_jobs`: hold claimed jobs of one partition for their blocked host,
+/// two ARGV per job.
+pub const PARK_JOBS: ScriptDef = script!("park_jobs", 3, 2, repeat 2);
+/// `unpark_jobs`: drain a host's parking in one partition.
+pub const UNPARK_JOBS: ScriptDef = script!("unpark_jobs", 4, 5);
+/// `host_failure`: count a failed attempt against its host (breaker).
+pub const HOST_FAILURE: ScriptDef = script!("host_failure", 3, 7);
+/// `host_success`: end a host's run of failures; close it after a probe.
+pub const HOST_SUCCESS: ScriptDef = script!("host_success", 3, 3);
+/// `host_probe`: begin or take the half-open probe.
+pub const HOST_PROBE: ScriptDef = script!("host_probe", 2, 4);
+/// `host_pause`: pause a host (operator, Retry-After).
+pub const HOST_PAUSE: ScriptDef = script!("host_pause", 3, 4);
+/// `host_resume`: close a paused or open host.
+pub const HOST_RESUME: ScriptDef = script!("host_resume", 3, 3);
+/// `host_drain`: turns at draining a closed host's parked jobs.
+pub const HOST_DRAIN: ScriptDef = script!("host_drain", 2, 3);
 
 /// Every script, for loading at start-up and for the header check.
 pub const ALL: &[&ScriptDef] = &[
@@ -78,7 +100,16 @@ pub const ALL: &[&ScriptDef] = &[
     &CANCEL_JOB,
     &RESCHEDULE_JOB,
     &REPLAY_DEAD,
-    &DEFER_JOB,
+    &DEFER_JOBS,
+    &TAKE_RATE,
+    &PARK_JOBS,
+    &UNPARK_JOBS,
+    &HOST_FAILURE,
+    &HOST_SUCCESS,
+    &HOST_PROBE,
+    &HOST_PAUSE,
+    &HOST_RESUME,
+    &HOST_DRAIN,
 ];
 
 /// Shared Lua helpers prepended to every script (`slot_moving`, `try_again`:

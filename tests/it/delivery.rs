@@ -224,7 +224,7 @@ async fn retry_after_delays_the_next_attempt_within_the_ladder() {
     let redis = RedisServer::start();
     let calls = Arc::new(AtomicUsize::new(0));
     let seen = calls.clone();
-    let receiver = Receiver::start(Arc::new(move |r: &Recorded| {
+    let responder = Arc::new(move |r: &Recorded| {
         let n = seen.fetch_add(1, Ordering::SeqCst);
         let first = r.headers["hookq-attempt"] == "1";
         let retry_after = match r.path.as_str() {
@@ -245,24 +245,38 @@ async fn retry_after_delays_the_next_attempt_within_the_ladder() {
         } else {
             Reply::status(200)
         }
-    }))
-    .await;
+    });
+    // One host per case: a Retry-After also pauses its whole host (SPEC
+    // §11.1), capped at `breaker.max_open`.
+    let receivers = [
+        Receiver::start(responder.clone()).await,
+        Receiver::start(responder.clone()).await,
+        Receiver::start(responder).await,
+    ];
     let mut config = test_config(&redis);
     config.delivery.retry = vec![Duration::from_millis(50), Duration::from_millis(1500)];
+    config.breaker.open_for = Duration::from_secs(1);
+    config.breaker.max_open = Duration::from_millis(1500);
     let daemon = start_daemon(&config).await;
     let base = daemon.url();
-    for (id, path) in [
+    for ((id, path), receiver) in [
         ("ra-seconds", "/seconds"),
         ("ra-date", "/date"),
         ("ra-capped", "/capped"),
-    ] {
+    ]
+    .into_iter()
+    .zip(&receivers)
+    {
         post_created(
             &format!("{base}/v1/jobs"),
             json!({"id": id, "url": receiver.url(path)}),
         )
         .await;
     }
-    let got = receiver.wait_for_count(6, Duration::from_secs(20)).await;
+    let mut got = Vec::new();
+    for receiver in &receivers {
+        got.extend(receiver.wait_for_count(2, Duration::from_secs(20)).await);
+    }
     let gap = |path: &str| {
         let times: Vec<_> = got
             .iter()
@@ -282,7 +296,8 @@ async fn retry_after_delays_the_next_attempt_within_the_ladder() {
         "{:?}",
         gap("/date")
     );
-    // An hour asked, but the ladder's last rung (1.5 s) caps it.
+    // An hour asked, but the ladder's last rung (and breaker.max_open, for
+    // the host's pause), 1.5 s, caps it.
     assert!(
         gap("/capped") >= Duration::from_millis(1500),
         "{:?}",

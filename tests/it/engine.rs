@@ -774,13 +774,10 @@ async fn late_moves_change_nothing() {
     let second = crate::claim_direct(&store, "defer-stale").await;
     assert_eq!(second.attempt, 2);
     let deferred = store
-        .defer(&first, Duration::from_millis(10))
+        .defer_many(p, &[(&first, Duration::from_millis(10))])
         .await
         .expect("defer");
-    assert_eq!(
-        deferred, None,
-        "attempt 1's defer was applied over attempt 2"
-    );
+    assert_eq!(deferred, 0, "attempt 1's defer was applied over attempt 2");
     assert_eq!(state_of("defer-stale").await, (State::Inflight, 2));
 
     // A defer, and a success, of an attempt whose job was cancelled meanwhile.
@@ -800,10 +797,10 @@ async fn late_moves_change_nothing() {
         .expect("ZSCORE");
     assert_eq!(leased, None, "a cancelled job keeps its lease");
     let deferred = store
-        .defer(&claim, Duration::from_millis(10))
+        .defer_many(claim.partition, &[(&claim, Duration::from_millis(10))])
         .await
         .expect("defer");
-    assert_eq!(deferred, None, "a cancelled job was deferred back to life");
+    assert_eq!(deferred, 0, "a cancelled job was deferred back to life");
     assert!(
         !store.complete(&claim, "{}").await.expect("complete"),
         "a cancelled job was recorded as delivered"

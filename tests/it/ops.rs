@@ -551,19 +551,21 @@ async fn series_moves(base: &str, name: &str, above: f64) -> Result<(), String> 
     }
 }
 
-/// Five series no other test moves, each caused on purpose in a real
+/// Six series no other test moves, each caused on purpose in a real
 /// `hookq serve` (the metrics recorder is process-wide, so an in-process
 /// daemon would also count what the tests running beside it do): a delayed
-/// job promoted, a ready job waiting while both workers are busy, a lease
-/// left to expire, a deferral behind a per-host limit of 1, and Redis killed.
+/// job promoted, jobs waiting (in memory and in Redis) while both workers are
+/// busy, a lease left to expire, a deferral behind a per-host limit of 1,
+/// and Redis killed.
 #[tokio::test]
 async fn metrics_move_when_their_events_happen() {
-    const SERIES: [&str; 5] = [
+    const SERIES: [&str; 6] = [
         "hookq_promoted_total",
         "hookq_oldest_ready_lag_seconds",
         "hookq_leases_expired_total",
         "hookq_deferred_total",
         "hookq_redis_errors_total",
+        "hookq_oldest_waiting_lag_seconds",
     ];
     let mut redis = RedisServer::start();
     let ok = Receiver::ok().await;
@@ -574,7 +576,9 @@ async fn metrics_move_when_their_events_happen() {
         ("HOOKQ_DELIVERY__WORKERS", "2"),
         ("HOOKQ_DELIVERY__PER_HOST_CONCURRENCY", "1"),
         ("HOOKQ_DELIVERY__TIMEOUT", "5s"),
-        ("HOOKQ_DELIVERY__LEASE_MARGIN", "300ms"),
+        // Long enough that jobs held in memory for a worker stay there (the
+        // daemon's claim budget stays full while this test claims a job).
+        ("HOOKQ_DELIVERY__LEASE_MARGIN", "10s"),
         ("HOOKQ_DELIVERY__RETRY", "[\"50ms\"]"),
     ];
     let _serve = spawn_serve(&redis, port, &env);
@@ -595,14 +599,19 @@ async fn metrics_move_when_their_events_happen() {
     .await;
     unmoved.extend(series_moves(&base, SERIES[0], 0.0).await.err());
 
-    // Ready lag: both workers held by slow hosts, a ready job waits.
+    // Waiting and ready lag: both workers held by slow hosts; the daemon
+    // holds two more jobs in memory (its claim budget is twice its workers)
+    // and the next waits in Redis's ready list.
     post_created(&jobs, json!({"id": "hold-a", "url": slow_a.url("/")})).await;
     post_created(&jobs, json!({"id": "hold-b", "url": slow_b.url("/")})).await;
     wait_until("both workers are busy", Duration::from_secs(10), || async {
         slow_a.count() == 1 && slow_b.count() == 1
     })
     .await;
-    post_created(&jobs, json!({"id": "waits", "url": ok.url("/")})).await;
+    for id in ["waits-1", "waits-2", "waits-3"] {
+        post_created(&jobs, json!({"id": id, "url": ok.url("/")})).await;
+    }
+    unmoved.extend(series_moves(&base, SERIES[5], 0.2).await.err());
     unmoved.extend(series_moves(&base, SERIES[1], 0.2).await.err());
 
     // Lease expired: a "daemon" (this test) claims a job and never answers.
@@ -627,8 +636,10 @@ async fn metrics_move_when_their_events_happen() {
     );
     unmoved.extend(series_moves(&base, SERIES[2], 0.0).await.err());
 
-    // Deferred: two jobs for one host with one slot.
-    for id in ["d-1", "d-2"] {
+    // Deferred: three jobs for one slow host with one slot: one runs, one
+    // waits in memory (all the host can start within a second), one goes
+    // back to Redis for a later turn.
+    for id in ["d-1", "d-2", "d-3"] {
         post_created(&jobs, json!({"id": id, "url": slow_a.url("/d")})).await;
     }
     unmoved.extend(series_moves(&base, SERIES[3], 0.0).await.err());

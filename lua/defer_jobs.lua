@@ -1,0 +1,54 @@
+--[[
+  Give claimed jobs back without attempting them (their host has more work
+  waiting than this daemon should hold): each leaves the in-flight set and is
+  scheduled again after its own delay. The attempt counter goes back down,
+  since no attempt was made; these claims produced no outcome, so their
+  tokens are never used. A job whose lease was taken over or that was
+  cancelled meanwhile is left alone.
+
+  Input:
+    KEYS[1] inflight zset   <ns>:{p}:inflight
+    KEYS[2] due zset        <ns>:{p}:due
+    KEYS[3] sequence        <ns>:{p}:seq
+    ARGV[1] job key prefix  <ns>:{p}:job:  (job hashes of the same hash tag)
+    ARGV[2] wake channel
+    ARGV[3] partition number
+    ARGV[4] id, ARGV[5] fencing token (the attempt number the lease was
+    granted for), ARGV[6] delay in ms; repeated per job
+  Output:
+    the number of jobs given back
+]]
+local rcall = redis.call
+local t = rcall('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_s = tostring(now)
+
+-- Read pass: every job record before the first write (see the prelude).
+local fields = {}
+for i = 4, #ARGV, 3 do
+  local f = rcall('HMGET', ARGV[1] .. ARGV[i], 'state', 'att')
+  if not f[1] and slot_moving_once(KEYS[1]) then return try_again() end
+  fields[i] = f
+end
+
+local head = rcall('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+local earliest = tonumber(head[2])
+local given = 0
+for i = 4, #ARGV, 3 do
+  local id, token = ARGV[i], ARGV[i + 1]
+  local f = fields[i]
+  if f[1] == 'inflight' and f[2] == token then
+    local due = now + tonumber(ARGV[i + 2])
+    local seq = string.format('%012x', rcall('INCR', KEYS[3]))
+    rcall('ZREM', KEYS[1], id)
+    rcall('HSET', ARGV[1] .. id, 'state', 'scheduled', 'att', tonumber(token) - 1,
+      'due', due, 'seq', seq, 'ut', now_s)
+    rcall('ZADD', KEYS[2], due, seq .. id)
+    if not earliest or due < earliest then earliest = due end
+    given = given + 1
+  end
+end
+if given > 0 and (not head[2] or earliest < tonumber(head[2])) then
+  rcall('PUBLISH', ARGV[2], 'd' .. ARGV[3] .. ':' .. earliest)
+end
+return given

@@ -1,0 +1,101 @@
+//! Host routes: list and show hosts with their breaker state, pause and
+//! resume a host (SPEC §11.1).
+//!
+//! A host is `scheme://host:port`; in a path it may be written as is
+//! (`/v1/hosts/https://api.example.com:443`), percent-encoded, or loosely
+//! (`api.example.com` means `https://api.example.com:443`).
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::Method;
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::{parse_limit, parse_query, ApiError, AppState};
+use crate::hosts::{parse_host, view, HostRules};
+use crate::job::FieldError;
+use crate::store::hosts::HostState;
+
+fn host_param(text: &str) -> Result<String, ApiError> {
+    parse_host(text)
+        .map_err(|e| FieldError::new("invalid_host", "host", format!("host {e}")).into())
+}
+
+/// `GET /v1/hosts?state=&limit=&cursor=`.
+pub(super) async fn list(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    let pairs = parse_query(query.as_deref(), &["state", "limit", "cursor"])?;
+    let get = |name: &str| {
+        pairs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let filter = match get("state") {
+        None => None,
+        Some("closed") => Some(HostState::Closed),
+        Some("open") => Some(HostState::Open),
+        Some("half_open") => Some(HostState::HalfOpen),
+        Some("paused") => Some(HostState::Paused),
+        Some(_) => {
+            return Err(FieldError::new(
+                "invalid_state",
+                "state",
+                "state must be closed, open, half_open or paused",
+            )
+            .into())
+        }
+    };
+    let limit = parse_limit(get("limit"))?;
+    let cursor = get("cursor").map(host_param).transpose()?;
+    let rules = HostRules::new(&state.config);
+    let (hosts, next_cursor) = view::list(
+        &state.store,
+        &rules,
+        Some(&state.lanes),
+        filter,
+        limit,
+        cursor.as_deref(),
+    )
+    .await?;
+    Ok(Json(json!({"hosts": hosts, "next_cursor": next_cursor})))
+}
+
+/// `GET /v1/hosts/{host}`, `POST /v1/hosts/{host}/pause` and `/resume`.
+pub(super) async fn one(
+    State(state): State<AppState>,
+    method: Method,
+    Path(rest): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let (text, action) = if method == Method::POST {
+        match rest.rsplit_once('/') {
+            Some((host, "pause")) => (host, Some(true)),
+            Some((host, "resume")) => (host, Some(false)),
+            _ => {
+                return Err(ApiError::new(
+                    axum::http::StatusCode::NOT_FOUND,
+                    "not_found",
+                    "POST /v1/hosts/{host}/pause or /v1/hosts/{host}/resume",
+                ))
+            }
+        }
+    } else {
+        (rest.as_str(), None)
+    };
+    let host = host_param(text)?;
+    match action {
+        Some(true) => {
+            state.store.host_pause(&host, 0, "operator").await?;
+            state.breaker.set_state(&host, HostState::Paused);
+        }
+        Some(false) => {
+            state.store.host_resume(&host, "operator").await?;
+            state.breaker.set_state(&host, HostState::Closed);
+        }
+        None => {}
+    }
+    let rules = HostRules::new(&state.config);
+    let view = view::view(&state.store, &rules, Some(&state.lanes), &host).await?;
+    Ok(Json(serde_json::to_value(view).unwrap_or_default()))
+}

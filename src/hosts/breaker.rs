@@ -1,0 +1,365 @@
+//! The circuit breaker every daemon shares (SPEC §11.1), and pauses.
+//!
+//! State lives in Redis (one record per host, see
+//! [`crate::store::Keys::host`]); each daemon keeps a copy of the hosts that
+//! are not closed, refreshed twice a second and at once when a script
+//! announces a change (`h<host>` on the wake channel). Only failures cost
+//! Redis work: a success is reported only when this daemon knows the host
+//! has failures to forget, so healthy hosts cost nothing.
+//!
+//! The refresher also acts on what is due: an open host whose probe time
+//! came turns half-open and one parked job is moved back to be the probe; a
+//! timed pause that ran out closes its host; a closed host with parked jobs
+//! is drained in rounds, oldest due first, a round's size set by the host's
+//! limits (one daemon per round, by turns kept in Redis).
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{HostRules, Limits};
+use crate::clock::RedisClock;
+use crate::config::Config;
+use crate::delivery::{ErrorKind, Outcome};
+use crate::retry::FailureKind;
+use crate::store::hosts::HostState;
+use crate::store::Store;
+use crate::wake::Signals;
+
+/// How often the refresher reads the blocked hosts without a signal.
+pub const REFRESH_EVERY: Duration = Duration::from_millis(500);
+/// Most blocked hosts read per refresh.
+const BLOCKED_READ: usize = 1000;
+/// A drain round's turn; also the pace of rounds.
+const DRAIN_TURN: Duration = Duration::from_millis(250);
+
+/// What an attempt says about its host.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// The host answered (a 2xx, or a status that is the job's problem).
+    Answered,
+    /// The host failed (connection error, timeout, 5xx, 429): the reason.
+    Failed(String),
+}
+
+impl Verdict {
+    /// Classifies an attempt's outcome, error kind and status.
+    pub fn of(outcome: &Outcome, error: Option<ErrorKind>, status: Option<u16>) -> Verdict {
+        if matches!(outcome, Outcome::Delivered) {
+            return Verdict::Answered;
+        }
+        match (error, status) {
+            (Some(ErrorKind::Timeout | ErrorKind::Connect | ErrorKind::Request), _) => {
+                Verdict::Failed(error.map_or("request", |e| e.as_str()).to_string())
+            }
+            (_, Some(s)) if s >= 500 || s == 429 => Verdict::Failed(format!("http_{s}")),
+            _ => Verdict::Answered,
+        }
+    }
+}
+
+/// This daemon's view of the shared breaker.
+pub struct Breaker {
+    store: Store,
+    clock: RedisClock,
+    config: Arc<Config>,
+    rules: HostRules,
+    signals: Arc<Signals>,
+    /// Hosts that are not closed.
+    blocked: RwLock<HashMap<String, HostState>>,
+    /// Hosts this daemon saw fail, with the failure count Redis reported.
+    failing: RwLock<HashMap<String, u64>>,
+}
+
+impl Breaker {
+    /// A breaker view over `store`.
+    pub fn new(
+        store: Store,
+        clock: RedisClock,
+        config: Arc<Config>,
+        signals: Arc<Signals>,
+    ) -> Self {
+        Breaker {
+            rules: HostRules::new(&config),
+            store,
+            clock,
+            config,
+            signals,
+            blocked: RwLock::new(HashMap::new()),
+            failing: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The state of `host` as last read.
+    pub fn state(&self, host: &str) -> HostState {
+        let blocked = match self.blocked.read() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        blocked.get(host).copied().unwrap_or(HostState::Closed)
+    }
+
+    /// Records `state` for `host` in this daemon's view at once (after a
+    /// change this daemon made; the others learn it from the wake channel).
+    pub fn set_state(&self, host: &str, state: HostState) {
+        let mut blocked = match self.blocked.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if state == HostState::Closed {
+            blocked.remove(host);
+        } else {
+            blocked.insert(host.to_string(), state);
+        }
+    }
+
+    fn failing(&self, host: &str) -> bool {
+        match self.failing.read() {
+            Ok(g) => g.contains_key(host),
+            Err(p) => p.into_inner().contains_key(host),
+        }
+    }
+
+    fn set_failing(&self, host: &str, failures: Option<u64>) {
+        let mut failing = match self.failing.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        match failures {
+            Some(n) => {
+                failing.insert(host.to_string(), n);
+            }
+            None => {
+                failing.remove(host);
+            }
+        }
+    }
+
+    /// The lease of a probe attempt.
+    fn probe_lease(&self) -> Duration {
+        self.config.lease_for(self.config.delivery.max_timeout)
+    }
+
+    /// Asks to run a claimed job of a half-open host as its probe.
+    pub async fn take_probe(&self, host: &str) -> bool {
+        match self
+            .store
+            .host_probe(host, "take", self.probe_lease())
+            .await
+        {
+            Ok(granted) => granted,
+            Err(err) => {
+                tracing::warn!(%host, cause = %err, "cannot take the probe");
+                false
+            }
+        }
+    }
+
+    /// Records what an attempt said about its host: failures count towards
+    /// opening it, a `Retry-After` on 429/503 pauses it, an answer ends a
+    /// run of failures (and closes the host after a probe).
+    pub async fn record(
+        &self,
+        host: &str,
+        verdict: &Verdict,
+        failure: Option<&FailureKind>,
+        probe: bool,
+    ) {
+        let b = &self.config.breaker;
+        if let Some(FailureKind::Retryable {
+            retry_after: Some(wait),
+        }) = failure
+        {
+            let wait = (*wait).min(b.max_open);
+            let until = self.clock.now_ms() + wait.as_millis() as i64;
+            match self
+                .store
+                .host_pause(host, until.max(1), "retry_after")
+                .await
+            {
+                Ok(true) => {
+                    self.set_state(host, HostState::Paused);
+                    tracing::info!(%host, ?wait, "host paused for its Retry-After");
+                }
+                Ok(false) => {}
+                Err(err) => tracing::warn!(%host, cause = %err, "cannot pause the host"),
+            }
+        }
+        match verdict {
+            Verdict::Failed(reason) if b.failures > 0 || probe => {
+                match self
+                    .store
+                    .host_failure(host, b.failures, b.open_for, b.max_open, reason, probe)
+                    .await
+                {
+                    Ok(count) => {
+                        self.set_failing(host, Some(count.failures));
+                        if count.opened {
+                            self.set_state(host, HostState::Open);
+                            metrics::counter!("hookq_hosts_opened_total").increment(1);
+                            tracing::warn!(%host, failures = count.failures, %reason, "host opened: its jobs wait for a probe");
+                        }
+                    }
+                    Err(err) => tracing::warn!(%host, cause = %err, "cannot count the failure"),
+                }
+            }
+            Verdict::Failed(_) => {}
+            Verdict::Answered if probe || self.failing(host) => {
+                match self.store.host_success(host, probe).await {
+                    Ok(closed) => {
+                        self.set_failing(host, None);
+                        if closed {
+                            self.set_state(host, HostState::Closed);
+                            tracing::info!(%host, "host closed: its probe succeeded");
+                            self.signals.hosts.notify_one();
+                        }
+                    }
+                    Err(err) => tracing::warn!(%host, cause = %err, "cannot record the answer"),
+                }
+            }
+            Verdict::Answered => {}
+        }
+    }
+
+    /// Refreshes the blocked hosts and acts on those due, until `token` is
+    /// cancelled.
+    pub async fn run(self: Arc<Self>, token: CancellationToken) {
+        loop {
+            if let Err(err) = self.refresh().await {
+                tracing::warn!(cause = %err, "cannot read host states");
+            }
+            tokio::select! {
+                _ = token.cancelled() => return,
+                _ = self.signals.hosts.notified() => {}
+                _ = tokio::time::sleep(REFRESH_EVERY) => {}
+            }
+        }
+    }
+
+    async fn refresh(&self) -> crate::store::StoreResult<()> {
+        let blocked = self.store.blocked_hosts(BLOCKED_READ).await?;
+        let mut states = HashMap::new();
+        let mut due = Vec::new();
+        let now = self.clock.now_ms();
+        for (host, when) in &blocked {
+            let record = self.store.host_record(host).await?;
+            if record.state != HostState::Closed {
+                states.insert(host.clone(), record.state);
+            }
+            if *when <= now {
+                due.push((host.clone(), record.state));
+            }
+        }
+        {
+            let mut map = match self.blocked.write() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            *map = states;
+        }
+        metrics::gauge!("hookq_hosts_blocked").set(blocked.len() as f64);
+        for (host, state) in due {
+            match state {
+                HostState::Open | HostState::HalfOpen => {
+                    if self
+                        .store
+                        .host_probe(&host, "begin", self.probe_lease())
+                        .await?
+                    {
+                        self.set_state(&host, HostState::HalfOpen);
+                        let moved = self.unpark_round(&host, 1).await?.0;
+                        tracing::info!(%host, probe_job_released = moved > 0, "host half-open: one probe");
+                    }
+                }
+                HostState::Paused => {
+                    if self.store.host_resume(&host, "expired").await? {
+                        self.set_state(&host, HostState::Closed);
+                        tracing::info!(%host, "host's pause ran out");
+                    }
+                }
+                HostState::Closed => {
+                    if self.store.host_drain(&host, "take", DRAIN_TURN).await? {
+                        let limits = self.rules.limits(&host);
+                        let (_, left) = self.unpark_round(&host, drain_round(&limits)).await?;
+                        if left == 0 {
+                            self.store.host_drain(&host, "done", DRAIN_TURN).await?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves up to `n` of `host`'s parked jobs back to the due sets, spread
+    /// over the partitions holding some: (moved, left parked).
+    async fn unpark_round(
+        &self,
+        host: &str,
+        n: usize,
+    ) -> crate::store::StoreResult<(usize, usize)> {
+        let parked = self.store.parked_counts(host).await?;
+        if parked.is_empty() {
+            return Ok((0, 0));
+        }
+        let share = n.div_ceil(parked.len()).max(1);
+        let (mut moved, mut left, mut budget) = (0, 0, n);
+        for (p, _) in parked {
+            if budget == 0 {
+                left += 1;
+                continue;
+            }
+            let (m, l) = self.store.unpark(p, host, share.min(budget)).await?;
+            moved += m;
+            left += l;
+            budget = budget.saturating_sub(m.max(1));
+        }
+        Ok((moved, left))
+    }
+}
+
+/// Jobs moved back per drain round: what the host can start in about a
+/// round at its limits (its rate, or ten rounds' worth of its slots).
+fn drain_round(limits: &Limits) -> usize {
+    if limits.rate > 0.0 {
+        ((limits.rate * 2.0 * REFRESH_EVERY.as_secs_f64()).ceil() as usize).max(1)
+    } else {
+        limits.concurrency * 10
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts_count_only_the_host_s_failures() {
+        let failed = Outcome::Failed(FailureKind::Retryable { retry_after: None });
+        assert_eq!(
+            Verdict::of(&Outcome::Delivered, None, Some(200)),
+            Verdict::Answered
+        );
+        assert_eq!(
+            Verdict::of(&failed, Some(ErrorKind::Timeout), None),
+            Verdict::Failed("timeout".into())
+        );
+        assert_eq!(
+            Verdict::of(&failed, Some(ErrorKind::HttpStatus), Some(503)),
+            Verdict::Failed("http_503".into())
+        );
+        assert_eq!(
+            Verdict::of(&failed, Some(ErrorKind::HttpStatus), Some(429)),
+            Verdict::Failed("http_429".into())
+        );
+        assert_eq!(
+            Verdict::of(&failed, Some(ErrorKind::HttpStatus), Some(404)),
+            Verdict::Answered
+        );
+        assert_eq!(
+            Verdict::of(&failed, Some(ErrorKind::SsrfBlocked), None),
+            Verdict::Answered
+        );
+    }
+}

@@ -1,0 +1,296 @@
+//! Hosts: what a "host" is (`scheme://host:port` of a job's URL), the limits
+//! that apply to one (`delivery.per_host_*` and the first matching
+//! `[[hosts]]` rule), and the machinery that holds delivery to those limits:
+//! the in-memory per-host lanes ([`lanes`]), the rate limit shared through
+//! Redis ([`rate`]) and the circuit breaker
+//! every daemon shares ([`breaker`]).
+
+pub mod breaker;
+pub mod lanes;
+pub mod rate;
+pub mod view;
+
+use crate::config::{Config, HostRule};
+
+/// The host key of a URL: `scheme://host:port` (the port always written).
+/// A URL that does not parse is its own key.
+pub fn host_key(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(u) => format!(
+            "{}://{}:{}",
+            u.scheme(),
+            u.host_str().unwrap_or_default(),
+            u.port_or_known_default().unwrap_or_default()
+        ),
+        Err(_) => url.to_string(),
+    }
+}
+
+/// Normalises what an operator types for a host (`https://api.example.com`,
+/// `api.example.com`, `api.example.com:8443`, `http://h:80`) to its key.
+/// Without a scheme, `https` is assumed; without a port, the scheme's default.
+pub fn parse_host(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    if let Some((scheme, rest)) = text.split_once("://") {
+        if rest.trim_end_matches('/').is_empty() {
+            return Err(format!("`{text}` names no host after {scheme}://"));
+        }
+    }
+    let text = text.strip_suffix('/').unwrap_or(text);
+    if text.is_empty() {
+        return Err("is empty".into());
+    }
+    let with_scheme = if text.contains("://") {
+        text.to_string()
+    } else {
+        format!("https://{text}")
+    };
+    let url = url::Url::parse(&with_scheme)
+        .map_err(|e| format!("`{text}` is not a host like https://api.example.com:443 ({e})"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!("`{text}`: the scheme must be http or https"));
+    }
+    if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
+        return Err(format!(
+            "`{text}` has a path; a host is scheme://host:port only"
+        ));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(format!(
+            "`{text}` carries credentials; a host is scheme://host:port only"
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("`{text}` names no host"));
+    }
+    Ok(host_key(url.as_str()))
+}
+
+/// A `[[hosts]]` `match` pattern: an exact name or `*.suffix` (subdomains of
+/// `suffix`, not `suffix` itself), optionally restricted to a scheme and/or port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPattern {
+    scheme: Option<String>,
+    name: NamePattern,
+    port: Option<u16>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum NamePattern {
+    Exact(String),
+    Subdomains(String),
+}
+
+impl HostPattern {
+    /// Parses `api.example.com`, `*.example.com`, `127.0.0.1:8080`,
+    /// `https://*.example.com:443`.
+    pub fn parse(text: &str) -> Result<HostPattern, String> {
+        let (scheme, rest) = match text.split_once("://") {
+            Some((s, rest)) if s == "http" || s == "https" => (Some(s.to_string()), rest),
+            Some((s, _)) => return Err(format!("`{text}`: scheme `{s}` is not http or https")),
+            None => (None, text),
+        };
+        // `[v6]:port`, `[v6]`, `name:port`, `name`.
+        let split = match rest.strip_prefix('[') {
+            Some(v6) => v6
+                .split_once(']')
+                .map(|(addr, tail)| (&rest[..addr.len() + 2], tail.strip_prefix(':'))),
+            None => Some(match rest.rsplit_once(':') {
+                Some((name, port)) => (name, Some(port)),
+                None => (rest, None),
+            }),
+        };
+        let Some((name, port)) = split else {
+            return Err(format!("`{text}`: an IPv6 address needs its closing `]`"));
+        };
+        let port = match port {
+            Some(port) => Some(
+                port.parse::<u16>()
+                    .map_err(|_| format!("`{text}`: `{port}` is not a port"))?,
+            ),
+            None => None,
+        };
+        let name = name.to_ascii_lowercase();
+        let valid = |n: &str| {
+            !n.is_empty()
+                && n.len() <= 253
+                && n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-.[]:".contains(&b))
+        };
+        let name = match name.strip_prefix("*.") {
+            Some(suffix) if valid(suffix) => NamePattern::Subdomains(suffix.to_string()),
+            None if valid(&name) && !name.contains('*') => NamePattern::Exact(name),
+            _ => {
+                return Err(format!(
+                    "`{text}` is not a host pattern like api.example.com or *.example.com"
+                ))
+            }
+        };
+        Ok(HostPattern { scheme, name, port })
+    }
+
+    /// Whether the host `key` (`scheme://host:port`) matches.
+    pub fn matches(&self, key: &str) -> bool {
+        let Some((scheme, rest)) = key.split_once("://") else {
+            return false;
+        };
+        let Some((name, port)) = rest.rsplit_once(':') else {
+            return false;
+        };
+        if self.scheme.as_deref().is_some_and(|s| s != scheme) {
+            return false;
+        }
+        if self.port.is_some_and(|p| port.parse::<u16>() != Ok(p)) {
+            return false;
+        }
+        match &self.name {
+            NamePattern::Exact(n) => name.eq_ignore_ascii_case(n),
+            NamePattern::Subdomains(suffix) => {
+                name.len() > suffix.len() + 1
+                    && name[name.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+                    && name.as_bytes()[name.len() - suffix.len() - 1] == b'.'
+            }
+        }
+    }
+}
+
+/// The limits one host is delivered under.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// Concurrent attempts (in this daemon).
+    pub concurrency: usize,
+    /// Requests per second across all daemons, 0 = unlimited.
+    pub rate: f64,
+    /// Index of the `[[hosts]]` rule that set them, if any.
+    pub rule: Option<usize>,
+}
+
+/// The defaults and the `[[hosts]]` rules, resolved per host.
+#[derive(Debug, Clone)]
+pub struct HostRules {
+    default: Limits,
+    rules: Vec<(HostPattern, HostRule)>,
+}
+
+impl HostRules {
+    /// The rules of `config` (validated: a bad pattern was refused at load).
+    pub fn new(config: &Config) -> Self {
+        HostRules {
+            default: Limits {
+                concurrency: config.delivery.per_host_concurrency.max(1),
+                rate: config.delivery.per_host_rate,
+                rule: None,
+            },
+            rules: config
+                .hosts
+                .iter()
+                .filter_map(|r| Some((HostPattern::parse(&r.pattern).ok()?, r.clone())))
+                .collect(),
+        }
+    }
+
+    /// The limits of host `key`: the first matching rule's, else the defaults.
+    pub fn limits(&self, key: &str) -> Limits {
+        match self.rules.iter().position(|(p, _)| p.matches(key)) {
+            Some(i) => {
+                let rule = &self.rules[i].1;
+                Limits {
+                    concurrency: rule.concurrency.unwrap_or(self.default.concurrency).max(1),
+                    rate: rule.rate.unwrap_or(self.default.rate),
+                    rule: Some(i),
+                }
+            }
+            None => self.default,
+        }
+    }
+
+    /// The `match` text of rule `i` (a metrics label: rules are few).
+    pub fn rule_name(&self, i: usize) -> Option<&str> {
+        self.rules.get(i).map(|(_, r)| r.pattern.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_name_scheme_host_and_port() {
+        assert_eq!(host_key("https://a.example/x?y"), "https://a.example:443");
+        assert_eq!(host_key("http://a.example:8080/"), "http://a.example:8080");
+    }
+
+    #[test]
+    fn operators_may_type_hosts_loosely() {
+        assert_eq!(
+            parse_host("api.example.com").as_deref(),
+            Ok("https://api.example.com:443")
+        );
+        assert_eq!(parse_host("http://h:8080/").as_deref(), Ok("http://h:8080"));
+        assert_eq!(
+            parse_host("HTTPS://A.example").as_deref(),
+            Ok("https://a.example:443")
+        );
+        for bad in [
+            "",
+            "ftp://h",
+            "https://h/path",
+            "https://u:p@h",
+            "h:notaport",
+            "https://",
+        ] {
+            assert!(parse_host(bad).is_err(), "{bad} should be refused");
+        }
+    }
+
+    #[test]
+    fn patterns_match_names_subdomains_and_ports() {
+        let exact = HostPattern::parse("api.example.com").expect("pattern");
+        assert!(exact.matches("https://api.example.com:443"));
+        assert!(exact.matches("http://API.example.com:80"));
+        assert!(!exact.matches("https://x.api.example.com:443"));
+        let wild = HostPattern::parse("*.example.com").expect("pattern");
+        assert!(wild.matches("https://a.example.com:443"));
+        assert!(wild.matches("https://a.b.example.com:443"));
+        assert!(!wild.matches("https://example.com:443"));
+        assert!(!wild.matches("https://badexample.com:443"));
+        let v6 = HostPattern::parse("[::1]:8080").expect("pattern");
+        assert!(v6.matches("http://[::1]:8080"));
+        let port = HostPattern::parse("127.0.0.1:8080").expect("pattern");
+        assert!(port.matches("http://127.0.0.1:8080"));
+        assert!(!port.matches("http://127.0.0.1:8081"));
+        let scheme = HostPattern::parse("https://*.example.com").expect("pattern");
+        assert!(!scheme.matches("http://a.example.com:80"));
+        for bad in ["", "*", "a.*.com", "ftp://x", "h:99999", "sp ace", "*."] {
+            assert!(HostPattern::parse(bad).is_err(), "{bad} should be refused");
+        }
+    }
+
+    #[test]
+    fn the_first_matching_rule_wins() {
+        let mut config = Config::default();
+        config.delivery.per_host_rate = 5.0;
+        config.hosts = vec![
+            HostRule {
+                pattern: "slow.example.com".into(),
+                concurrency: Some(2),
+                rate: None,
+            },
+            HostRule {
+                pattern: "*.example.com".into(),
+                concurrency: None,
+                rate: Some(0.0),
+            },
+        ];
+        let rules = HostRules::new(&config);
+        let slow = rules.limits("https://slow.example.com:443");
+        assert_eq!((slow.concurrency, slow.rate, slow.rule), (2, 5.0, Some(0)));
+        let other = rules.limits("https://x.example.com:443");
+        assert_eq!(
+            (other.concurrency, other.rate, other.rule),
+            (64, 0.0, Some(1))
+        );
+        let none = rules.limits("https://elsewhere.org:443");
+        assert_eq!((none.concurrency, none.rate, none.rule), (64, 5.0, None));
+    }
+}
