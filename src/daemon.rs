@@ -97,11 +97,13 @@ impl Daemon {
             HostRules::new(&config),
             config.delivery.workers * crate::worker::HELD_PER_WORKER,
         ));
+        let alerts = crate::alerts::Alerts::start(&config, clock.clone(), token.clone())?;
         let breaker = Arc::new(Breaker::new(
             store.clone(),
             clock.clone(),
             config.clone(),
             signals.clone(),
+            alerts,
         ));
 
         let wake_urls = if config.redis.cluster_nodes.is_empty() {

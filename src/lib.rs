@@ -23,6 +23,7 @@
 //! one Redis with no lock. Time comes from Redis's clock ([`clock`]).
 #![forbid(unsafe_code)]
 
+pub mod alerts;
 pub mod api;
 pub mod carrier;
 pub mod cli;

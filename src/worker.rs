@@ -524,6 +524,19 @@ impl WorkerPool {
             match self.store.fail(job, &failure).await {
                 Ok(outcome) => {
                     tracing::debug!(?outcome, error = %last_error, "attempt failed");
+                    if let crate::store::FailOutcome::DeadLettered(entry) = &outcome {
+                        self.breaker.alerts().emit(
+                            "job.dead_lettered",
+                            serde_json::json!({
+                                "id": job.id,
+                                "topic": topic,
+                                "attempts": job.attempt,
+                                "last_error": last_error,
+                                "last_status": record.status,
+                                "dead_letter_entry": entry,
+                            }),
+                        );
+                    }
                     return;
                 }
                 Err(err) if tokio::time::Instant::now() + backoff < deadline => {

@@ -85,14 +85,8 @@ pub(super) async fn one(
     };
     let host = host_param(text)?;
     match action {
-        Some(true) => {
-            state.store.host_pause(&host, 0, "operator").await?;
-            state.breaker.set_state(&host, HostState::Paused);
-        }
-        Some(false) => {
-            state.store.host_resume(&host, "operator").await?;
-            state.breaker.set_state(&host, HostState::Closed);
-        }
+        Some(true) => state.breaker.pause(&host).await?,
+        Some(false) => state.breaker.resume(&host).await?,
         None => {}
     }
     let rules = HostRules::new(&state.config);

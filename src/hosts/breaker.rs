@@ -17,9 +17,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::{HostRules, Limits};
+use crate::alerts::Alerts;
 use crate::clock::RedisClock;
 use crate::config::Config;
 use crate::delivery::{ErrorKind, Outcome};
@@ -71,6 +73,7 @@ pub struct Breaker {
     blocked: RwLock<HashMap<String, HostState>>,
     /// Hosts this daemon saw fail, with the failure count Redis reported.
     failing: RwLock<HashMap<String, u64>>,
+    alerts: Alerts,
 }
 
 impl Breaker {
@@ -80,8 +83,10 @@ impl Breaker {
         clock: RedisClock,
         config: Arc<Config>,
         signals: Arc<Signals>,
+        alerts: Alerts,
     ) -> Self {
         Breaker {
+            alerts,
             rules: HostRules::new(&config),
             store,
             clock,
@@ -137,6 +142,33 @@ impl Breaker {
         }
     }
 
+    /// Where operational events go.
+    pub fn alerts(&self) -> &Alerts {
+        &self.alerts
+    }
+
+    /// An operator's pause (`until_ms` 0: until resumed), applied here at once.
+    pub async fn pause(&self, host: &str) -> crate::store::StoreResult<()> {
+        if self.store.host_pause(host, 0, "operator").await? {
+            self.alerts.emit(
+                "host.paused",
+                json!({"host": host, "reason": "operator", "until": null}),
+            );
+        }
+        self.set_state(host, HostState::Paused);
+        Ok(())
+    }
+
+    /// An operator's resume, applied here at once.
+    pub async fn resume(&self, host: &str) -> crate::store::StoreResult<()> {
+        if self.store.host_resume(host, "operator").await? {
+            self.alerts
+                .emit("host.closed", json!({"host": host, "reason": "operator"}));
+        }
+        self.set_state(host, HostState::Closed);
+        Ok(())
+    }
+
     /// The lease of a probe attempt.
     fn probe_lease(&self) -> Duration {
         self.config.lease_for(self.config.delivery.max_timeout)
@@ -182,6 +214,10 @@ impl Breaker {
                 Ok(true) => {
                     self.set_state(host, HostState::Paused);
                     tracing::info!(%host, ?wait, "host paused for its Retry-After");
+                    self.alerts.emit(
+                        "host.paused",
+                        json!({"host": host, "reason": "retry_after", "until": crate::job::format_ms(until)}),
+                    );
                 }
                 Ok(false) => {}
                 Err(err) => tracing::warn!(%host, cause = %err, "cannot pause the host"),
@@ -200,6 +236,10 @@ impl Breaker {
                             self.set_state(host, HostState::Open);
                             metrics::counter!("hookq_hosts_opened_total").increment(1);
                             tracing::warn!(%host, failures = count.failures, %reason, "host opened: its jobs wait for a probe");
+                            self.alerts.emit(
+                                "host.opened",
+                                json!({"host": host, "consecutive_failures": count.failures, "reason": reason, "probe": probe}),
+                            );
                         }
                     }
                     Err(err) => tracing::warn!(%host, cause = %err, "cannot count the failure"),
@@ -213,6 +253,10 @@ impl Breaker {
                         if closed {
                             self.set_state(host, HostState::Closed);
                             tracing::info!(%host, "host closed: its probe succeeded");
+                            self.alerts.emit(
+                                "host.closed",
+                                json!({"host": host, "reason": "probe_succeeded"}),
+                            );
                             self.signals.hosts.notify_one();
                         }
                     }
@@ -277,6 +321,10 @@ impl Breaker {
                     if self.store.host_resume(&host, "expired").await? {
                         self.set_state(&host, HostState::Closed);
                         tracing::info!(%host, "host's pause ran out");
+                        self.alerts.emit(
+                            "host.closed",
+                            json!({"host": host, "reason": "pause_ended"}),
+                        );
                     }
                 }
                 HostState::Closed => {

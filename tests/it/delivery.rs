@@ -14,14 +14,14 @@ use crate::support::redis::RedisServer;
 use crate::support::wait_until;
 use crate::{post_created, post_json, start_daemon, test_config};
 
-const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+pub(crate) const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const ROTATED: &str = "whsec_Vm9yc2ljaHQgYmVpbSBSb3RpZXJlbiE=";
 
 /// A received request's headers and body.
 type Signed = (Vec<(String, String)>, Vec<u8>);
 
 /// Runs the official Python library over `requests`; one verdict per request.
-fn verify_with_standardwebhooks(secret: &str, requests: &[Signed]) -> Vec<String> {
+pub(crate) fn verify_with_standardwebhooks(secret: &str, requests: &[Signed]) -> Vec<String> {
     let input = json!({
         "secret": secret,
         "requests": requests.iter().map(|(headers, body)| json!({
@@ -60,7 +60,7 @@ fn verify_with_standardwebhooks(secret: &str, requests: &[Signed]) -> Vec<String
         .collect()
 }
 
-fn headers_of(r: &Recorded) -> Vec<(String, String)> {
+pub(crate) fn headers_of(r: &Recorded) -> Vec<(String, String)> {
     r.headers
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or_default().to_string()))

@@ -363,3 +363,90 @@ async fn pause_and_resume_hold_and_release_a_host() {
     }
     daemon.stop().await.expect("clean stop");
 }
+
+/// Operational events reach `alerts.url` in signed batches that the official
+/// Standard Webhooks library verifies: a host opening, a dead letter, an
+/// operator's pause and resume.
+#[tokio::test]
+async fn alerts_are_signed_batches_of_operational_events() {
+    use crate::delivery::{headers_of, verify_with_standardwebhooks, SECRET};
+    let redis = RedisServer::start();
+    let alerts = Receiver::ok().await;
+    let failing = Receiver::with_status(500).await;
+    let gone = Receiver::with_status(410).await;
+    let mut config = test_config(&redis);
+    config.alerts.url = alerts.url("/alerts");
+    config.alerts.signing_secret = SECRET.into();
+    config.breaker.failures = 2;
+    config.breaker.open_for = Duration::from_secs(30);
+    config.delivery.retry = vec![Duration::from_millis(50); 4];
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    create_batch(
+        &base,
+        vec![
+            json!({"id": "al-1", "url": failing.url("/f")}),
+            json!({"id": "al-2", "url": failing.url("/f")}),
+            json!({"id": "al-dead", "url": gone.url("/g")}),
+        ],
+    )
+    .await;
+    let types = || {
+        let mut seen = std::collections::BTreeSet::new();
+        for r in alerts.requests() {
+            for event in r.json().as_array().into_iter().flatten() {
+                seen.insert(event["type"].as_str().unwrap_or_default().to_string());
+            }
+        }
+        seen
+    };
+    crate::support::wait_until(
+        "host.opened and job.dead_lettered",
+        Duration::from_secs(30),
+        || async {
+            let seen = types();
+            seen.contains("host.opened") && seen.contains("job.dead_lettered")
+        },
+    )
+    .await;
+    let gone_path = host_path(&gone);
+    for action in ["pause", "resume"] {
+        let (status, answer) =
+            post_json(&format!("{base}/v1/hosts/{gone_path}/{action}"), json!({})).await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    crate::support::wait_until(
+        "host.paused and host.closed",
+        Duration::from_secs(30),
+        || async {
+            let seen = types();
+            seen.contains("host.paused") && seen.contains("host.closed")
+        },
+    )
+    .await;
+    let requests = alerts.requests();
+    for r in &requests {
+        for event in r.json().as_array().expect("a batch is a JSON array") {
+            assert!(
+                event["at"].is_string() && event["data"].is_object(),
+                "{event}"
+            );
+        }
+    }
+    let dead = requests
+        .iter()
+        .flat_map(|r| r.json().as_array().cloned().unwrap_or_default())
+        .find(|e| e["type"] == "job.dead_lettered")
+        .expect("a dead-letter event");
+    assert_eq!(dead["data"]["id"], "al-dead", "{dead}");
+    let signed: Vec<_> = requests
+        .iter()
+        .map(|r| (headers_of(r), r.body.clone()))
+        .collect();
+    let verdicts = verify_with_standardwebhooks(SECRET, &signed);
+    assert!(
+        !verdicts.is_empty() && verdicts.iter().all(|v| v == "ok"),
+        "{verdicts:?}"
+    );
+    daemon.stop().await.expect("clean stop");
+}
