@@ -6,7 +6,8 @@
 //! (`api.example.com` means `https://api.example.com:443`).
 
 use axum::extract::{Path, RawQuery, State};
-use axum::http::Method;
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
@@ -48,7 +49,13 @@ pub(super) async fn list(
         }
     };
     let limit = parse_limit(get("limit"))?;
-    let cursor = get("cursor").map(host_param).transpose()?;
+    // The cursor is a position in the sorted host names: any text will do.
+    let cursor = match get("cursor") {
+        Some("") => {
+            return Err(FieldError::new("invalid_cursor", "cursor", "cursor is empty").into())
+        }
+        other => other.map(str::to_string),
+    };
     let rules = HostRules::new(&state.config);
     let (hosts, next_cursor) = view::list(
         &state.store,
@@ -62,27 +69,38 @@ pub(super) async fn list(
     Ok(Json(json!({"hosts": hosts, "next_cursor": next_cursor})))
 }
 
-/// `GET /v1/hosts/{host}`, `POST /v1/hosts/{host}/pause` and `/resume`.
+/// `GET /v1/hosts/{host}`, `POST /v1/hosts/{host}/pause` and `/resume`
+/// (one wildcard route: a host may contain `/`, as in `https://h:443`).
 pub(super) async fn one(
     State(state): State<AppState>,
     method: Method,
     Path(rest): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    let (text, action) = if method == Method::POST {
-        match rest.rsplit_once('/') {
-            Some((host, "pause")) => (host, Some(true)),
-            Some((host, "resume")) => (host, Some(false)),
-            _ => {
-                return Err(ApiError::new(
-                    axum::http::StatusCode::NOT_FOUND,
-                    "not_found",
-                    "POST /v1/hosts/{host}/pause or /v1/hosts/{host}/resume",
-                ))
-            }
-        }
-    } else {
-        (rest.as_str(), None)
+) -> Result<Response, ApiError> {
+    let (text, action) = match rest.rsplit_once('/') {
+        Some((host, "pause")) => (host, Some(true)),
+        Some((host, "resume")) => (host, Some(false)),
+        _ => (rest.as_str(), None),
     };
+    let allowed = match action {
+        Some(_) => "POST",
+        None => "GET, HEAD",
+    };
+    let fits = match action {
+        Some(_) => method == Method::POST,
+        None => method == Method::GET || method == Method::HEAD,
+    };
+    if !fits {
+        let mut response = ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            format!("{method} is not allowed here; allowed: {allowed}"),
+        )
+        .into_response();
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static(allowed));
+        return Ok(response);
+    }
     let host = host_param(text)?;
     match action {
         Some(true) => state.breaker.pause(&host).await?,
@@ -91,5 +109,5 @@ pub(super) async fn one(
     }
     let rules = HostRules::new(&state.config);
     let view = view::view(&state.store, &rules, Some(&state.lanes), &host).await?;
-    Ok(Json(serde_json::to_value(view).unwrap_or_default()))
+    Ok(Json(serde_json::to_value(view).unwrap_or_default()).into_response())
 }

@@ -18,7 +18,7 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{any, delete, get, post};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -169,7 +169,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/dead-letters/replay", post(dead_letters::replay))
         .route("/v1/dead-letters/{id}", delete(dead_letters::drop))
         .route("/v1/hosts", get(hosts::list))
-        .route("/v1/hosts/{*host}", get(hosts::one).post(hosts::one))
+        .route("/v1/hosts/{*host}", any(hosts::one))
         .layer(DefaultBodyLimit::max(max_body))
         .merge(batch)
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));

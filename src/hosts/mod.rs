@@ -63,7 +63,42 @@ pub fn parse_host(text: &str) -> Result<String, String> {
     if url.host_str().is_none_or(str::is_empty) {
         return Err(format!("`{text}` names no host"));
     }
+    // As typed (before IDNA mapping): an ASCII name (internationalised names
+    // in their xn-- form), an IPv4 address or a bracketed IPv6 address.
+    let typed = with_scheme
+        .split_once("://")
+        .map_or("", |(_, rest)| rest)
+        .trim_end_matches('/');
+    let typed_host = match typed.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => typed.rsplit_once(':').map_or(typed, |(h, _)| h),
+    };
+    if !typed.starts_with('[') && !valid_name(typed_host) {
+        return Err(format!(
+            "`{text}`: a host name is ASCII letters, digits, `-` and `.` (an international name in its xn-- form)"
+        ));
+    }
     Ok(host_key(url.as_str()))
+}
+
+/// A DNS name (letters, digits, inner hyphens; the last label not all
+/// digits) or a dotted IPv4 address.
+fn valid_name(name: &str) -> bool {
+    if name.parse::<std::net::Ipv4Addr>().is_ok() {
+        return true;
+    }
+    let labels: Vec<&str> = name.split('.').collect();
+    name.len() <= 253
+        && labels.iter().all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
+        && labels
+            .last()
+            .is_some_and(|l| l.as_bytes()[0].is_ascii_alphabetic())
 }
 
 /// A `[[hosts]]` `match` pattern: an exact name or `*.suffix` (subdomains of
@@ -231,7 +266,20 @@ mod tests {
             parse_host("HTTPS://A.example").as_deref(),
             Ok("https://a.example:443")
         );
+        assert_eq!(
+            parse_host("10.0.0.1:80").as_deref(),
+            Ok("https://10.0.0.1:80")
+        );
+        assert_eq!(
+            parse_host("http://[::1]:8080").as_deref(),
+            Ok("http://[::1]:8080")
+        );
         for bad in [
+            "__main__",
+            "ünï.example",
+            "a..b",
+            "-a.example",
+            "1.2.3.999",
             "",
             "ftp://h",
             "https://h/path",

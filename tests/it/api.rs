@@ -768,6 +768,22 @@ async fn malformed_requests_get_4xx_and_change_nothing() {
             Some("since"),
         ),
         ("DELETE", "/v1/dead-letters/keep", "".into(), None),
+        ("GET", "/v1/hosts?state=shut", "".into(), Some("state")),
+        ("GET", "/v1/hosts?cursor=", "".into(), Some("cursor")),
+        ("GET", "/v1/hosts?limit=0", "".into(), Some("limit")),
+        ("GET", "/v1/hosts/__main__", "".into(), Some("host")),
+        (
+            "POST",
+            "/v1/hosts/ftp%3A%2F%2Fx/pause",
+            "".into(),
+            Some("host"),
+        ),
+        (
+            "POST",
+            "/v1/hosts/h%3A99999/resume",
+            "".into(),
+            Some("host"),
+        ),
         ("GET", "/v1/nothing-here", "".into(), None),
     ];
     // The table covers every documented operation that takes input (a body,
