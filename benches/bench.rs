@@ -1184,9 +1184,12 @@ async fn hanging(redis: &RedisServer, nginx: &Nginx, n: usize) -> Res<Figures> {
 // ---------------------------------------------------------------- peers
 
 /// BullMQ's worker concurrency in `peer_bullmq_one_host` unless
-/// `--peer-concurrency N` says otherwise: the best of 64, 256 and 512 on the
-/// 2-core machine (see the README's figures).
-const BULLMQ_CONCURRENCY: usize = 256;
+/// `--peer-concurrency N` says otherwise: the best of those tried on the
+/// 2-core machine with nothing else running (100,000 jobs, medians of 3):
+/// 32 → 12.2k jobs/s, 64 → 12.5k, 256 → 10.6k, 512 → 8.6k (more
+/// concurrency costs node more CPU per job, and the first job starts later).
+/// 64 is also hookq's default per-host limit.
+const BULLMQ_CONCURRENCY: usize = 64;
 
 /// `benches/peers/`, the Node project of the peers.
 fn peers_dir() -> std::path::PathBuf {
