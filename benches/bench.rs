@@ -1,10 +1,25 @@
-//! hookq's benchmark: starts its own `redis-server` and a fast HTTP sink (this
-//! same binary re-executed with `--sink`, so the sink is a separate process),
-//! runs hookq in-process, and measures the SPEC §10 scenarios, each several
-//! times, printing one JSON line per scenario (medians) and a markdown table.
+//! hookq's benchmark. It starts its own processes, all on free loopback ports
+//! and all killed when it ends (Drop guards, even on error):
+//! - a `redis-server` with stock settings (the test kit's; persistence off),
+//!   except where a scenario says otherwise (`memory_1m_scheduled` sets the
+//!   tuned `hash-max-listpack-value` it reports beside the stock figure);
+//! - nginx answering `return 204` on 20 ports ([`Nginx`]): the reference
+//!   receiver of SPEC §10/§11.6 for every delivery-rate scenario, counted
+//!   through its access log;
+//! - a Rust sink (this same binary re-executed with `--sink`, a separate
+//!   process) for the lateness scenarios, which read each job's due time from
+//!   the body it receives;
+//! - with `--peers`, BullMQ (`benches/peers/`, Node) on the same Redis and the
+//!   same nginx.
 //!
-//! `scripts/bench.sh` runs it in release mode; `--quick` shrinks every
-//! scenario to a smoke test (used by the test suite; no timing assertions).
+//! hookq runs in-process (`Daemon::start`). Each scenario runs several times
+//! (`--runs N`, default 3) and prints one JSON line of medians, then a
+//! markdown table of every figure. `scripts/bench.sh` runs it in release mode;
+//! `--quick` shrinks every scenario to a smoke test (used by the test suite;
+//! no timing assertions, no Node); `--only A,B` runs the scenarios whose names
+//! start with A or B (`NAME$`: exactly NAME); `--peers` adds
+//! `peer_bullmq_one_host` (`--peer-concurrency N` sets BullMQ's worker
+//! concurrency).
 
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
@@ -22,6 +37,7 @@ use serde_json::{json, Value};
 mod support;
 use support::cluster::RedisCluster;
 use support::free_port;
+use support::process::OwnedProcess;
 use support::redis::RedisServer;
 
 /// mimalloc instead of the system allocator: the delivery hot path allocates
@@ -59,6 +75,8 @@ struct SinkState {
     lateness: Vec<i64>,
 }
 
+/// The sink process's server (`--sink PORT`): counts every request and, for
+/// bodies with a `due` field (ms), records receive − due in µs.
 async fn run_sink(port: u16) -> Res<()> {
     use axum::body::Bytes;
     use axum::extract::State;
@@ -87,13 +105,6 @@ async fn run_sink(port: u16) -> Res<()> {
                 "ok"
             }),
         )
-        .route(
-            "/hang",
-            post(|| async {
-                tokio::time::sleep(Duration::from_secs(3600)).await;
-                "late"
-            }),
-        )
         .fallback(|State(s): State<Arc<Mutex<SinkState>>>, body: Bytes| async move {
             let received_us = now_us();
             let received = received_us / 1000;
@@ -117,6 +128,8 @@ async fn run_sink(port: u16) -> Res<()> {
     Ok(())
 }
 
+/// The sink process, for the lateness scenarios (the delivery-rate ones use
+/// [`Nginx`]); killed on drop.
 struct Sink {
     child: Child,
     base: String,
@@ -198,13 +211,303 @@ impl Drop for Sink {
     }
 }
 
+// ---------------------------------------------------------------- nginx
+
+/// How many `server` blocks (ports) the bench's nginx listens on: the
+/// healthy hosts of `many_hosts_one_hanging`; single-host scenarios use the
+/// first.
+const NGINX_SERVERS: usize = 20;
+
+/// How often nginx writes its buffered access log (`flush=` of `access_log`).
+/// Only the bench's notice of a finished run waits for it: each line carries
+/// the time of its own request.
+const NGINX_LOG_FLUSH_MS: u64 = 100;
+
+/// nginx `return 204`, the reference receiver (SPEC §10, §11.6): the cheapest
+/// answer per request, so the figures measure hookq and Redis, not the sink.
+///
+/// It runs as a direct child (`daemon off`) in its own process group
+/// ([`OwnedProcess`], SIGKILLed with its group on drop), from a temp dir that
+/// holds its `nginx.conf`, pid file, error log, access log and temp paths
+/// (`-p`, `-c`, `-e`), so it needs no root and never reads `/etc/nginx`.
+/// `master_process off` with one worker: a single process, which does the same
+/// work as one worker under a master and has nothing else to reap; one worker
+/// is plenty (wrk drives it at ~110k POST/s on the 2-core machine) and leaves
+/// the cores to hookq and Redis. `keepalive_requests` is raised so that a
+/// client's connections are reused for the whole run (nginx's default closes
+/// one every 1,000 requests); `worker_connections 4096` covers 512
+/// connections per host and more.
+///
+/// Counting: every server shares one access log with `log_format t '$msec
+/// $status'` (the request's end, wall clock with ms, and its status),
+/// buffered (`buffer=256k flush=100ms`, so nginx pays one write per few
+/// thousand requests). The bench tails the file from its last offset, counts
+/// the 2xx lines and keeps the smallest and largest `$msec`: a count is exact
+/// (one line per request) and `$msec` is nginx's cached clock, updated every
+/// event-loop turn, so it is at most one turn behind the answer.
+struct Nginx {
+    /// Declared first: dropped (killed) before its directory is removed.
+    process: OwnedProcess,
+    dir: tempfile::TempDir,
+    ports: Vec<u16>,
+    log: Mutex<AccessLog>,
+}
+
+/// The part of nginx's access log read so far.
+#[derive(Default)]
+struct AccessLog {
+    /// Bytes of the file already read.
+    offset: u64,
+    /// An incomplete last line, kept until its newline arrives.
+    pending: Vec<u8>,
+    stats: NginxStats,
+}
+
+/// 2xx answers counted since the last [`Nginx::reset`], with the first and
+/// last of their `$msec` times (wall clock, ms).
+#[derive(Clone, Copy, Default)]
+struct NginxStats {
+    count: u64,
+    first_ms: i64,
+    last_ms: i64,
+}
+
+/// The nginx binary: on PATH, or Debian's `/usr/sbin/nginx` (not on a
+/// non-root user's PATH).
+fn nginx_binary() -> Res<std::path::PathBuf> {
+    let on_path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default();
+    on_path
+        .into_iter()
+        .chain([std::path::PathBuf::from("/usr/sbin")])
+        .map(|d| d.join("nginx"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            "nginx is missing: scripts/test.sh installs it (or apt-get install nginx)".into()
+        })
+}
+
+/// `123.456` (seconds with ms, nginx's `$msec`) in ms.
+fn parse_msec(text: &str) -> Option<i64> {
+    let (secs, frac) = text.split_once('.')?;
+    Some(secs.parse::<i64>().ok()? * 1000 + frac.parse::<i64>().ok()?)
+}
+
+impl Nginx {
+    /// Starts nginx with `servers` `server` blocks on free loopback ports and
+    /// waits until each answers 204; tries fresh ports a few times (a port
+    /// picked free may be taken before nginx binds it).
+    async fn start(servers: usize) -> Res<Nginx> {
+        let binary = nginx_binary()?;
+        let client = reqwest::Client::new();
+        let mut last_log = String::new();
+        for _ in 0..5 {
+            let dir = tempfile::tempdir()?;
+            let mut ports: Vec<u16> = Vec::new();
+            while ports.len() < servers {
+                let port = free_port();
+                if !ports.contains(&port) {
+                    ports.push(port);
+                }
+            }
+            let d = dir.path().display();
+            let listen: String = ports
+                .iter()
+                .map(|p| {
+                    format!("  server {{ listen 127.0.0.1:{p}; location / {{ return 204; }} }}\n")
+                })
+                .collect();
+            let conf = format!(
+                "daemon off;\n\
+                 master_process off;\n\
+                 worker_processes 1;\n\
+                 pid \"{d}/nginx.pid\";\n\
+                 error_log \"{d}/error.log\" warn;\n\
+                 events {{ worker_connections 4096; }}\n\
+                 http {{\n\
+                 \x20 log_format t '$msec $status';\n\
+                 \x20 access_log \"{d}/access.log\" t buffer=256k flush={NGINX_LOG_FLUSH_MS}ms;\n\
+                 \x20 keepalive_requests 1000000;\n\
+                 \x20 client_body_temp_path \"{d}/client_body\";\n\
+                 \x20 proxy_temp_path \"{d}/proxy\";\n\
+                 \x20 fastcgi_temp_path \"{d}/fastcgi\";\n\
+                 \x20 uwsgi_temp_path \"{d}/uwsgi\";\n\
+                 \x20 scgi_temp_path \"{d}/scgi\";\n\
+                 {listen}}}\n"
+            );
+            let conf_path = dir.path().join("nginx.conf");
+            std::fs::write(&conf_path, conf)?;
+            let mut command = Command::new(&binary);
+            command
+                .arg("-p")
+                .arg(dir.path())
+                .arg("-c")
+                .arg(&conf_path)
+                .arg("-e")
+                .arg(dir.path().join("error.log"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null());
+            let mut process = OwnedProcess::spawn(command, "nginx");
+            let until = Instant::now() + Duration::from_secs(10);
+            let mut ready = false;
+            while Instant::now() < until && process.try_wait().is_none() {
+                let mut answered = 0;
+                for port in &ports {
+                    let r = client
+                        .post(format!("http://127.0.0.1:{port}/ready"))
+                        .send()
+                        .await;
+                    if r.is_ok_and(|r| r.status() == 204) {
+                        answered += 1;
+                    }
+                }
+                if answered == ports.len() {
+                    ready = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            // Another listener on one of the ports would answer too, but not
+            // with nginx still alive: a failed bind ends it.
+            if ready && process.try_wait().is_none() {
+                let nginx = Nginx {
+                    process,
+                    dir,
+                    ports,
+                    log: Mutex::new(AccessLog::default()),
+                };
+                nginx.reset().await?;
+                return Ok(nginx);
+            }
+            last_log = format!(
+                "{}{}",
+                process.log(),
+                std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default()
+            );
+        }
+        Err(format!("nginx did not start in 5 tries; last log:\n{last_log}").into())
+    }
+
+    /// `http://127.0.0.1:<port of server i>{path}`.
+    fn url(&self, server: usize, path: &str) -> String {
+        format!(
+            "http://127.0.0.1:{}{path}",
+            self.ports[server % self.ports.len()]
+        )
+    }
+
+    /// nginx's process id.
+    fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
+    /// Reads what nginx has appended to its access log since the last call.
+    fn read_log(&self) -> Res<NginxStats> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut log = self.log.lock().map_err(|_| "access log lock poisoned")?;
+        let mut file = std::fs::File::open(self.dir.path().join("access.log"))?;
+        file.seek(SeekFrom::Start(log.offset))?;
+        let mut new = Vec::new();
+        file.read_to_end(&mut new)?;
+        log.offset += new.len() as u64;
+        log.pending.extend_from_slice(&new);
+        let Some(end) = log.pending.iter().rposition(|b| *b == b'\n') else {
+            return Ok(log.stats);
+        };
+        let lines: Vec<u8> = log.pending.drain(..=end).collect();
+        for line in String::from_utf8_lossy(&lines).lines() {
+            let mut fields = line.split(' ');
+            let (Some(msec), Some(status)) = (fields.next(), fields.next()) else {
+                continue;
+            };
+            let (Some(ms), true) = (parse_msec(msec), status.starts_with('2')) else {
+                continue;
+            };
+            let s = &mut log.stats;
+            s.count += 1;
+            s.first_ms = if s.first_ms == 0 {
+                ms
+            } else {
+                s.first_ms.min(ms)
+            };
+            s.last_ms = s.last_ms.max(ms);
+        }
+        Ok(log.stats)
+    }
+
+    /// Starts counting from zero: waits past one log flush, so that the lines
+    /// of earlier requests are written, and skips them.
+    async fn reset(&self) -> Res<()> {
+        tokio::time::sleep(Duration::from_millis(NGINX_LOG_FLUSH_MS * 2 + 50)).await;
+        self.read_log()?;
+        let mut log = self.log.lock().map_err(|_| "access log lock poisoned")?;
+        log.stats = NginxStats::default();
+        Ok(())
+    }
+
+    /// Waits until `n` 2xx answers have been counted since the last reset.
+    async fn wait_for(&self, n: u64, deadline: Duration) -> Res<NginxStats> {
+        let until = Instant::now() + deadline;
+        loop {
+            let stats = self.read_log()?;
+            if stats.count >= n {
+                return Ok(stats);
+            }
+            if Instant::now() > until {
+                return Err(
+                    format!("nginx answered {} of {n} within {deadline:?}", stats.count).into(),
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// A host that hangs: a loopback listener that accepts every connection and
+/// never reads or answers; the sockets are held until it is dropped (the
+/// accept task is aborted, which closes them). It only listens: it sends
+/// nothing to anyone.
+struct HangingHost {
+    port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HangingHost {
+    async fn start() -> Res<HangingHost> {
+        let listener = loop {
+            let l = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+            if l.local_addr()?.port() != 6379 {
+                break l;
+            }
+        };
+        let port = listener.local_addr()?.port();
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        Ok(HangingHost { port, task })
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/hang", self.port)
+    }
+}
+
+impl Drop for HangingHost {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 // ---------------------------------------------------------------- redis
 
-/// The benchmark's Redis: the test kit's server with persistence off and
-/// `hash-max-listpack-value 1024`, as `scripts/run.sh` and the README
-/// recommend (`memory_1m_scheduled_stock_redis` measures the stock setting).
+/// The benchmark's Redis: the test kit's server (persistence off) with
+/// Redis's stock settings, as users run it (SPEC §10, §11.6).
 fn start_redis() -> RedisServer {
-    RedisServer::start_with(&["--hash-max-listpack-value", "1024"])
+    RedisServer::start()
 }
 
 /// The daemon config for a three-master cluster.
@@ -216,20 +519,30 @@ fn cluster_config(cluster: &RedisCluster) -> Config {
 
 // ---------------------------------------------------------------- helpers
 
-fn config(redis: &RedisServer) -> Config {
+/// hookq's default config with only what a test must set: this Redis, an
+/// API on a free loopback port, deliveries to loopback allowed (the SSRF
+/// guard refuses private addresses by default), quieter logs.
+fn default_config(redis: &RedisServer) -> Config {
     let mut c = Config::default();
     c.redis.url = redis.url();
     c.api.listen = "127.0.0.1:0".into();
     c.delivery.allow_private = true;
-    c.delivery.per_host_concurrency = 512;
     c.log.level = "warn".into();
     c
 }
 
-/// CPU seconds this process has used (user + system), from /proc; 0 where
-/// /proc is missing. The daemon runs in this process during a scenario.
-fn own_cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+/// [`default_config`] with the per-host limit lifted to 512, for the
+/// scenarios of SPEC §10 that measure throughput to one host.
+fn config(redis: &RedisServer) -> Config {
+    let mut c = default_config(redis);
+    c.delivery.per_host_concurrency = 512;
+    c
+}
+
+/// CPU seconds (user + system) process `pid` has used (`"self"`: this one),
+/// from /proc; 0 where /proc is missing or the process is gone.
+fn cpu_seconds_of(pid: &str) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0.0;
     };
     // Fields after the command name (which ends with ')'): utime and stime
@@ -243,6 +556,12 @@ fn own_cpu_seconds() -> f64 {
             .unwrap_or(0.0)
     };
     (ticks(11) + ticks(12)) / 100.0
+}
+
+/// CPU seconds this process has used (user + system). The daemon runs in
+/// this process during a scenario.
+fn own_cpu_seconds() -> f64 {
+    cpu_seconds_of("self")
 }
 
 fn percentile(sorted: &[i64], p: f64) -> i64 {
@@ -405,15 +724,85 @@ async fn ingest_single_wrk(redis: &RedisServer, seconds: u64) -> Res<Figures> {
     Ok(HashMap::from([("requests_per_s", rate)]))
 }
 
-/// n jobs all due at the same moment; rate = n / (last 2xx − due).
-async fn delivery_rate(redis: &RedisServer, sink: &Sink, n: usize, naive: bool) -> Res<Figures> {
+/// How far ahead of now a delivery-rate run puts its due moment: preloading
+/// `n` jobs and starting the daemon must fit in it ([`check_lead`]).
+fn lead_ms(n: usize) -> i64 {
+    1000 + n as i64 / 25
+}
+
+/// Fails if Redis's clock has reached `due` (less a margin for starting the
+/// daemon): the run's rate would start counting before anything could run.
+async fn check_lead(store: &Store, due: i64) -> Res<()> {
+    let now = store.redis_time_ms().await?;
+    if now > due - 100 {
+        return Err(format!(
+            "preloading ended {} ms before the due moment: raise lead_ms",
+            due - now
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Counters read before a delivery run, for the per-job cost figures.
+struct Meter {
+    scripts: i64,
+    redis_cpu: f64,
+    own_cpu: f64,
+    nginx_cpu: f64,
+}
+
+impl Meter {
+    async fn start(redis: &RedisServer, nginx: &Nginx) -> Res<Meter> {
+        Ok(Meter {
+            scripts: redis.script_calls().await?,
+            redis_cpu: redis.cpu_seconds().await?,
+            own_cpu: own_cpu_seconds(),
+            nginx_cpu: cpu_seconds_of(&nginx.pid().to_string()),
+        })
+    }
+
+    /// The figures of a run of `n` jobs due at `due` (ms) that nginx has
+    /// answered (`stats`): `jobs_per_s` = n / (last 2xx − due),
+    /// `first_late_ms` (first 2xx − due), and per job: script calls, Redis
+    /// CPU (INFO used_cpu_sys + used_cpu_user), this process's CPU (hookq
+    /// runs in it), nginx's CPU.
+    async fn figures(
+        self,
+        redis: &RedisServer,
+        nginx: &Nginx,
+        stats: NginxStats,
+        due: i64,
+        n: usize,
+    ) -> Res<Figures> {
+        let scripts = redis.script_calls().await? - self.scripts;
+        let redis_cpu = redis.cpu_seconds().await? - self.redis_cpu;
+        let own_cpu = own_cpu_seconds() - self.own_cpu;
+        let nginx_cpu = cpu_seconds_of(&nginx.pid().to_string()) - self.nginx_cpu;
+        let n = n as f64;
+        let span = (stats.last_ms - due).max(1) as f64 / 1000.0;
+        Ok(HashMap::from([
+            ("jobs_per_s", n / span),
+            ("first_late_ms", (stats.first_ms - due) as f64),
+            ("script_calls_per_job", scripts as f64 / n),
+            ("redis_cpu_us_per_job", redis_cpu * 1e6 / n),
+            ("hookq_cpu_us_per_job", own_cpu * 1e6 / n),
+            ("nginx_cpu_us_per_job", nginx_cpu * 1e6 / n),
+        ]))
+    }
+}
+
+/// n jobs all due at the same moment to one nginx host (per-host limit
+/// lifted to 512, SPEC §10's throughput setting), delivered by hookq or by
+/// the naive design; rate = n / (last 2xx − due).
+async fn delivery_rate(redis: &RedisServer, nginx: &Nginx, n: usize, naive: bool) -> Res<Figures> {
     redis.flush().await?;
-    sink.reset().await?;
+    nginx.reset().await?;
     let cfg = config(redis);
     let store = Store::connect(&cfg).await?;
     store.load_scripts().await?;
     let due = store.redis_time_ms().await? + 3000 + (n as i64 / 50);
-    let url = sink.url("/rate");
+    let url = nginx.url(0, "/rate");
     if naive {
         naive::preload(redis, (0..n).map(|i| (format!("nr-{i}"), due)).collect()).await?;
     } else {
@@ -426,38 +815,126 @@ async fn delivery_rate(redis: &RedisServer, sink: &Sink, n: usize, naive: bool) 
         )
         .await?;
     }
-    let scripts_before = redis.script_calls().await?;
-    let redis_cpu_before = redis.cpu_seconds().await?;
-    let own_cpu_before = own_cpu_seconds();
+    let meter = Meter::start(redis, nginx).await?;
     let runner = Runner::start(redis, &cfg, naive, url).await?;
-    let stats = sink.wait_for(n as u64, Duration::from_secs(600)).await?;
-    let scripts = redis.script_calls().await? - scripts_before;
-    let redis_cpu = redis.cpu_seconds().await? - redis_cpu_before;
-    let own_cpu = own_cpu_seconds() - own_cpu_before;
+    let stats = nginx.wait_for(n as u64, Duration::from_secs(600)).await?;
+    let figures = meter.figures(redis, nginx, stats, due, n).await?;
     runner.stop().await?;
-    let last = stats["last_ms"].as_i64().unwrap_or(0);
-    let first = stats["first_ms"].as_i64().unwrap_or(0);
-    let span = (last - due).max(1) as f64 / 1000.0;
-    Ok(HashMap::from([
-        ("jobs_per_s", n as f64 / span),
-        ("first_late_ms", (first - due) as f64),
-        ("script_calls_per_job", scripts as f64 / n as f64),
-        ("redis_cpu_us_per_job", redis_cpu * 1e6 / n as f64),
-        ("hookq_cpu_us_per_job", own_cpu * 1e6 / n as f64),
-    ]))
+    Ok(figures)
+}
+
+/// One run of `one_host_default` and `one_host_lifted`: the same `n` jobs
+/// due at once to one nginx host, delivered by hookq with its default config
+/// (per-host limit 64), then with `per_host_concurrency = 512`. The default
+/// run's figures carry `ratio_to_lifted_pct` (default rate / lifted rate ×
+/// 100, SPEC §11.6: at least 90), from this same run.
+async fn one_host(redis: &RedisServer, nginx: &Nginx, n: usize) -> Res<(Figures, Figures)> {
+    let mut default = one_host_run(redis, nginx, n, default_config(redis)).await?;
+    let mut lifted_cfg = default_config(redis);
+    lifted_cfg.delivery.per_host_concurrency = 512;
+    let lifted = one_host_run(redis, nginx, n, lifted_cfg).await?;
+    let rate = |f: &Figures| f.get("jobs_per_s").copied().unwrap_or(0.0);
+    default.insert(
+        "ratio_to_lifted_pct",
+        rate(&default) / rate(&lifted).max(1e-9) * 100.0,
+    );
+    Ok((default, lifted))
+}
+
+/// `n` jobs due at once to nginx's first host, delivered by hookq with `cfg`.
+async fn one_host_run(redis: &RedisServer, nginx: &Nginx, n: usize, cfg: Config) -> Res<Figures> {
+    redis.flush().await?;
+    nginx.reset().await?;
+    let store = Store::connect(&cfg).await?;
+    store.load_scripts().await?;
+    let due = store.redis_time_ms().await? + lead_ms(n);
+    let url = nginx.url(0, "/one");
+    preload(
+        &store,
+        &cfg,
+        (0..n)
+            .map(|i| job(format!("oh-{i}"), url.clone(), due))
+            .collect(),
+    )
+    .await?;
+    check_lead(&store, due).await?;
+    let meter = Meter::start(redis, nginx).await?;
+    let daemon = Daemon::start(cfg).await?;
+    let stats = nginx.wait_for(n as u64, Duration::from_secs(600)).await?;
+    let figures = meter.figures(redis, nginx, stats, due, n).await?;
+    daemon.stop().await?;
+    Ok(figures)
+}
+
+/// SPEC §11.6's hanging-host bar: `healthy` jobs spread round-robin over the
+/// [`NGINX_SERVERS`] nginx hosts, all due at once, delivered by hookq with its
+/// default config except `delivery.timeout = 5s` (instead of 10s, so that
+/// runs stay short; the hanging attempts time out sooner, which does not
+/// help the healthy hosts: their slots are not the hanging host's), first
+/// alone, then with `hanging` more jobs due at the same moment to a
+/// [`HangingHost`]. Reports both healthy rates (n_healthy / (last healthy 2xx
+/// − due)), `healthy_kept_pct` (with / alone × 100; the bar: at least 90),
+/// and `jobs_per_s` with the per-healthy-job costs of the run with the
+/// hanging host.
+async fn many_hosts(
+    redis: &RedisServer,
+    nginx: &Nginx,
+    healthy: usize,
+    hanging: usize,
+) -> Res<Figures> {
+    let mut rates = Vec::new();
+    let mut figures = Figures::new();
+    for with_hang in [false, true] {
+        redis.flush().await?;
+        nginx.reset().await?;
+        let mut cfg = default_config(redis);
+        cfg.delivery.timeout = Duration::from_secs(5);
+        let store = Store::connect(&cfg).await?;
+        store.load_scripts().await?;
+        let hang = HangingHost::start().await?;
+        let total = healthy + if with_hang { hanging } else { 0 };
+        let due = store.redis_time_ms().await? + lead_ms(total);
+        let mut jobs: Vec<JobInput> = (0..healthy)
+            .map(|i| job(format!("mh-{i}"), nginx.url(i, "/many"), due))
+            .collect();
+        if with_hang {
+            jobs.extend((0..hanging).map(|i| job(format!("hang-{i}"), hang.url(), due)));
+        }
+        preload(&store, &cfg, jobs).await?;
+        check_lead(&store, due).await?;
+        let meter = Meter::start(redis, nginx).await?;
+        let daemon = Daemon::start(cfg).await?;
+        let stats = nginx
+            .wait_for(healthy as u64, Duration::from_secs(600))
+            .await?;
+        figures = meter.figures(redis, nginx, stats, due, healthy).await?;
+        rates.push(figures.get("jobs_per_s").copied().unwrap_or(0.0));
+        // Stop claiming, then close the held connections: the attempts in
+        // flight to the hanging host fail at once and the stop is quick.
+        daemon.token().cancel();
+        drop(hang);
+        tokio::time::timeout(Duration::from_secs(30), daemon.wait())
+            .await
+            .map_err(|_| "hookq did not stop within 30 s")??;
+    }
+    figures.remove("first_late_ms");
+    figures.insert("alone_jobs_per_s", rates[0]);
+    figures.insert("with_hanging_jobs_per_s", rates[1]);
+    figures.insert("healthy_kept_pct", rates[1] / rates[0].max(1e-9) * 100.0);
+    Ok(figures)
 }
 
 /// End-to-end delivery rate of `n` jobs due at the same moment, hookq on a
 /// three-master Redis Cluster (same partitions, same daemon settings as
 /// `delivery_rate`); Redis CPU is the sum over the masters.
-async fn delivery_rate_cluster(cluster: &RedisCluster, sink: &Sink, n: usize) -> Res<Figures> {
+async fn delivery_rate_cluster(cluster: &RedisCluster, nginx: &Nginx, n: usize) -> Res<Figures> {
     cluster.flush().await?;
-    sink.reset().await?;
+    nginx.reset().await?;
     let cfg = cluster_config(cluster);
     let store = Store::connect(&cfg).await?;
     store.load_scripts().await?;
     let due = store.redis_time_ms().await? + 3000 + (n as i64 / 50);
-    let url = sink.url("/rate");
+    let url = nginx.url(0, "/rate");
     preload(
         &store,
         &cfg,
@@ -470,13 +947,12 @@ async fn delivery_rate_cluster(cluster: &RedisCluster, sink: &Sink, n: usize) ->
     let redis_cpu_before = cluster.cpu_seconds().await?;
     let own_cpu_before = own_cpu_seconds();
     let daemon = Daemon::start(cfg.clone()).await?;
-    let stats = sink.wait_for(n as u64, Duration::from_secs(600)).await?;
+    let stats = nginx.wait_for(n as u64, Duration::from_secs(600)).await?;
     let scripts = cluster.script_calls().await? - scripts_before;
     let redis_cpu = cluster.cpu_seconds().await? - redis_cpu_before;
     let own_cpu = own_cpu_seconds() - own_cpu_before;
     daemon.stop().await?;
-    let last = stats["last_ms"].as_i64().unwrap_or(0);
-    let span = (last - due).max(1) as f64 / 1000.0;
+    let span = (stats.last_ms - due).max(1) as f64 / 1000.0;
     Ok(HashMap::from([
         ("jobs_per_s", n as f64 / span),
         ("script_calls_per_job", scripts as f64 / n as f64),
@@ -595,11 +1071,9 @@ async fn memory(redis: &RedisServer, n: usize, listpack_value: u32) -> Res<Figur
     )
     .await?;
     let after = redis.used_memory().await?;
+    // Back to the bench's stock Redis for the scenarios that follow.
     redis
-        .config_set(
-            "hash-max-listpack-value",
-            &RECOMMENDED_LISTPACK_VALUE.to_string(),
-        )
+        .config_set("hash-max-listpack-value", &STOCK_LISTPACK_VALUE.to_string())
         .await?;
     let per_job = (after - before) as f64 / n as f64;
     let body = format!("{{\"due\":{due}}}").len() as f64;
@@ -666,33 +1140,37 @@ async fn promotion(redis: &RedisServer, parked: usize, due_n: usize) -> Res<Figu
     )]))
 }
 
-/// Delivery rate to a healthy endpoint, alone and next to a hanging one.
-async fn hanging(redis: &RedisServer, sink: &Sink, n: usize) -> Res<Figures> {
+/// Delivery rate to one healthy nginx host (per-host limit 64, timeout 5s),
+/// alone and next to a [`HangingHost`] with a tenth as many jobs due at the
+/// same moment (SPEC §10's bar; `many_hosts_one_hanging` is §11.6's).
+async fn hanging(redis: &RedisServer, nginx: &Nginx, n: usize) -> Res<Figures> {
     let mut rates = Vec::new();
     for with_hang in [false, true] {
         redis.flush().await?;
-        sink.reset().await?;
+        nginx.reset().await?;
         let mut cfg = config(redis);
         cfg.delivery.per_host_concurrency = 64;
         cfg.delivery.timeout = Duration::from_secs(5);
         let store = Store::connect(&cfg).await?;
         store.load_scripts().await?;
+        let hang = HangingHost::start().await?;
         let due = store.redis_time_ms().await? + 3000 + (n as i64 / 50);
         let mut jobs: Vec<JobInput> = (0..n)
-            .map(|i| job(format!("ok-{i}"), sink.url("/ok"), due))
+            .map(|i| job(format!("ok-{i}"), nginx.url(0, "/ok"), due))
             .collect();
         if with_hang {
-            // The hanging endpoint is another host name for the same sink.
-            let hang = sink.url("/hang").replace("127.0.0.1", "localhost");
-            jobs.extend((0..n / 10).map(|i| job(format!("hang-{i}"), hang.clone(), due)));
+            jobs.extend((0..n / 10).map(|i| job(format!("hang-{i}"), hang.url(), due)));
         }
         preload(&store, &cfg, jobs).await?;
         let daemon = Daemon::start(cfg).await?;
-        let stats = sink.wait_for(n as u64, Duration::from_secs(600)).await?;
-        let span = (stats["last_ms"].as_i64().unwrap_or(0) - due).max(1) as f64 / 1000.0;
+        let stats = nginx.wait_for(n as u64, Duration::from_secs(600)).await?;
+        let span = (stats.last_ms - due).max(1) as f64 / 1000.0;
         rates.push(n as f64 / span);
         daemon.token().cancel();
-        let _ = tokio::time::timeout(Duration::from_secs(2), daemon.wait()).await;
+        drop(hang);
+        tokio::time::timeout(Duration::from_secs(30), daemon.wait())
+            .await
+            .map_err(|_| "hookq did not stop within 30 s")??;
     }
     Ok(HashMap::from([
         ("alone_jobs_per_s", rates[0]),
@@ -703,9 +1181,168 @@ async fn hanging(redis: &RedisServer, sink: &Sink, n: usize) -> Res<Figures> {
     ]))
 }
 
+// ---------------------------------------------------------------- peers
+
+/// BullMQ's worker concurrency in `peer_bullmq_one_host` unless
+/// `--peer-concurrency N` says otherwise: the best of those tried on the
+/// 2-core machine with nothing else running (100,000 jobs, medians of 3):
+/// 32 → 12.2k jobs/s, 64 → 12.5k, 256 → 10.6k, 512 → 8.6k (more
+/// concurrency costs node more CPU per job, and the first job starts later).
+/// 64 is also hookq's default per-host limit.
+const BULLMQ_CONCURRENCY: usize = 64;
+
+/// `benches/peers/`, the Node project of the peers.
+fn peers_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/peers")
+}
+
+/// Checks that node runs and installs the peers' pinned packages (the
+/// versions of `package-lock.json`) unless `node_modules` is there.
+/// `npm install --no-save` rather than `npm ci`: the lock omits the
+/// optional native helpers of other platforms that the registry lacks
+/// (msgpackr-extract's darwin and win32 builds), and `npm ci` refuses such a
+/// lock while `npm install` installs it as it is, without rewriting it.
+/// `--ignore-scripts`: the one install script (msgpackr-extract's) is
+/// optional; msgpackr works without it.
+fn ensure_peers_installed() -> Res<std::path::PathBuf> {
+    let dir = peers_dir();
+    let node = Command::new("node").arg("--version").output();
+    if !node.is_ok_and(|o| o.status.success()) {
+        return Err(
+            "node is missing: --peers needs Node.js and npm (apt-get install nodejs npm)".into(),
+        );
+    }
+    if !dir.join("node_modules").is_dir() {
+        eprintln!("bench: npm install in {}", dir.display());
+        let out = Command::new("npm")
+            .args([
+                "install",
+                "--no-save",
+                "--ignore-scripts",
+                "--no-audit",
+                "--no-fund",
+            ])
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("npm (apt-get install npm): {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "npm install in {} failed:\n{}",
+                dir.display(),
+                String::from_utf8_lossy(&out.stderr)
+            )
+            .into());
+        }
+    }
+    Ok(dir)
+}
+
+/// The first JSON line of `path` whose `event` is `event`.
+fn read_event(path: &std::path::Path, event: &str) -> Option<Value> {
+    std::fs::read_to_string(path)
+        .ok()?
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["event"] == event)
+}
+
+/// `peer_bullmq_one_host`: BullMQ (`benches/peers/bullmq.js`) on the same
+/// Redis and the same nginx host as `one_host_default`: it adds `n` delayed
+/// jobs due at one moment (`addBulk` with `delay`), and one Worker with
+/// `concurrency` POSTs each job's data to nginx. Measured like hookq, from
+/// nginx's log: `jobs_per_s` = n / (last 2xx − due), `first_late_ms`, and
+/// per job: script calls and Redis CPU (from the worker's start, after the
+/// jobs are added), node's CPU (`peer_cpu_us_per_job`, /proc/<pid>/stat
+/// utime + stime over the same span), nginx's CPU.
+async fn peer_bullmq(
+    redis: &RedisServer,
+    nginx: &Nginx,
+    n: usize,
+    concurrency: usize,
+) -> Res<Figures> {
+    let dir = ensure_peers_installed()?;
+    redis.flush().await?;
+    nginx.reset().await?;
+    let out_dir = tempfile::tempdir()?;
+    let events = out_dir.path().join("events.jsonl");
+    // addBulk stores ~15k jobs/s here: the lead leaves room for twice that.
+    let lead = 3000 + n / 8;
+    let mut command = Command::new("node");
+    command
+        .current_dir(&dir)
+        .arg("bullmq.js")
+        .arg(redis.url())
+        .arg(nginx.url(0, "/bullmq"))
+        .arg(n.to_string())
+        .arg(concurrency.to_string())
+        .arg(lead.to_string())
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&events)?);
+    let mut node = OwnedProcess::spawn(command, "node bullmq.js");
+    let pid = node.pid().to_string();
+    let until = Instant::now() + Duration::from_secs(120);
+    let ready = loop {
+        if let Some(ready) = read_event(&events, "ready") {
+            break ready;
+        }
+        if node.try_wait().is_some() || Instant::now() > until {
+            return Err(format!("bullmq.js did not get ready; its log:\n{}", node.log()).into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let due = ready["due"]
+        .as_i64()
+        .ok_or("bullmq.js's ready event has no due")?;
+    let meter = Meter::start(redis, nginx).await?;
+    let node_cpu_before = cpu_seconds_of(&pid);
+    let until = Instant::now() + Duration::from_secs(600);
+    let stats = loop {
+        let stats = nginx.read_log()?;
+        if stats.count >= n as u64 {
+            break stats;
+        }
+        if node.try_wait().is_some() || Instant::now() > until {
+            return Err(format!(
+                "nginx answered {} of {n} BullMQ jobs; bullmq.js's log:\n{}",
+                stats.count,
+                node.log()
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let node_cpu = cpu_seconds_of(&pid) - node_cpu_before;
+    let mut figures = meter.figures(redis, nginx, stats, due, n).await?;
+    figures.remove("hookq_cpu_us_per_job");
+    figures.insert("peer_cpu_us_per_job", node_cpu * 1e6 / n as f64);
+    figures.insert("worker_concurrency", concurrency as f64);
+    // Its own count must agree; then it is asked to close (SIGTERM) and,
+    // whatever happens, killed with its group when `node` drops.
+    let until = Instant::now() + Duration::from_secs(10);
+    let done = loop {
+        if let Some(done) = read_event(&events, "done") {
+            break done;
+        }
+        if node.try_wait().is_some() || Instant::now() > until {
+            return Err(format!("bullmq.js did not report done; its log:\n{}", node.log()).into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    if done["count"].as_u64() != Some(n as u64) {
+        return Err(format!("bullmq.js reported {done}, expected count {n}").into());
+    }
+    let _ = Command::new("kill").arg("-TERM").arg(&pid).status();
+    let until = Instant::now() + Duration::from_secs(5);
+    while node.try_wait().is_none() && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(figures)
+}
+
 // ---------------------------------------------------------------- runners
 
-/// hookq or the naive design, delivering to the sink.
+/// hookq or the naive design, delivering to a receiver.
 enum Runner {
     Hookq(Daemon),
     Naive(
@@ -836,12 +1473,14 @@ mod naive {
 
 // ---------------------------------------------------------------- main
 
+/// A scenario's figures over its runs.
 struct Scenario {
     name: String,
     runs: Vec<Figures>,
 }
 
 impl Scenario {
+    /// Every figure's median over the runs, by name.
     fn medians(&self) -> Vec<(&'static str, f64)> {
         let mut keys: Vec<&'static str> = self
             .runs
@@ -858,32 +1497,91 @@ impl Scenario {
             })
             .collect()
     }
+
+    /// Prints the scenario's JSON line: `{"scenario", "runs", "median"}`.
+    fn report(self) -> Scenario {
+        let line: serde_json::Map<String, Value> = self
+            .medians()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), json!((v * 10.0).round() / 10.0)))
+            .collect();
+        println!(
+            "{}",
+            json!({"scenario": self.name, "runs": self.runs.len(), "median": line})
+        );
+        self
+    }
 }
 
-async fn bench(quick: bool, runs: usize, only: Option<String>) -> Res<Vec<Scenario>> {
+/// The command line of a bench run.
+struct Options {
+    /// `--quick`: every scenario at smoke-test size.
+    quick: bool,
+    /// `--runs N`: runs per scenario (default 3; 1 with `--quick`).
+    runs: usize,
+    /// `--only A,B`: name prefixes (`NAME$`: an exact name); empty = all.
+    only: Vec<String>,
+    /// `--peers`: also run `peer_bullmq_one_host` (needs Node).
+    peers: bool,
+    /// `--peer-concurrency N`: BullMQ's worker concurrency.
+    peer_concurrency: usize,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Options {
+        let value = |flag: &str| {
+            args.iter()
+                .position(|a| a == flag)
+                .and_then(|i| args.get(i + 1))
+        };
+        let quick = args.iter().any(|a| a == "--quick");
+        Options {
+            quick,
+            runs: value("--runs")
+                .and_then(|r| r.parse().ok())
+                .unwrap_or(if quick { 1 } else { 3 }),
+            only: value("--only")
+                .map(|o| o.split(',').map(str::to_string).collect())
+                .unwrap_or_default(),
+            peers: args.iter().any(|a| a == "--peers"),
+            peer_concurrency: value("--peer-concurrency")
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(BULLMQ_CONCURRENCY),
+        }
+    }
+
+    /// Whether `--only` asks for the scenario `name`.
+    fn wanted(&self, name: &str) -> bool {
+        self.only.is_empty()
+            || self.only.iter().any(|o| match o.strip_suffix('$') {
+                Some(exact) => name == exact,
+                None => name.starts_with(o.as_str()),
+            })
+    }
+}
+
+async fn bench(opts: &Options) -> Res<Vec<Scenario>> {
     let redis = start_redis();
+    let nginx = Nginx::start(NGINX_SERVERS).await?;
     let sink = Sink::start().await?;
+    let runs = opts.runs;
+    let quick = opts.quick;
     let s = |full: usize, small: usize| if quick { small } else { full };
     let mut out = Vec::new();
-    // `--only NAME` runs the scenarios whose name starts with NAME; a trailing
-    // `$` (`--only 'delivery_rate$'`) asks for that exact name.
-    let wanted = |name: &str| {
-        only.as_deref().is_none_or(|o| match o.strip_suffix('$') {
-            Some(exact) => name == exact,
-            None => name.starts_with(o),
-        })
-    };
     macro_rules! scenario {
         ($name:expr, $runs:expr, $body:expr) => {
-            if wanted(&$name) {
+            if opts.wanted(&$name) {
                 let mut figures = Vec::new();
                 for _ in 0..$runs {
                     figures.push($body.await?);
                 }
-                let sc = Scenario { name: $name.to_string(), runs: figures };
-                let line: serde_json::Map<String, Value> = sc.medians().into_iter().map(|(k, v)| (k.to_string(), json!((v * 10.0).round() / 10.0))).collect();
-                println!("{}", json!({"scenario": sc.name, "runs": $runs, "median": line}));
-                out.push(sc);
+                out.push(
+                    Scenario {
+                        name: $name.to_string(),
+                        runs: figures,
+                    }
+                    .report(),
+                );
             }
         };
     }
@@ -901,21 +1599,51 @@ async fn bench(quick: bool, runs: usize, only: Option<String>) -> Res<Vec<Scenar
     scenario!(
         "delivery_rate",
         runs,
-        delivery_rate(&redis, &sink, s(100_000, 2_000), false)
+        delivery_rate(&redis, &nginx, s(100_000, 2_000), false)
     );
     scenario!(
         "delivery_rate_naive",
         runs,
-        delivery_rate(&redis, &sink, s(100_000, 2_000), true)
+        delivery_rate(&redis, &nginx, s(100_000, 2_000), true)
     );
-    if wanted("delivery_rate_cluster_3_masters") {
+    if opts.wanted("delivery_rate_cluster_3_masters") {
         let cluster = RedisCluster::start_with(0);
         scenario!(
             "delivery_rate_cluster_3_masters",
             runs,
-            delivery_rate_cluster(&cluster, &sink, s(100_000, 2_000))
+            delivery_rate_cluster(&cluster, &nginx, s(100_000, 2_000))
         );
     }
+    // One run measures both (the ratio is of rates from the same run).
+    if opts.wanted("one_host_default") || opts.wanted("one_host_lifted") {
+        let (mut default, mut lifted) = (Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let (d, l) = one_host(&redis, &nginx, s(100_000, 2_000)).await?;
+            default.push(d);
+            lifted.push(l);
+        }
+        for (name, runs) in [("one_host_default", default), ("one_host_lifted", lifted)] {
+            out.push(
+                Scenario {
+                    name: name.into(),
+                    runs,
+                }
+                .report(),
+            );
+        }
+    }
+    if opts.peers {
+        scenario!(
+            "peer_bullmq_one_host",
+            runs,
+            peer_bullmq(&redis, &nginx, s(100_000, 2_000), opts.peer_concurrency)
+        );
+    }
+    scenario!(
+        "many_hosts_one_hanging",
+        runs,
+        many_hosts(&redis, &nginx, s(100_000, 2_000), s(10_000, 200))
+    );
     scenario!(
         "lateness_idle",
         runs,
@@ -959,7 +1687,7 @@ async fn bench(quick: bool, runs: usize, only: Option<String>) -> Res<Vec<Scenar
     scenario!(
         "hanging_endpoint",
         runs,
-        hanging(&redis, &sink, s(20_000, 1_000))
+        hanging(&redis, &nginx, s(20_000, 1_000))
     );
     Ok(out)
 }
@@ -977,18 +1705,7 @@ fn main() -> std::process::ExitCode {
             _ => std::process::ExitCode::FAILURE,
         };
     }
-    let quick = args.iter().any(|a| a == "--quick");
-    let runs = args
-        .iter()
-        .position(|a| a == "--runs")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(if quick { 1 } else { 3 });
-    let only = args
-        .iter()
-        .position(|a| a == "--only")
-        .and_then(|i| args.get(i + 1))
-        .cloned();
+    let opts = Options::parse(&args);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -996,7 +1713,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(bench(quick, runs, only)) {
+    match runtime.block_on(bench(&opts)) {
         Ok(scenarios) => {
             println!("\n| scenario | median of runs |\n| --- | --- |");
             for sc in &scenarios {

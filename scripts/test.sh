@@ -3,9 +3,10 @@
 # a Rust toolchain:
 #   1. installs what the tests need: redis-server (every integration test
 #      runs its own on a private loopback port), faketime (the clock-skew
-#      test), wrk (the benchmark's single-create load), python3 with the
-#      `standardwebhooks` library (it verifies our signatures), and the
-#      rustfmt and clippy components;
+#      test), wrk (the benchmark's single-create load), nginx (the
+#      benchmark's reference receiver; it runs its own on loopback ports),
+#      python3 with the `standardwebhooks` library (it verifies our
+#      signatures), and the rustfmt and clippy components;
 #   2. checks formatting (`cargo fmt --check`) and lints (`cargo clippy
 #      --all-targets -D warnings`);
 #   3. runs every test (`cargo test`: unit, integration, fuzz and doc tests);
@@ -13,8 +14,8 @@
 #      sizes, release build, no timing assertions);
 #   5. fails if any process the suite started is still running, naming it.
 #
-# A distro redis-server service that apt starts on 6379 is not used by any
-# test and is left running.
+# A distro redis-server service that apt starts on 6379, or nginx service on
+# port 80, is not used by any test or the benchmark and is left running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,6 +32,10 @@ fi
 echo "== $(redis-server --version | cut -d' ' -f1-3)"
 if ! command -v wrk >/dev/null 2>&1; then
   apt_install wrk
+fi
+# Debian puts nginx in /usr/sbin, which is not on a non-root user's PATH.
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+  apt_install nginx
 fi
 if ! command -v faketime >/dev/null 2>&1; then
   apt_install faketime
