@@ -924,6 +924,91 @@ async fn many_hosts(
     Ok(figures)
 }
 
+/// SPEC §11.6's open-host bar: `n` jobs due at once to a host whose breaker
+/// is open (opened before the run, `breaker.open_for = 10m` so that no probe
+/// falls in the measurement), default config otherwise. hookq claims them
+/// once and parks them; then, while the host stays open, Redis's CPU is
+/// measured over `window` (`redis_cpu_pct_while_open`: CPU seconds / wall
+/// seconds × 100; the bar: under 1). Then the host is resumed and the
+/// backlog drains to nginx (`drain_jobs_per_s`: n / (last 2xx − resume)).
+/// `park_script_calls_per_job`: script calls from the start to all parked.
+async fn open_host_backlog(
+    redis: &RedisServer,
+    nginx: &Nginx,
+    n: usize,
+    window: Duration,
+) -> Res<Figures> {
+    redis.flush().await?;
+    nginx.reset().await?;
+    let mut cfg = default_config(redis);
+    cfg.breaker.open_for = Duration::from_secs(600);
+    let store = Store::connect(&cfg).await?;
+    store.load_scripts().await?;
+    let url = nginx.url(0, "/open");
+    let host = hookq::hosts::host_key(&url);
+    let opened = store
+        .host_failure(
+            &host,
+            1,
+            cfg.breaker.open_for,
+            cfg.breaker.max_open,
+            "bench",
+            false,
+        )
+        .await?;
+    if !opened.opened {
+        return Err("the bench could not open the host".into());
+    }
+    let due = store.redis_time_ms().await? + lead_ms(n);
+    preload(
+        &store,
+        &cfg,
+        (0..n)
+            .map(|i| job(format!("ob-{i}"), url.clone(), due))
+            .collect(),
+    )
+    .await?;
+    let scripts_before = redis.script_calls().await?;
+    let daemon = Daemon::start(cfg).await?;
+    let until = Instant::now() + Duration::from_secs(600);
+    loop {
+        let parked: u64 = store
+            .parked_counts(&host)
+            .await?
+            .iter()
+            .map(|(_, c)| c)
+            .sum();
+        if parked as usize >= n {
+            break;
+        }
+        if Instant::now() > until {
+            return Err(format!("{parked} of {n} jobs parked within 600 s").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let park_scripts = redis.script_calls().await? - scripts_before;
+    let cpu_before = redis.cpu_seconds().await?;
+    let started = Instant::now();
+    tokio::time::sleep(window).await;
+    let cpu_while_open = redis.cpu_seconds().await? - cpu_before;
+    let wall = started.elapsed().as_secs_f64();
+    if nginx.read_log()?.count != 0 {
+        return Err("a job of the open host was delivered".into());
+    }
+    let resumed = now_ms();
+    store.host_resume(&host, "operator").await?;
+    let stats = nginx.wait_for(n as u64, Duration::from_secs(600)).await?;
+    daemon.stop().await?;
+    Ok(HashMap::from([
+        ("redis_cpu_pct_while_open", cpu_while_open / wall * 100.0),
+        ("park_script_calls_per_job", park_scripts as f64 / n as f64),
+        (
+            "drain_jobs_per_s",
+            n as f64 / ((stats.last_ms - resumed).max(1) as f64 / 1000.0),
+        ),
+    ]))
+}
+
 /// End-to-end delivery rate of `n` jobs due at the same moment, hookq on a
 /// three-master Redis Cluster (same partitions, same daemon settings as
 /// `delivery_rate`); Redis CPU is the sum over the masters.
@@ -1643,6 +1728,16 @@ async fn bench(opts: &Options) -> Res<Vec<Scenario>> {
         "many_hosts_one_hanging",
         runs,
         many_hosts(&redis, &nginx, s(100_000, 2_000), s(10_000, 200))
+    );
+    scenario!(
+        "open_host_backlog",
+        runs,
+        open_host_backlog(
+            &redis,
+            &nginx,
+            s(10_000, 200),
+            Duration::from_millis(s(10_000, 500) as u64)
+        )
     );
     scenario!(
         "lateness_idle",
