@@ -924,6 +924,43 @@ async fn many_hosts(
     Ok(figures)
 }
 
+/// SPEC §11.1's shared rate: `n` jobs due at once to one nginx host with
+/// `delivery.per_host_rate = rate`, delivered by two daemons (default config
+/// otherwise) sharing the Redis. `achieved_per_s` = (n − 1) / (last 2xx −
+/// first 2xx) over the whole run, and `of_rate_pct` = achieved / rate × 100
+/// (held within 10%: neither over 110 nor under 90).
+async fn rate_two_daemons(redis: &RedisServer, nginx: &Nginx, n: usize, rate: f64) -> Res<Figures> {
+    redis.flush().await?;
+    nginx.reset().await?;
+    let mut cfg = default_config(redis);
+    cfg.delivery.per_host_rate = rate;
+    let store = Store::connect(&cfg).await?;
+    store.load_scripts().await?;
+    let due = store.redis_time_ms().await? + lead_ms(n);
+    let url = nginx.url(0, "/rate");
+    preload(
+        &store,
+        &cfg,
+        (0..n)
+            .map(|i| job(format!("rt-{i}"), url.clone(), due))
+            .collect(),
+    )
+    .await?;
+    let meter = Meter::start(redis, nginx).await?;
+    let first = Daemon::start(cfg.clone()).await?;
+    let second = Daemon::start(cfg).await?;
+    let stats = nginx.wait_for(n as u64, Duration::from_secs(600)).await?;
+    let mut figures = meter.figures(redis, nginx, stats, due, n).await?;
+    first.stop().await?;
+    second.stop().await?;
+    let achieved = (n - 1) as f64 / ((stats.last_ms - stats.first_ms).max(1) as f64 / 1000.0);
+    figures.remove("first_late_ms");
+    figures.remove("jobs_per_s");
+    figures.insert("achieved_per_s", achieved);
+    figures.insert("of_rate_pct", achieved / rate * 100.0);
+    Ok(figures)
+}
+
 /// SPEC §11.6's open-host bar: `n` jobs due at once to a host whose breaker
 /// is open (opened before the run, `breaker.open_for = 10m` so that no probe
 /// falls in the measurement), default config otherwise. hookq claims them
@@ -1728,6 +1765,16 @@ async fn bench(opts: &Options) -> Res<Vec<Scenario>> {
         "many_hosts_one_hanging",
         runs,
         many_hosts(&redis, &nginx, s(100_000, 2_000), s(10_000, 200))
+    );
+    scenario!(
+        "rate_two_daemons",
+        runs,
+        rate_two_daemons(
+            &redis,
+            &nginx,
+            s(10_000, 200),
+            if quick { 400.0 } else { 2000.0 }
+        )
     );
     scenario!(
         "open_host_backlog",

@@ -10,8 +10,10 @@
 //! The refresher also acts on what is due: an open host whose probe time
 //! came turns half-open and one parked job is moved back to be the probe; a
 //! timed pause that ran out closes its host; a closed host with parked jobs
-//! is drained in rounds, oldest due first, a round's size set by the host's
-//! limits (one daemon per round, by turns kept in Redis).
+//! is drained in rounds a quarter second apart, oldest due first, a round's
+//! size set by the host's limits (its rate, or a slow start from ten times
+//! its slots, doubling per round), one daemon per round, by turns kept in
+//! Redis.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -34,8 +36,10 @@ use crate::wake::Signals;
 pub const REFRESH_EVERY: Duration = Duration::from_millis(500);
 /// Most blocked hosts read per refresh.
 const BLOCKED_READ: usize = 1000;
-/// A drain round's turn; also the pace of rounds.
+/// A drain round's turn; also the pace of rounds while a drain goes on.
 const DRAIN_TURN: Duration = Duration::from_millis(250);
+/// Most jobs moved back in one drain round.
+const DRAIN_ROUND_MAX: usize = 20_000;
 
 /// What an attempt says about its host.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,6 +77,8 @@ pub struct Breaker {
     blocked: RwLock<HashMap<String, HostState>>,
     /// Hosts this daemon saw fail, with the failure count Redis reported.
     failing: RwLock<HashMap<String, u64>>,
+    /// Hosts this daemon is draining, with the size of its next round.
+    draining: std::sync::Mutex<HashMap<String, usize>>,
     alerts: Alerts,
 }
 
@@ -94,6 +100,7 @@ impl Breaker {
             signals,
             blocked: RwLock::new(HashMap::new()),
             failing: RwLock::new(HashMap::new()),
+            draining: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -271,18 +278,25 @@ impl Breaker {
     /// cancelled.
     pub async fn run(self: Arc<Self>, token: CancellationToken) {
         loop {
-            if let Err(err) = self.refresh().await {
-                tracing::warn!(cause = %err, "cannot read host states");
-            }
+            let draining = match self.refresh().await {
+                Ok(draining) => draining,
+                Err(err) => {
+                    tracing::warn!(cause = %err, "cannot read host states");
+                    false
+                }
+            };
+            let pause = if draining { DRAIN_TURN } else { REFRESH_EVERY };
             tokio::select! {
                 _ = token.cancelled() => return,
                 _ = self.signals.hosts.notified() => {}
-                _ = tokio::time::sleep(REFRESH_EVERY) => {}
+                _ = tokio::time::sleep(pause) => {}
             }
         }
     }
 
-    async fn refresh(&self) -> crate::store::StoreResult<()> {
+    /// One pass; true while this daemon is draining a host (the next pass
+    /// comes a drain turn later).
+    async fn refresh(&self) -> crate::store::StoreResult<bool> {
         let blocked = self.store.blocked_hosts(BLOCKED_READ).await?;
         let mut states = HashMap::new();
         let mut due = Vec::new();
@@ -304,6 +318,7 @@ impl Breaker {
             *map = states;
         }
         metrics::gauge!("hookq_hosts_blocked").set(blocked.len() as f64);
+        let mut draining = false;
         for (host, state) in due {
             match state {
                 HostState::Open | HostState::HalfOpen => {
@@ -329,16 +344,46 @@ impl Breaker {
                 }
                 HostState::Closed => {
                     if self.store.host_drain(&host, "take", DRAIN_TURN).await? {
-                        let limits = self.rules.limits(&host);
-                        let (_, left) = self.unpark_round(&host, drain_round(&limits)).await?;
+                        let round = self.next_round(&host);
+                        let (_, left) = self.unpark_round(&host, round).await?;
                         if left == 0 {
                             self.store.host_drain(&host, "done", DRAIN_TURN).await?;
+                            self.lock_draining().remove(&host);
+                        } else {
+                            draining = true;
                         }
                     }
                 }
             }
         }
-        Ok(())
+        Ok(draining)
+    }
+
+    fn lock_draining(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        match self.draining.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// The size of this daemon's next drain round of `host`: a host with a
+    /// rate gets what it takes in a round at that rate; any other starts at
+    /// ten rounds' worth of its slots and doubles per round (a slow start:
+    /// the lanes take what the host keeps up with, the rest waits in the
+    /// ready list), up to [`DRAIN_ROUND_MAX`].
+    fn next_round(&self, host: &str) -> usize {
+        let limits = self.rules.limits(host);
+        if limits.rate > 0.0 {
+            return drain_round(&limits);
+        }
+        let mut draining = self.lock_draining();
+        let size = draining.entry(host.to_string()).or_insert(0);
+        *size = if *size == 0 {
+            drain_round(&limits)
+        } else {
+            (*size * 2).min(DRAIN_ROUND_MAX)
+        };
+        *size
     }
 
     /// Moves up to `n` of `host`'s parked jobs back to the due sets, spread
@@ -368,11 +413,11 @@ impl Breaker {
     }
 }
 
-/// Jobs moved back per drain round: what the host can start in about a
-/// round at its limits (its rate, or ten rounds' worth of its slots).
+/// Jobs moved back in a first drain round: what the host takes in a turn at
+/// its rate (twice, so it never idles), or ten times its slots.
 fn drain_round(limits: &Limits) -> usize {
     if limits.rate > 0.0 {
-        ((limits.rate * 2.0 * REFRESH_EVERY.as_secs_f64()).ceil() as usize).max(1)
+        ((limits.rate * 2.0 * DRAIN_TURN.as_secs_f64()).ceil() as usize).max(1)
     } else {
         limits.concurrency * 10
     }
