@@ -261,6 +261,8 @@ struct AccessLog {
     /// An incomplete last line, kept until its newline arrives.
     pending: Vec<u8>,
     stats: NginxStats,
+    /// 2xx answers per whole second of `$msec` (for rate-limit checks).
+    per_second: std::collections::BTreeMap<i64, u64>,
 }
 
 /// 2xx answers counted since the last [`Nginx::reset`], with the first and
@@ -424,6 +426,7 @@ impl Nginx {
             let (Some(ms), true) = (parse_msec(msec), status.starts_with('2')) else {
                 continue;
             };
+            *log.per_second.entry(ms.div_euclid(1000)).or_insert(0) += 1;
             let s = &mut log.stats;
             s.count += 1;
             s.first_ms = if s.first_ms == 0 {
@@ -443,7 +446,19 @@ impl Nginx {
         self.read_log()?;
         let mut log = self.log.lock().map_err(|_| "access log lock poisoned")?;
         log.stats = NginxStats::default();
+        log.per_second.clear();
         Ok(())
+    }
+
+    /// 2xx answers per whole second since the last reset, without the first
+    /// and last seconds (partly used): the steady per-second counts.
+    fn full_seconds(&self) -> Res<Vec<u64>> {
+        let log = self.log.lock().map_err(|_| "access log lock poisoned")?;
+        let counts: Vec<u64> = log.per_second.values().copied().collect();
+        Ok(counts
+            .get(1..counts.len().saturating_sub(1))
+            .unwrap_or_default()
+            .to_vec())
     }
 
     /// Waits until `n` 2xx answers have been counted since the last reset.
@@ -926,9 +941,11 @@ async fn many_hosts(
 
 /// SPEC §11.1's shared rate: `n` jobs due at once to one nginx host with
 /// `delivery.per_host_rate = rate`, delivered by two daemons (default config
-/// otherwise) sharing the Redis. `achieved_per_s` = (n − 1) / (last 2xx −
-/// first 2xx) over the whole run, and `of_rate_pct` = achieved / rate × 100
-/// (held within 10%: neither over 110 nor under 90).
+/// otherwise) sharing the Redis. `achieved_per_s` is the mean of nginx's
+/// 2xx per whole second, the first and last (partly used) seconds left out;
+/// `max_second` the busiest of those seconds; `of_rate_pct` = achieved /
+/// rate × 100 (held within 10%). The budget windows are seconds of Redis's
+/// clock, which is nginx's (one machine).
 async fn rate_two_daemons(redis: &RedisServer, nginx: &Nginx, n: usize, rate: f64) -> Res<Figures> {
     redis.flush().await?;
     nginx.reset().await?;
@@ -953,10 +970,18 @@ async fn rate_two_daemons(redis: &RedisServer, nginx: &Nginx, n: usize, rate: f6
     let mut figures = meter.figures(redis, nginx, stats, due, n).await?;
     first.stop().await?;
     second.stop().await?;
-    let achieved = (n - 1) as f64 / ((stats.last_ms - stats.first_ms).max(1) as f64 / 1000.0);
+    let seconds = nginx.full_seconds()?;
+    if seconds.is_empty() {
+        return Err("the run lasted less than three seconds: raise n".into());
+    }
+    let achieved = seconds.iter().sum::<u64>() as f64 / seconds.len() as f64;
     figures.remove("first_late_ms");
     figures.remove("jobs_per_s");
     figures.insert("achieved_per_s", achieved);
+    figures.insert(
+        "max_second",
+        seconds.iter().copied().max().unwrap_or(0) as f64,
+    );
     figures.insert("of_rate_pct", achieved / rate * 100.0);
     Ok(figures)
 }

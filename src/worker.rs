@@ -150,6 +150,8 @@ impl WorkerPool {
             return;
         };
         let batch = self.config.delivery.claim_batch;
+        let held = self.config.delivery.workers * HELD_PER_WORKER;
+        let chunk = (held / 16).clamp(1, batch) as u32;
         let mut first = true;
         loop {
             if !first {
@@ -163,21 +165,26 @@ impl WorkerPool {
             first = false;
             // Drain: claim while there is work and room in memory.
             loop {
-                let permit = tokio::select! {
+                // Room for a chunk of jobs at a time: claiming for every
+                // single permit freed would cost a script call per job
+                // whenever the budget is full (a slow or rate-limited host).
+                let mut room = tokio::select! {
                     biased;
                     _ = token.cancelled() => return,
-                    permit = self.budget.clone().acquire_owned() => match permit {
+                    permit = self.budget.clone().acquire_many_owned(chunk) => match permit {
                         Ok(p) => p,
                         Err(_) => return,
                     },
                 };
-                let mut permits = vec![permit];
-                while permits.len() < batch {
+                while room.num_permits() < batch {
                     match self.budget.clone().try_acquire_owned() {
-                        Ok(p) => permits.push(p),
+                        Ok(p) => room.merge(p),
                         Err(_) => break,
                     }
                 }
+                let n = room.num_permits();
+                let permits: Vec<OwnedSemaphorePermit> =
+                    std::iter::from_fn(|| room.split(1)).take(n).collect();
                 let claimed = match self.store.claim(p, permits.len()).await {
                     Ok(c) => c,
                     Err(err) => {

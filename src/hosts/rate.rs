@@ -7,7 +7,8 @@
 //! window's budget (`take_rate.lua`, about a tenth of it), spends it locally,
 //! and asks again when it runs out: a few round trips a second per busy host,
 //! never one per request. Inside a daemon, attempts are also spaced
-//! 1/rate apart, so a chunk is not fired as one burst.
+//! 1/rate apart (with 10 ms of burst tolerance, as in GCRA), so a chunk is
+//! not fired as one burst.
 
 use std::time::Duration;
 
@@ -18,6 +19,9 @@ use crate::store::Store;
 
 /// Chunks a window's budget is taken in, at most.
 const CHUNKS_PER_WINDOW: u64 = 10;
+/// How far ahead of its even spacing a daemon may run (a small burst), so
+/// that rates above the timer's millisecond resolution are reachable.
+const BURST_TOLERANCE: Duration = Duration::from_millis(10);
 
 /// The shape of one rate: window length and requests per window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,8 +85,9 @@ impl RateLimiter {
         loop {
             let now = Instant::now();
             if self.tokens > 0 && now < self.valid_until {
-                if self.next_at > now {
-                    tokio::time::sleep_until(self.next_at).await;
+                let allowed_at = self.next_at.checked_sub(BURST_TOLERANCE).unwrap_or(now);
+                if allowed_at > now {
+                    tokio::time::sleep_until(allowed_at).await;
                     continue;
                 }
                 self.tokens -= 1;

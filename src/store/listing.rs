@@ -71,8 +71,11 @@ impl Cursor {
 /// Counts of `GET /v1/stats`.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Stats {
-    /// Jobs waiting for their due time (including between retries).
+    /// Jobs waiting for their due time (including between retries), and
+    /// those held for an open or paused host.
     pub scheduled: u64,
+    /// Of `scheduled`, the jobs held (parked) for an open or paused host.
+    pub held_for_host: u64,
     /// Ids in ready lists (may include ids of jobs cancelled while queued).
     pub ready: u64,
     /// Attempts under a lease.
@@ -292,13 +295,15 @@ impl Store {
         let mut stats = Stats::default();
         let now = self.redis_time_ms().await?;
         for p in 0..self.keys.partitions() {
-            let (due, ready, inflight, dead, counters, head): (
+            #[allow(clippy::type_complexity)]
+            let (due, ready, inflight, dead, counters, head, parked_hosts): (
                 u64,
                 u64,
                 u64,
                 u64,
                 HashMap<String, u64>,
                 Option<String>,
+                Vec<String>,
             ) = redis::pipe()
                 .zcard(self.keys.due(p))
                 .llen(self.keys.ready(p))
@@ -306,8 +311,17 @@ impl Store {
                 .xlen(self.keys.dead(p))
                 .hgetall(self.keys.stats(p))
                 .lindex(self.keys.ready(p), 0)
+                .smembers(self.keys.parked_hosts(p))
                 .query_async(&mut conn)
                 .await?;
+            for host in parked_hosts {
+                let held: u64 = redis::cmd("ZCARD")
+                    .arg(self.keys.park(p, &host))
+                    .query_async(&mut conn)
+                    .await?;
+                stats.held_for_host += held;
+                stats.scheduled += held;
+            }
             stats.scheduled += due;
             stats.ready += ready;
             stats.inflight += inflight;

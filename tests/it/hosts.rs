@@ -328,6 +328,12 @@ async fn pause_and_resume_hold_and_release_a_host() {
     )
     .await;
     assert_eq!(receiver.count(), 0, "a paused host was called");
+    let (_, stats) = crate::get_json(&format!("{base}/v1/stats")).await;
+    assert_eq!(
+        (&stats["held_for_host"], &stats["scheduled"]),
+        (&json!(5), &json!(5)),
+        "held jobs count as scheduled: {stats}"
+    );
     let (status, listed) = crate::get_json(&format!("{base}/v1/hosts?state=paused")).await;
     assert_eq!(status, 200, "{listed}");
     assert_eq!(
