@@ -922,8 +922,19 @@ async fn many_hosts(
         let stats = nginx
             .wait_for(healthy as u64, Duration::from_secs(600))
             .await?;
-        figures = meter.figures(redis, nginx, stats, due, healthy).await?;
-        rates.push(figures.get("jobs_per_s").copied().unwrap_or(0.0));
+        let run = meter.figures(redis, nginx, stats, due, healthy).await?;
+        rates.push(run.get("jobs_per_s").copied().unwrap_or(0.0));
+        if with_hang {
+            figures.extend(run);
+        } else {
+            for (name, alone) in [
+                ("alone_redis_cpu_us_per_job", "redis_cpu_us_per_job"),
+                ("alone_hookq_cpu_us_per_job", "hookq_cpu_us_per_job"),
+                ("alone_script_calls_per_job", "script_calls_per_job"),
+            ] {
+                figures.insert(name, run.get(alone).copied().unwrap_or(0.0));
+            }
+        }
         // Stop claiming, then close the held connections: the attempts in
         // flight to the hanging host fail at once and the stop is quick.
         daemon.token().cancel();
