@@ -902,3 +902,152 @@ async fn stats_report_the_oldest_ready_jobs_lag() {
         stats.oldest_ready_lag_ms
     );
 }
+
+/// Parking (jobs held for an open or paused host): a parked job keeps its
+/// attempt count and reads `scheduled`; a park of an attempt whose lease was
+/// taken over changes nothing; a parked job that was cancelled or changed
+/// (PATCH) meanwhile is not moved back by the drain. Each case is a guard in
+/// `park_jobs.lua` / `unpark_jobs.lua` (see `scripts/lua-guards.sh`).
+#[tokio::test]
+async fn parked_jobs_keep_their_attempts_and_late_moves_change_nothing() {
+    use hookq::job::State;
+    use hookq::store::{CancelOutcome, RescheduleOutcome};
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    config.delivery.timeout = Duration::from_millis(200);
+    config.delivery.lease_margin = Duration::from_millis(100);
+    let store = Store::connect(&config).await.expect("store");
+    let host = "http://127.0.0.1:9";
+    let state_of = |id: &'static str| {
+        let store = store.clone();
+        async move {
+            let record = store.get(id).await.expect("get").expect("record");
+            (record.state, record.attempts)
+        }
+    };
+
+    // Parked, counted, drained back with its attempts intact.
+    enqueue_unreached(&store, &config, "held", None).await;
+    let claim = crate::claim_direct(&store, "held").await;
+    let p = claim.partition;
+    assert_eq!(store.park(p, host, &[&claim]).await.expect("park"), 1);
+    assert_eq!(state_of("held").await, (State::Scheduled, 0));
+    assert_eq!(store.stats().await.expect("stats").held_for_host, 1);
+    assert_eq!(store.unpark(p, host, 10).await.expect("unpark"), (1, 0));
+    assert_eq!(store.stats().await.expect("stats").held_for_host, 0);
+    assert_eq!(store.promote(p, 10).await.expect("promote").moved, 1);
+    let again = crate::claim_direct(&store, "held").await;
+    assert_eq!(again.attempt, 1, "parking used up an attempt");
+
+    // A park by attempt 1 after its lease expired and attempt 2 was claimed.
+    enqueue_unreached(&store, &config, "park-stale", None).await;
+    let first = crate::claim_direct(&store, "park-stale").await;
+    let p = first.partition;
+    wait_until(
+        "the lease of attempt 1 expires",
+        Duration::from_secs(10),
+        || {
+            let store = store.clone();
+            async move { store.reclaim(p, 100).await.expect("reclaim").requeued == 1 }
+        },
+    )
+    .await;
+    let second = crate::claim_direct(&store, "park-stale").await;
+    assert_eq!(second.attempt, 2);
+    assert_eq!(
+        store.park(p, host, &[&first]).await.expect("park"),
+        0,
+        "attempt 1's park was applied over attempt 2"
+    );
+    assert_eq!(state_of("park-stale").await, (State::Inflight, 2));
+
+    // Cancelled while parked: the drain leaves it cancelled.
+    enqueue_unreached(&store, &config, "park-cancelled", None).await;
+    let claim = crate::claim_direct(&store, "park-cancelled").await;
+    let p = claim.partition;
+    assert_eq!(store.park(p, host, &[&claim]).await.expect("park"), 1);
+    assert_eq!(
+        store.cancel("park-cancelled").await.expect("cancel"),
+        CancelOutcome::Cancelled
+    );
+    assert_eq!(store.unpark(p, host, 10).await.expect("unpark"), (0, 0));
+    assert_eq!(state_of("park-cancelled").await, (State::Cancelled, 0));
+
+    // Changed (PATCH) while parked: it joins the due set once, and the drain
+    // does not add it a second time.
+    enqueue_unreached(&store, &config, "park-patched", None).await;
+    let claim = crate::claim_direct(&store, "park-patched").await;
+    let p = claim.partition;
+    assert_eq!(store.park(p, host, &[&claim]).await.expect("park"), 1);
+    let changed = store
+        .reschedule(&redirect("park-patched", &claim.spec_json))
+        .await
+        .expect("reschedule");
+    assert!(
+        matches!(changed, RescheduleOutcome::Changed { .. }),
+        "{changed:?}"
+    );
+    assert_eq!(store.unpark(p, host, 10).await.expect("unpark"), (0, 0));
+    let mut conn = redis.conn().await;
+    let members: Vec<String> = conn
+        .zrange(store.keys().due(p), 0, -1)
+        .await
+        .expect("ZRANGE");
+    assert_eq!(
+        members
+            .iter()
+            .filter(|m| m.ends_with("park-patched"))
+            .count(),
+        1,
+        "{members:?}"
+    );
+}
+
+/// The breaker's records: the threshold opens a host, its probe time turns
+/// it half-open, and one probe at a time is granted until the probe's lease
+/// runs out (a guard in `host_probe.lua`).
+#[tokio::test]
+async fn the_breaker_grants_one_probe_at_a_time() {
+    use hookq::store::hosts::HostState;
+    let redis = RedisServer::start();
+    let config = test_config(&redis);
+    let store = Store::connect(&config).await.expect("store");
+    let host = "http://127.0.0.1:9";
+    let open_for = Duration::from_millis(20);
+    let max_open = Duration::from_secs(1);
+    let fail = || store.host_failure(host, 2, open_for, max_open, "timeout", false);
+    assert_eq!(fail().await.expect("failure").state, HostState::Closed);
+    let second = fail().await.expect("failure");
+    assert!(
+        second.opened && second.state == HostState::Open,
+        "{second:?}"
+    );
+    let lease = Duration::from_millis(300);
+    wait_until("the probe time comes", Duration::from_secs(10), || async {
+        store.host_probe(host, "begin", lease).await.expect("begin")
+    })
+    .await;
+    assert_eq!(
+        store.host_record(host).await.expect("record").state,
+        HostState::HalfOpen
+    );
+    assert!(store.host_probe(host, "take", lease).await.expect("take"));
+    assert!(
+        !store.host_probe(host, "take", lease).await.expect("take"),
+        "a second probe was granted while the first runs"
+    );
+    wait_until(
+        "the probe's lease runs out",
+        Duration::from_secs(10),
+        || async { store.host_probe(host, "take", lease).await.expect("take") },
+    )
+    .await;
+    // A success that is not the probe does not close it; the probe's does.
+    assert!(!store.host_success(host, false).await.expect("success"));
+    assert!(store.host_success(host, true).await.expect("success"));
+    let record = store.host_record(host).await.expect("record");
+    assert_eq!(
+        (record.state, record.consecutive_failures),
+        (HostState::Closed, 0)
+    );
+}
