@@ -35,6 +35,9 @@ use crate::store::{Claimed, Store};
 
 /// How much work, in time at the host's pace, a lane keeps waiting in memory.
 pub const WAIT_TARGET: Duration = Duration::from_secs(1);
+/// The same for a host with a rate limit (within the claim budget, and
+/// within half the lease margin, after which a waiting job is given back).
+pub const RATE_HORIZON: Duration = Duration::from_secs(5);
 /// An idle runner stops after this long; an idle lane is forgotten after
 /// [`LANE_FORGET`].
 const RUNNER_IDLE: Duration = Duration::from_secs(5);
@@ -179,7 +182,15 @@ impl Lane {
 
     /// Most jobs the lane keeps waiting.
     fn share(&self, st: &LaneState, now: Instant, budget: usize) -> usize {
-        let share = self.pace(st, now) * WAIT_TARGET.as_secs_f64();
+        // A rate-limited host's pace is known and steady: holding more of its
+        // work saves giving jobs back (and claiming them again) while they
+        // wait for their turn.
+        let horizon = if self.limits.rate > 0.0 {
+            RATE_HORIZON
+        } else {
+            WAIT_TARGET
+        };
+        let share = self.pace(st, now) * horizon.as_secs_f64();
         if share.is_finite() {
             (share as usize).clamp(1, budget)
         } else {
