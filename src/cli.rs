@@ -274,16 +274,12 @@ async fn hosts(
     }
     let filter = match state.as_deref() {
         None => None,
-        Some("closed") => Some(HostState::Closed),
-        Some("open") => Some(HostState::Open),
-        Some("half_open") => Some(HostState::HalfOpen),
-        Some("paused") => Some(HostState::Paused),
-        Some(other) => {
-            return Err(fail(
+        Some(name) => Some(HostState::named(name).ok_or_else(|| {
+            fail(
                 2,
-                format!("--state: `{other}` is not closed, open, half_open or paused"),
-            ))
-        }
+                format!("--state: `{name}` is not closed, open, half_open or paused"),
+            )
+        })?),
     };
     let store = connect(config).await?;
     let (hosts, _) = view::list(&store, &rules, None, filter, 1000, None).await?;

@@ -12,7 +12,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::{parse_limit, parse_query, ApiError, AppState};
-use crate::hosts::{parse_host, view, HostRules};
+use crate::hosts::{parse_host, view};
 use crate::job::FieldError;
 use crate::store::hosts::HostState;
 
@@ -35,18 +35,13 @@ pub(super) async fn list(
     };
     let filter = match get("state") {
         None => None,
-        Some("closed") => Some(HostState::Closed),
-        Some("open") => Some(HostState::Open),
-        Some("half_open") => Some(HostState::HalfOpen),
-        Some("paused") => Some(HostState::Paused),
-        Some(_) => {
-            return Err(FieldError::new(
+        Some(name) => Some(HostState::named(name).ok_or_else(|| {
+            FieldError::new(
                 "invalid_state",
                 "state",
                 "state must be closed, open, half_open or paused",
             )
-            .into())
-        }
+        })?),
     };
     let limit = parse_limit(get("limit"))?;
     // The cursor is a position in the sorted host names: any text will do.
@@ -56,10 +51,9 @@ pub(super) async fn list(
         }
         other => other.map(str::to_string),
     };
-    let rules = HostRules::new(&state.config);
     let (hosts, next_cursor) = view::list(
         &state.store,
-        &rules,
+        state.lanes.rules(),
         Some(&state.lanes),
         filter,
         limit,
@@ -107,7 +101,6 @@ pub(super) async fn one(
         Some(false) => state.breaker.resume(&host).await?,
         None => {}
     }
-    let rules = HostRules::new(&state.config);
-    let view = view::view(&state.store, &rules, Some(&state.lanes), &host).await?;
+    let view = view::view(&state.store, state.lanes.rules(), Some(&state.lanes), &host).await?;
     Ok(Json(serde_json::to_value(view).unwrap_or_default()).into_response())
 }

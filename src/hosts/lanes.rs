@@ -452,11 +452,19 @@ impl Lanes {
             .collect()
     }
 
-    /// Every lane now: (host, limits, in flight, waiting).
-    pub fn snapshot(&self) -> Vec<(String, Limits, usize, usize)> {
-        self.map()
-            .values()
-            .map(|l| (l.key.clone(), l.limits, l.in_flight(), l.waiting()))
-            .collect()
+    /// The limits every lane runs under.
+    pub fn rules(&self) -> &HostRules {
+        &self.rules
+    }
+
+    /// The hosts with a lane now.
+    pub fn hosts(&self) -> Vec<String> {
+        self.map().keys().cloned().collect()
+    }
+
+    /// (in flight, waiting) of `host`'s lane, if it has one (none is made).
+    pub fn figures(&self, host: &str) -> Option<(usize, usize)> {
+        let lane = self.map().get(host).cloned()?;
+        Some((lane.in_flight(), lane.waiting()))
     }
 }

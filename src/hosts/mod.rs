@@ -196,8 +196,6 @@ pub struct Limits {
     pub concurrency: usize,
     /// Requests per second across all daemons, 0 = unlimited.
     pub rate: f64,
-    /// Index of the `[[hosts]]` rule that set them, if any.
-    pub rule: Option<usize>,
 }
 
 /// The defaults and the `[[hosts]]` rules, resolved per host.
@@ -214,7 +212,6 @@ impl HostRules {
             default: Limits {
                 concurrency: config.delivery.per_host_concurrency.max(1),
                 rate: config.delivery.per_host_rate,
-                rule: None,
             },
             rules: config
                 .hosts
@@ -226,22 +223,13 @@ impl HostRules {
 
     /// The limits of host `key`: the first matching rule's, else the defaults.
     pub fn limits(&self, key: &str) -> Limits {
-        match self.rules.iter().position(|(p, _)| p.matches(key)) {
-            Some(i) => {
-                let rule = &self.rules[i].1;
-                Limits {
-                    concurrency: rule.concurrency.unwrap_or(self.default.concurrency).max(1),
-                    rate: rule.rate.unwrap_or(self.default.rate),
-                    rule: Some(i),
-                }
-            }
+        match self.rules.iter().find(|(p, _)| p.matches(key)) {
+            Some((_, rule)) => Limits {
+                concurrency: rule.concurrency.unwrap_or(self.default.concurrency).max(1),
+                rate: rule.rate.unwrap_or(self.default.rate),
+            },
             None => self.default,
         }
-    }
-
-    /// The `match` text of rule `i` (a metrics label: rules are few).
-    pub fn rule_name(&self, i: usize) -> Option<&str> {
-        self.rules.get(i).map(|(_, r)| r.pattern.as_str())
     }
 }
 
@@ -332,13 +320,10 @@ mod tests {
         ];
         let rules = HostRules::new(&config);
         let slow = rules.limits("https://slow.example.com:443");
-        assert_eq!((slow.concurrency, slow.rate, slow.rule), (2, 5.0, Some(0)));
+        assert_eq!((slow.concurrency, slow.rate), (2, 5.0));
         let other = rules.limits("https://x.example.com:443");
-        assert_eq!(
-            (other.concurrency, other.rate, other.rule),
-            (64, 0.0, Some(1))
-        );
+        assert_eq!((other.concurrency, other.rate), (64, 0.0));
         let none = rules.limits("https://elsewhere.org:443");
-        assert_eq!((none.concurrency, none.rate, none.rule), (64, 5.0, None));
+        assert_eq!((none.concurrency, none.rate), (64, 5.0));
     }
 }

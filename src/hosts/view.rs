@@ -51,9 +51,7 @@ pub async fn view(
         .iter()
         .map(|(_, n)| n)
         .sum();
-    let (in_flight, held) = lanes
-        .and_then(|l| l.snapshot().into_iter().find(|(h, ..)| h == host))
-        .map_or((0, 0), |(_, _, in_flight, waiting)| (in_flight, waiting));
+    let (in_flight, held) = lanes.and_then(|l| l.figures(host)).unwrap_or((0, 0));
     let limits = rules.limits(host);
     Ok(HostView {
         host: host.to_string(),
@@ -79,9 +77,9 @@ pub async fn list(
     limit: usize,
     cursor: Option<&str>,
 ) -> StoreResult<(Vec<HostView>, Option<String>)> {
-    let mut hosts = store.known_hosts(None, usize::MAX).await?;
+    let mut hosts = store.known_hosts().await?;
     if let Some(lanes) = lanes {
-        hosts.extend(lanes.snapshot().into_iter().map(|(h, ..)| h));
+        hosts.extend(lanes.hosts());
     }
     hosts.sort();
     hosts.dedup();

@@ -26,11 +26,18 @@ pub enum HostState {
 impl HostState {
     /// Parses a record's `state` (absent or unknown: closed).
     pub fn parse(text: Option<&str>) -> HostState {
-        match text {
-            Some("open") => HostState::Open,
-            Some("half_open") => HostState::HalfOpen,
-            Some("paused") => HostState::Paused,
-            _ => HostState::Closed,
+        text.and_then(HostState::named).unwrap_or(HostState::Closed)
+    }
+
+    /// The state called `name` (`closed`, `open`, `half_open`, `paused`),
+    /// as a filter names it; None for anything else.
+    pub fn named(name: &str) -> Option<HostState> {
+        match name {
+            "closed" => Some(HostState::Closed),
+            "open" => Some(HostState::Open),
+            "half_open" => Some(HostState::HalfOpen),
+            "paused" => Some(HostState::Paused),
+            _ => None,
         }
     }
 
@@ -78,6 +85,23 @@ fn positive(value: Option<String>) -> Option<i64> {
 }
 
 impl Store {
+    /// Runs a `host_*` script: its KEYS are the first `def.keys` of (host
+    /// record, blocked set, known set), all in the `{hosts}` slot.
+    async fn invoke_host<T: redis::FromRedisValue>(
+        &self,
+        def: &'static super::scripts::ScriptDef,
+        host: &str,
+        args: &[Vec<u8>],
+    ) -> StoreResult<T> {
+        let keys = [
+            self.keys.host(host),
+            self.keys.hosts_blocked(),
+            self.keys.hosts_known(),
+        ];
+        let keys: Vec<&str> = keys.iter().take(def.keys).map(String::as_str).collect();
+        self.invoke(def, &keys, args).await
+    }
+
     /// Counts a failed attempt against `host`; `threshold` consecutive
     /// failures open it (0: count only).
     pub async fn host_failure(
@@ -90,13 +114,9 @@ impl Store {
         probe: bool,
     ) -> StoreResult<FailureCount> {
         let (state, failures, opened): (String, u64, i64) = self
-            .invoke(
+            .invoke_host(
                 &scripts::HOST_FAILURE,
-                &[
-                    &self.keys.host(host),
-                    &self.keys.hosts_blocked(),
-                    &self.keys.hosts_known(),
-                ],
+                host,
                 &[
                     arg(&host),
                     arg(&threshold),
@@ -118,13 +138,9 @@ impl Store {
     /// Records that `host` answered; true when a probe closed it.
     pub async fn host_success(&self, host: &str, probe: bool) -> StoreResult<bool> {
         let (_state, closed): (String, i64) = self
-            .invoke(
+            .invoke_host(
                 &scripts::HOST_SUCCESS,
-                &[
-                    &self.keys.host(host),
-                    &self.keys.hosts_blocked(),
-                    &self.keys.hosts_known(),
-                ],
+                host,
                 &[arg(&host), arg(&u8::from(probe)), arg(&*self.channel)],
             )
             .await?;
@@ -135,9 +151,9 @@ impl Store {
     /// probe of a half-open host, for `lease`); whether granted.
     pub async fn host_probe(&self, host: &str, step: &str, lease: Duration) -> StoreResult<bool> {
         let granted: i64 = self
-            .invoke(
+            .invoke_host(
                 &scripts::HOST_PROBE,
-                &[&self.keys.host(host), &self.keys.hosts_blocked()],
+                host,
                 &[
                     arg(&host),
                     arg(&step),
@@ -152,13 +168,9 @@ impl Store {
     /// Pauses `host` until `until_ms` (0: until resumed); whether it changed.
     pub async fn host_pause(&self, host: &str, until_ms: i64, reason: &str) -> StoreResult<bool> {
         let changed: i64 = self
-            .invoke(
+            .invoke_host(
                 &scripts::HOST_PAUSE,
-                &[
-                    &self.keys.host(host),
-                    &self.keys.hosts_blocked(),
-                    &self.keys.hosts_known(),
-                ],
+                host,
                 &[
                     arg(&host),
                     arg(&until_ms.max(0)),
@@ -174,13 +186,9 @@ impl Store {
     /// pause ran out (`expired`); whether it changed.
     pub async fn host_resume(&self, host: &str, why: &str) -> StoreResult<bool> {
         let changed: i64 = self
-            .invoke(
+            .invoke_host(
                 &scripts::HOST_RESUME,
-                &[
-                    &self.keys.host(host),
-                    &self.keys.hosts_blocked(),
-                    &self.keys.hosts_known(),
-                ],
+                host,
                 &[arg(&host), arg(&why), arg(&*self.channel)],
             )
             .await?;
@@ -191,9 +199,9 @@ impl Store {
     /// a note that jobs were just parked for it (`note`); whether granted.
     pub async fn host_drain(&self, host: &str, step: &str, lease: Duration) -> StoreResult<bool> {
         let granted: i64 = self
-            .invoke(
+            .invoke_host(
                 &scripts::HOST_DRAIN,
-                &[&self.keys.host(host), &self.keys.hosts_blocked()],
+                host,
                 &[arg(&host), arg(&step), arg(&(lease.as_millis() as u64))],
             )
             .await?;
@@ -279,16 +287,10 @@ impl Store {
             .collect())
     }
 
-    /// Hosts with a breaker record, by name, after `after`, at most `limit`.
-    pub async fn known_hosts(&self, after: Option<&str>, limit: usize) -> StoreResult<Vec<String>> {
+    /// Hosts with a breaker record (unordered).
+    pub async fn known_hosts(&self) -> StoreResult<Vec<String>> {
         let mut conn = self.conn.clone();
-        let mut hosts: Vec<String> = conn.zrange(self.keys.hosts_known(), 0, -1).await?;
-        hosts.sort();
-        Ok(hosts
-            .into_iter()
-            .filter(|h| after.is_none_or(|a| h.as_str() > a))
-            .take(limit)
-            .collect())
+        Ok(conn.zrange(self.keys.hosts_known(), 0, -1).await?)
     }
 
     /// The breaker record of `host` (a closed record when it has none).
