@@ -1333,7 +1333,7 @@ async fn hanging(redis: &RedisServer, nginx: &Nginx, n: usize) -> Res<Figures> {
         rates.push(n as f64 / span);
         if with_hang {
             // Less the preloaded jobs, which entered the due sets once each.
-            given_back = (sequence_total(redis, cfg_partitions).await? - total as i64) as f64;
+            given_back = (redis.due_sequence_total(cfg_partitions).await? - total as i64) as f64;
         }
         daemon.token().cancel();
         drop(hang);
@@ -1351,21 +1351,6 @@ async fn hanging(redis: &RedisServer, nginx: &Nginx, n: usize) -> Res<Figures> {
         // until the healthy jobs were all delivered.
         ("given_back", given_back),
     ]))
-}
-
-/// Sum of the partitions' due-set sequence counters: it moves by one per job
-/// put in a due set (preloaded for later, or given back).
-async fn sequence_total(redis: &RedisServer, partitions: u16) -> Res<i64> {
-    let mut conn = redis.conn().await;
-    let mut total = 0;
-    for p in 0..partitions {
-        let n: Option<i64> = redis::cmd("GET")
-            .arg(format!("hookq:{{{p}}}:seq"))
-            .query_async(&mut conn)
-            .await?;
-        total += n.unwrap_or(0);
-    }
-    Ok(total)
 }
 
 // ---------------------------------------------------------------- peers

@@ -724,6 +724,29 @@ async fn enqueue_unreached(
     crate::enqueue_direct(store, config, input).await;
 }
 
+/// Creates job `id`, claims it (attempt 1), lets that lease expire and be
+/// reclaimed, and claims it again (attempt 2): the claims of both attempts.
+async fn lose_first_lease(
+    store: &Store,
+    config: &hookq::config::Config,
+    id: &str,
+) -> (hookq::store::Claimed, hookq::store::Claimed) {
+    enqueue_unreached(store, config, id, None).await;
+    let first = crate::claim_direct(store, id).await;
+    let p = first.partition;
+    wait_until(
+        "the lease of attempt 1 expires",
+        Duration::from_secs(10),
+        || {
+            let store = store.clone();
+            async move { store.reclaim(p, 100).await.expect("reclaim").requeued == 1 }
+        },
+    )
+    .await;
+    let second = crate::claim_direct(store, id).await;
+    (first, second)
+}
+
 /// A change that sends job `id` elsewhere, computed from `old_spec_json`.
 fn redirect<'a>(id: &'a str, old_spec_json: &'a str) -> hookq::store::Reschedule<'a> {
     hookq::store::Reschedule {
@@ -759,19 +782,8 @@ async fn late_moves_change_nothing() {
     };
 
     // A defer by attempt 1 after its lease expired and attempt 2 was claimed.
-    enqueue_unreached(&store, &config, "defer-stale", None).await;
-    let first = crate::claim_direct(&store, "defer-stale").await;
-    let p = store.keys().partition_of("defer-stale");
-    wait_until(
-        "the lease of attempt 1 expires",
-        Duration::from_secs(10),
-        || {
-            let store = store.clone();
-            async move { store.reclaim(p, 100).await.expect("reclaim").requeued == 1 }
-        },
-    )
-    .await;
-    let second = crate::claim_direct(&store, "defer-stale").await;
+    let (first, second) = lose_first_lease(&store, &config, "defer-stale").await;
+    let p = first.partition;
     assert_eq!(second.attempt, 2);
     let deferred = store
         .defer_many(p, &[(&first, Duration::from_millis(10))])
@@ -940,19 +952,8 @@ async fn parked_jobs_keep_their_attempts_and_late_moves_change_nothing() {
     assert_eq!(again.attempt, 1, "parking used up an attempt");
 
     // A park by attempt 1 after its lease expired and attempt 2 was claimed.
-    enqueue_unreached(&store, &config, "park-stale", None).await;
-    let first = crate::claim_direct(&store, "park-stale").await;
+    let (first, second) = lose_first_lease(&store, &config, "park-stale").await;
     let p = first.partition;
-    wait_until(
-        "the lease of attempt 1 expires",
-        Duration::from_secs(10),
-        || {
-            let store = store.clone();
-            async move { store.reclaim(p, 100).await.expect("reclaim").requeued == 1 }
-        },
-    )
-    .await;
-    let second = crate::claim_direct(&store, "park-stale").await;
     assert_eq!(second.attempt, 2);
     assert_eq!(
         store.park(p, host, &[&first]).await.expect("park"),

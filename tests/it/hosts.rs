@@ -5,26 +5,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-use redis::AsyncCommands;
 use serde_json::{json, Value};
 
 use crate::support::receiver::{Receiver, Recorded, Reply};
 use crate::support::redis::RedisServer;
 use crate::{post_json, start_daemon, test_config};
 
-/// Sum of the partitions' due-set sequences: it moves by one per job put in
-/// a due set (created for later, or given back: a deferral).
 async fn sequence_total(redis: &RedisServer, partitions: u16) -> i64 {
-    let mut conn = redis.conn().await;
-    let mut total = 0;
-    for p in 0..partitions {
-        let n: Option<i64> = conn
-            .get(format!("hookq:{{{p}}}:seq"))
-            .await
-            .expect("GET seq");
-        total += n.unwrap_or(0);
-    }
-    total
+    redis
+        .due_sequence_total(partitions)
+        .await
+        .expect("read the due-set sequences")
 }
 
 async fn create_batch(base: &str, jobs: Vec<Value>) {

@@ -184,6 +184,22 @@ impl RedisServer {
         self.info_field("memory", "used_memory").await
     }
 
+    /// Sum of the due-set sequence counters of hookq's partitions (namespace
+    /// `hookq`): it moves by one per job put in a due set (created for later,
+    /// or given back for a later turn of its host).
+    pub async fn due_sequence_total(&self, partitions: u16) -> ::redis::RedisResult<i64> {
+        let mut conn = self.conn().await;
+        let mut total = 0;
+        for p in 0..partitions {
+            let n: Option<i64> = ::redis::cmd("GET")
+                .arg(format!("hookq:{{{p}}}:seq"))
+                .query_async(&mut conn)
+                .await?;
+            total += n.unwrap_or(0);
+        }
+        Ok(total)
+    }
+
     /// Script calls Redis has served (`EVALSHA` and `EVAL`): hookq's
     /// requests are all scripts.
     pub async fn script_calls(&self) -> ::redis::RedisResult<i64> {
