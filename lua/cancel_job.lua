@@ -5,7 +5,7 @@
   a tombstone that claim_ready skips (no LREM on a long list).
 
   Input:
-    KEYS[1] job hash        <ns>:{p}:job:<id>
+    KEYS[1] job record      <ns>:{p}:job:<id>
     KEYS[2] due zset        <ns>:{p}:due
     KEYS[3] inflight zset   <ns>:{p}:inflight
     KEYS[4] history list    <ns>:{p}:hist:<id>
@@ -20,22 +20,22 @@
     -2 already delivered or dead (nothing changed)
 ]]
 local rcall = redis.call
-local f = rcall('HMGET', KEYS[1], 'state', 'seq')
-local state = f[1]
-if not state then return -1 end
-if state == 'cancelled' then return 0 end
-if state == 'delivered' or state == 'dead' then return -2 end
+local r = rec_header(KEYS[1])
+if not r then return -1 end
+local state = r.state
+if state == 'c' then return 0 end
+if state == 'd' or state == 'x' then return -2 end
 
-if state == 'scheduled' and f[2] then
-  rcall('ZREM', KEYS[2], f[2] .. ARGV[1])
-elseif state == 'inflight' then
+if state == 's' and r.seq > 0 then
+  rcall('ZREM', KEYS[2], due_member(r.seq, ARGV[1]))
+elseif state == 'i' then
   rcall('ZREM', KEYS[3], ARGV[1])
   rcall('PUBLISH', ARGV[3], 'x' .. ARGV[1])
 end
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-rcall('HSET', KEYS[1], 'state', 'cancelled', 'ut', now)
-rcall('HDEL', KEYS[1], 'seq')
+-- A parked job's parking entry is skipped when its host drains (its
+-- sequence no longer matches).
+r.state, r.seq, r.ut = 'c', 0, now_ms()
+rec_put(KEYS[1], r)
 rcall('PEXPIRE', KEYS[1], ARGV[2])
 rcall('PEXPIRE', KEYS[4], ARGV[2])
 return 1

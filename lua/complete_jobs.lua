@@ -20,10 +20,7 @@
     TRYAGAIN, with nothing changed, while the partition's slot is migrating.
 ]]
 local rcall = redis.call
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- Formatted once: a Lua number passed to redis.call is formatted on every call.
-local now_s = tostring(now)
+local now = now_ms()
 local retention = ARGV[3]
 
 -- Read pass: every key to be written, before the first write (see the
@@ -31,11 +28,11 @@ local retention = ARGV[3]
 local current = {}
 for i = 4, #ARGV, 3 do
   local key, hist = ARGV[1] .. ARGV[i], ARGV[2] .. ARGV[i]
-  local f = rcall('HMGET', key, 'state', 'att')
-  if IN_CLUSTER and (not f[1] or rcall('EXISTS', hist) == 0) and slot_moving_once(KEYS[1]) then
+  local r = rec_header(key)
+  if IN_CLUSTER and (not r or rcall('EXISTS', hist) == 0) and slot_moving_once(KEYS[1]) then
     return try_again()
   end
-  current[i] = f[1] == 'inflight' and f[2] == ARGV[i + 1]
+  current[i] = r ~= nil and r.state == 'i' and r.att == tonumber(ARGV[i + 1])
 end
 
 local out = {}
@@ -45,8 +42,8 @@ for i = 4, #ARGV, 3 do
   local key = ARGV[1] .. id
   if current[i] then
     local hist = ARGV[2] .. id
-    rcall('HSET', key, 'state', 'delivered', 'ut', now_s)
-    if rcall('LPUSH', hist, ARGV[i + 2]) > 20 then rcall('LTRIM', hist, 0, 19) end
+    rec_set_state(key, 'd', now)
+    history_push(hist, ARGV[i + 2])
     rcall('PEXPIRE', key, retention)
     rcall('PEXPIRE', hist, retention)
     done[#done + 1] = id

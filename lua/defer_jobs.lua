@@ -10,7 +10,7 @@
     KEYS[1] inflight zset   <ns>:{p}:inflight
     KEYS[2] due zset        <ns>:{p}:due
     KEYS[3] sequence        <ns>:{p}:seq
-    ARGV[1] job key prefix  <ns>:{p}:job:  (job hashes of the same hash tag)
+    ARGV[1] job key prefix  <ns>:{p}:job:  (job records of the same hash tag)
     ARGV[2] wake channel
     ARGV[3] partition number
     ARGV[4] id, ARGV[5] fencing token (the attempt number the lease was
@@ -19,36 +19,34 @@
     the number of jobs given back
 ]]
 local rcall = redis.call
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local now_s = tostring(now)
+local now = now_ms()
 
 -- Read pass: every job record before the first write (see the prelude).
-local fields = {}
+local records = {}
 for i = 4, #ARGV, 3 do
-  local f = rcall('HMGET', ARGV[1] .. ARGV[i], 'state', 'att')
-  if not f[1] and slot_moving_once(KEYS[1]) then return try_again() end
-  fields[i] = f
+  local r = rec_header(ARGV[1] .. ARGV[i])
+  if not r and slot_moving_once(KEYS[1]) then return try_again() end
+  records[i] = r or false
 end
 
 local head = rcall('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 local earliest = tonumber(head[2])
 local given = 0
 for i = 4, #ARGV, 3 do
-  local id, token = ARGV[i], ARGV[i + 1]
-  local f = fields[i]
-  if f[1] == 'inflight' and f[2] == token then
+  local id, token = ARGV[i], tonumber(ARGV[i + 1])
+  local r = records[i]
+  if r and r.state == 'i' and r.att == token then
     local due = now + tonumber(ARGV[i + 2])
-    local seq = string.format('%012x', rcall('INCR', KEYS[3]))
+    local seq = rcall('INCR', KEYS[3])
     rcall('ZREM', KEYS[1], id)
-    rcall('HSET', ARGV[1] .. id, 'state', 'scheduled', 'att', tonumber(token) - 1,
-      'due', due, 'seq', seq, 'ut', now_s)
-    rcall('ZADD', KEYS[2], due, seq .. id)
+    r.state, r.att, r.due, r.seq, r.ut = 's', token - 1, due, seq, now
+    rec_put(ARGV[1] .. id, r)
+    rcall('ZADD', KEYS[2], string.format('%d', due), due_member(seq, id))
     if not earliest or due < earliest then earliest = due end
     given = given + 1
   end
 end
 if given > 0 and (not head[2] or earliest < tonumber(head[2])) then
-  rcall('PUBLISH', ARGV[2], 'd' .. ARGV[3] .. ':' .. earliest)
+  wake_due(ARGV[2], ARGV[3], earliest)
 end
 return given

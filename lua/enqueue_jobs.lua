@@ -13,7 +13,7 @@
     KEYS[1] due zset        <ns>:{p}:due
     KEYS[2] ready list      <ns>:{p}:ready
     KEYS[3] sequence        <ns>:{p}:seq
-    ARGV[1] job key prefix  <ns>:{p}:job:  (same hash tag)
+    ARGV[1] job key prefix  <ns>:{p}:job:  (same hash tag; records as the prelude lays them out)
     ARGV[2] wake channel
     ARGV[3] partition number
     ARGV[4] id of the first job; then, for every job, six arguments:
@@ -29,25 +29,20 @@
     TRYAGAIN, with nothing changed, while the partition's slot is migrating.
 ]]
 local rcall = redis.call
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local now_s = tostring(now)
+local now = now_ms()
 
 -- Pass 1: decide each job's outcome and due time.
 local out = {now}
-local created = {}   -- index into ARGV of each job to create
-local seen = {}      -- id -> {spec, state, due} of jobs created in this call
+local created = {}   -- {ARGV index, state code, due} of each job to create
+local seen = {}      -- id -> {spec, state name, due} of jobs created in this call
 local scheduled = 0
 for i = 4, #ARGV, 6 do
   local id, spec = ARGV[i], ARGV[i + 1]
-  local prior = seen[id]
-  local existing
-  if prior then
-    existing = prior
-  else
-    local f = rcall('HMGET', ARGV[1] .. id, 'job', 'state', 'due')
-    if f[1] then
-      existing = {f[1], f[2], tonumber(f[3]) or 0}
+  local existing = seen[id]
+  if not existing then
+    local r = rec_get(ARGV[1] .. id)
+    if r then
+      existing = {r.spec, STATE_NAMES[r.state] or r.state, r.due}
     elseif slot_moving_once(KEYS[1]) then
       -- The id may exist on the other node of the migration.
       return try_again()
@@ -62,15 +57,15 @@ for i = 4, #ARGV, 6 do
   else
     local due
     if ARGV[i + 2] ~= '' then due = tonumber(ARGV[i + 2]) else due = now + tonumber(ARGV[i + 3]) end
-    local state = 'ready'
+    local state = 'r'
     if due > now then
-      state = 'scheduled'
+      state = 's'
       scheduled = scheduled + 1
     end
-    seen[id] = {spec, state, due}
+    seen[id] = {spec, STATE_NAMES[state], due}
     created[#created + 1] = {i, state, due}
     out[#out + 1] = 0
-    out[#out + 1] = state
+    out[#out + 1] = STATE_NAMES[state]
     out[#out + 1] = due
   end
 end
@@ -85,32 +80,26 @@ local zadd, ready = {}, {}
 for _, c in ipairs(created) do
   local i, state, due = c[1], c[2], c[3]
   local id = ARGV[i]
-  local key = ARGV[1] .. id
-  -- Formatted once, as an integer: a Lua number passed to redis.call is
-  -- formatted with %.17g on every call.
-  local due_s = string.format('%d', due)
-  if state == 'ready' then
-    rcall('HSET', key, 'job', ARGV[i + 1], 'state', state, 'att', '0', 'max', ARGV[i + 4],
-      'due', due_s, 'ct', now_s, 'ut', now_s)
+  local r = {state = state, ut = now, att = 0, max = tonumber(ARGV[i + 4]), due = due,
+    seq = 0, ct = now, lease = tonumber(ARGV[i + 5]) or 0}
+  if state == 'r' then
     ready[#ready + 1] = id
   else
     seq = seq + 1
-    local seq_hex = string.format('%012x', seq)
-    rcall('HSET', key, 'job', ARGV[i + 1], 'state', state, 'att', '0', 'max', ARGV[i + 4],
-      'due', due_s, 'seq', seq_hex, 'ct', now_s, 'ut', now_s)
-    zadd[#zadd + 1] = due_s
-    zadd[#zadd + 1] = seq_hex .. id
+    r.seq = seq
+    -- Formatted once, as an integer: a Lua number passed to redis.call is
+    -- formatted with %.17g.
+    zadd[#zadd + 1] = string.format('%d', due)
+    zadd[#zadd + 1] = due_member(seq, id)
     if not new_earliest or due < new_earliest then new_earliest = due end
   end
-  if ARGV[i + 5] ~= '' then rcall('HSET', key, 'lease', ARGV[i + 5]) end
+  rec_create(ARGV[1] .. id, r, ARGV[i + 1])
 end
 if #zadd > 0 then
   rcall('ZADD', KEYS[1], unpack(zadd))
-  if not earliest or new_earliest < earliest then
-    rcall('PUBLISH', ARGV[2], 'd' .. ARGV[3] .. ':' .. string.format('%d', new_earliest))
-  end
+  if not earliest or new_earliest < earliest then wake_due(ARGV[2], ARGV[3], new_earliest) end
 end
 if #ready > 0 and rcall('RPUSH', KEYS[2], unpack(ready)) == #ready then
-  rcall('PUBLISH', ARGV[2], 'r' .. ARGV[3])
+  wake_ready(ARGV[2], ARGV[3])
 end
 return out

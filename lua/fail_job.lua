@@ -4,7 +4,7 @@
   in this same atomic step).
 
   Input:
-    KEYS[1] job hash        <ns>:{p}:job:<id>
+    KEYS[1] job record      <ns>:{p}:job:<id>
     KEYS[2] inflight zset   <ns>:{p}:inflight
     KEYS[3] history list    <ns>:{p}:hist:<id>
     KEYS[4] due zset        <ns>:{p}:due
@@ -28,34 +28,29 @@
     {0}             stale: the lease was taken over or the job was cancelled
 ]]
 local rcall = redis.call
-local f = rcall('HMGET', KEYS[1], 'state', 'att', 'job')
-if f[1] ~= 'inflight' or f[2] ~= ARGV[2] then return {0} end
+local r = rec_get(KEYS[1])
+if not r or r.state ~= 'i' or r.att ~= tonumber(ARGV[2]) then return {0} end
 
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 rcall('ZREM', KEYS[2], ARGV[1])
-rcall('LPUSH', KEYS[3], ARGV[3])
-rcall('LTRIM', KEYS[3], 0, 19)
+history_push(KEYS[3], ARGV[3])
 rcall('HINCRBY', KEYS[7], 'failed_attempts', 1)
 
 local delay = tonumber(ARGV[4])
 if delay >= 0 then
   local due = now + delay
-  local seq = string.format('%012x', rcall('INCR', KEYS[5]))
-  local member = seq .. ARGV[1]
-  rcall('HSET', KEYS[1], 'state', 'scheduled', 'due', due, 'seq', seq, 'ut', now)
-  rcall('ZADD', KEYS[4], due, member)
+  local seq = rcall('INCR', KEYS[5])
+  local member = due_member(seq, ARGV[1])
+  r.state, r.due, r.seq, r.ut = 's', due, seq, now
+  rec_put(KEYS[1], r)
+  rcall('ZADD', KEYS[4], string.format('%d', due), member)
   local head = rcall('ZRANGE', KEYS[4], 0, 0)
-  if head[1] == member then
-    rcall('PUBLISH', ARGV[10], 'd' .. ARGV[11] .. ':' .. due)
-  end
+  if head[1] == member then wake_due(ARGV[10], ARGV[11], due) end
   return {1, due}
 end
 
-local entry = rcall('XADD', KEYS[6], 'MAXLEN', '~', ARGV[9], '*',
-  'id', ARGV[1], 'topic', ARGV[8], 'attempts', f[2], 'last_error', ARGV[6],
-  'last_status', ARGV[7], 'job', f[3], 'dead_at', now)
-rcall('HSET', KEYS[1], 'state', 'dead', 'dl', entry, 'ut', now)
+local entry = dead_letter(KEYS[6], ARGV[9], ARGV[1], ARGV[8], r.att, ARGV[6], ARGV[7], r.spec, now)
+rec_set_dead(KEYS[1], r, entry, now)
 rcall('PEXPIRE', KEYS[1], ARGV[5])
 rcall('PEXPIRE', KEYS[3], ARGV[5])
 rcall('HINCRBY', KEYS[7], 'dead_lettered', 1)

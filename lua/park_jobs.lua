@@ -4,14 +4,15 @@
   this partition, scored by its due time, costing nothing until the host
   closes and the parking is drained (unpark_jobs). The attempt counter goes
   back down (no attempt was made). A parked job reads as `scheduled`, with
-  no due-set member and a `park` field naming the host; cancel and PATCH
+  no due-set member and its own parking sequence (the member's prefix); cancel and PATCH
   work on it as on any scheduled job. Stale leases are skipped.
 
   Input:
     KEYS[1] inflight zset     <ns>:{p}:inflight
     KEYS[2] parking zset      <ns>:{p}:park:<host>
     KEYS[3] parked-hosts set  <ns>:{p}:parked
-    ARGV[1] job key prefix    <ns>:{p}:job:  (job hashes of the same hash tag)
+    KEYS[4] sequence          <ns>:{p}:seq
+    ARGV[1] job key prefix    <ns>:{p}:job:  (job records of the same hash tag)
     ARGV[2] host              scheme://host:port
     ARGV[3] id, ARGV[4] fencing token (the attempt the lease was granted
     for); repeated per job
@@ -19,27 +20,26 @@
     the number of jobs parked
 ]]
 local rcall = redis.call
-local t = rcall('TIME')
-local now_s = tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+local now = now_ms()
 
 -- Read pass: every job record before the first write (see the prelude).
-local fields = {}
+local records = {}
 for i = 3, #ARGV, 2 do
-  local f = rcall('HMGET', ARGV[1] .. ARGV[i], 'state', 'att', 'due')
-  if not f[1] and slot_moving_once(KEYS[1]) then return try_again() end
-  fields[i] = f
+  local r = rec_header(ARGV[1] .. ARGV[i])
+  if not r and slot_moving_once(KEYS[1]) then return try_again() end
+  records[i] = r or false
 end
 
 local parked = 0
 for i = 3, #ARGV, 2 do
-  local id, token = ARGV[i], ARGV[i + 1]
-  local f = fields[i]
-  if f[1] == 'inflight' and f[2] == token then
+  local id, token = ARGV[i], tonumber(ARGV[i + 1])
+  local r = records[i]
+  if r and r.state == 'i' and r.att == token then
+    local seq = rcall('INCR', KEYS[4])
     rcall('ZREM', KEYS[1], id)
-    rcall('HSET', ARGV[1] .. id, 'state', 'scheduled', 'att', tonumber(token) - 1,
-      'park', ARGV[2], 'ut', now_s)
-    rcall('HDEL', ARGV[1] .. id, 'seq')
-    rcall('ZADD', KEYS[2], tonumber(f[3]) or 0, id)
+    r.state, r.att, r.seq, r.ut = 'p', token - 1, seq, now
+    rec_put(ARGV[1] .. id, r)
+    rcall('ZADD', KEYS[2], string.format('%d', r.due), due_member(seq, id))
     parked = parked + 1
   end
 end

@@ -44,3 +44,118 @@ local function slot_moving_once(key)
   moving_checked = true
   return slot_moving(key)
 end
+
+-- Redis's clock, epoch ms: the one clock of every due time and lease.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+--[[
+  Job records. A job is one STRING: a fixed 33-byte header, then its spec
+  JSON. One string instead of a many-field hash is what keeps a job small on
+  Redis's stock settings (a hash whose spec exceeds `hash-max-listpack-value`
+  costs several hundred bytes of bookkeeping). Header, big-endian, in the
+  order the hot paths write it (state and update time first, so a promotion
+  or a claim is one SETRANGE):
+
+    offset  0  state      1 byte   s scheduled, p parked (scheduled, held for
+                                   its host), r ready, i in flight,
+                                   d delivered, x dead, c cancelled
+    offset  1  updated    6 bytes  ms
+    offset  7  attempts   2 bytes  also the lease's fencing token
+    offset  9  max        2 bytes  attempts allowed
+    offset 11  due        6 bytes  ms, of the pending or last attempt
+    offset 17  seq        6 bytes  due-set (or parking) sequence; 0 = none
+    offset 23  created    6 bytes  ms
+    offset 29  lease      4 bytes  ms; 0 = the daemon's default
+
+  A dead job (x) keeps its dead letter's stream entry id `<ms>-<n>` in seq
+  (ms) and lease (n), which mean nothing once it is dead.
+]]
+local REC_FMT = '>c1I6I2I2I6I6I6I4'
+local REC_HEADER = 33
+local STATE_NAMES = {s = 'scheduled', p = 'scheduled', r = 'ready', i = 'inflight',
+  d = 'delivered', x = 'dead', c = 'cancelled'}
+
+local function rec_unpack(v)
+  if not v or #v < REC_HEADER then return nil end
+  local r = {}
+  r.state, r.ut, r.att, r.max, r.due, r.seq, r.ct, r.lease = struct.unpack(REC_FMT, v)
+  return r
+end
+
+-- The header of the record at `key` (no spec), or nil when there is none.
+local function rec_header(key)
+  return rec_unpack(redis.call('GETRANGE', key, 0, REC_HEADER - 1))
+end
+
+-- The header of the record at `key` with its spec in `.spec`, or nil.
+local function rec_get(key)
+  local v = redis.call('GET', key)
+  local r = rec_unpack(v)
+  if r then r.spec = string.sub(v, REC_HEADER + 1) end
+  return r
+end
+
+local function rec_pack(r)
+  return struct.pack(REC_FMT, r.state, r.ut, r.att, r.max, r.due, r.seq, r.ct, r.lease)
+end
+
+-- Rewrites the whole header of an existing record (the spec stays).
+local function rec_put(key, r)
+  redis.call('SETRANGE', key, 0, rec_pack(r))
+end
+
+-- Sets only the state and the update time (one SETRANGE).
+local function rec_set_state(key, state, now)
+  redis.call('SETRANGE', key, 0, struct.pack('>c1I6', state, now))
+end
+
+-- Writes a whole record (header and spec).
+local function rec_create(key, r, spec)
+  redis.call('SET', key, rec_pack(r) .. spec)
+end
+
+-- Marks a record dead, pointing at its dead letter (stream entry id).
+local function rec_set_dead(key, r, entry, now)
+  local ms, n = string.match(entry, '^(%d+)-(%d+)$')
+  r.state, r.ut, r.seq, r.lease = 'x', now, tonumber(ms) or 0, tonumber(n) or 0
+  rec_put(key, r)
+end
+
+-- The due-set (and parking) member of a job: its sequence as 12 hex digits,
+-- then its id, so jobs due in the same millisecond keep their order.
+local function due_member(seq, id)
+  return string.format('%012x', seq) .. id
+end
+
+-- Adds an attempt record to a job's history, keeping the newest 20.
+local function history_push(key, record)
+  if redis.call('LPUSH', key, record) > 20 then redis.call('LTRIM', key, 0, 19) end
+end
+
+-- Appends a job's dead letter to the partition's stream; returns its entry id.
+local function dead_letter(stream, max_len, id, topic, attempts, last_error, last_status, spec, now)
+  return redis.call('XADD', stream, 'MAXLEN', '~', max_len, '*',
+    'id', id, 'topic', topic, 'attempts', attempts, 'last_error', last_error,
+    'last_status', last_status, 'job', spec, 'dead_at', string.format('%d', now))
+end
+
+-- The topic in a spec JSON ('default' when absent or unreadable).
+local function spec_topic(spec)
+  local ok, decoded = pcall(cjson.decode, spec)
+  if ok and type(decoded) == 'table' and type(decoded.topic) == 'string' then
+    return decoded.topic
+  end
+  return 'default'
+end
+
+-- Wake messages on the daemons' channel: `d<p>:<ms>` a new earliest due
+-- time of partition p; `r<p>` p's ready list stopped being empty.
+local function wake_due(channel, p, due)
+  redis.call('PUBLISH', channel, 'd' .. p .. ':' .. string.format('%d', due))
+end
+local function wake_ready(channel, p)
+  redis.call('PUBLISH', channel, 'r' .. p)
+end

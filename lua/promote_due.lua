@@ -5,7 +5,7 @@
     KEYS[1] due zset        <ns>:{p}:due
     KEYS[2] ready list      <ns>:{p}:ready
     ARGV[1] batch size (at most this many jobs are moved)
-    ARGV[2] job key prefix  <ns>:{p}:job:  (job hashes of the same hash tag)
+    ARGV[2] job key prefix  <ns>:{p}:job:  (job records of the same hash tag)
     ARGV[3] wake channel
     ARGV[4] partition number
   Output:
@@ -14,10 +14,7 @@
     TRYAGAIN, with nothing changed, while the partition's slot is migrating.
 ]]
 local rcall = redis.call
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- Formatted once: a Lua number passed to redis.call is formatted on every call.
-local now_s = tostring(now)
+local now = now_ms()
 
 local members = rcall('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[1]))
 -- Read pass (in a cluster): every job record must be here before anything
@@ -34,12 +31,12 @@ for _, member in ipairs(members) do
 end
 local moved = #ids
 for _, id in ipairs(ids) do
-  -- `seq` stays: it only means something while the state is `scheduled`.
-  rcall('HSET', ARGV[2] .. id, 'state', 'ready', 'ut', now_s)
+  -- `seq` stays: it only means something while the state is scheduled.
+  rec_set_state(ARGV[2] .. id, 'r', now)
 end
 if #members > 0 then rcall('ZREM', KEYS[1], unpack(members)) end
 if moved > 0 and rcall('RPUSH', KEYS[2], unpack(ids)) == moved then
-  rcall('PUBLISH', ARGV[3], 'r' .. ARGV[4])
+  wake_ready(ARGV[3], ARGV[4])
 end
 
 local head = rcall('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

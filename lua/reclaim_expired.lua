@@ -22,48 +22,38 @@
     TRYAGAIN, with nothing changed, while the partition's slot is migrating.
 ]]
 local rcall = redis.call
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 
 local ids = rcall('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[1]))
 -- Read pass: every key to be written, before the first write (see the
 -- prelude). A history list may rightly be absent (a first attempt).
-local fields = {}
+local records = {}
 for i, id in ipairs(ids) do
-  local f = rcall('HMGET', ARGV[2] .. id, 'state', 'att', 'max', 'job')
-  if IN_CLUSTER and (not f[1] or rcall('EXISTS', ARGV[3] .. id) == 0)
+  local r = rec_get(ARGV[2] .. id)
+  if IN_CLUSTER and (not r or rcall('EXISTS', ARGV[3] .. id) == 0)
     and slot_moving_once(KEYS[1]) then
     return try_again()
   end
-  fields[i] = f
+  records[i] = r or false
 end
 
+local lost = 'the attempt lease expired before an outcome was recorded'
 local requeued, dead = 0, 0
 for i, id in ipairs(ids) do
   local key = ARGV[2] .. id
-  local f = fields[i]
-  if f[1] == 'inflight' then
-    local record = cjson.encode({at = now, error = 'lease_expired',
-      message = 'the attempt lease expired before an outcome was recorded'})
-    rcall('LPUSH', ARGV[3] .. id, record)
-    rcall('LTRIM', ARGV[3] .. id, 0, 19)
-    if tonumber(f[2]) >= tonumber(f[3]) then
-      local ok, spec = pcall(cjson.decode, f[4])
-      local topic = 'default'
-      if ok and type(spec) == 'table' and spec.topic then topic = spec.topic end
-      local entry = rcall('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*',
-        'id', id, 'topic', topic, 'attempts', f[2], 'last_error',
-        'lease_expired: the attempt lease expired before an outcome was recorded',
-        'last_status', '', 'job', f[4], 'dead_at', now)
-      rcall('HSET', key, 'state', 'dead', 'dl', entry, 'ut', now)
+  local r = records[i]
+  if r and r.state == 'i' then
+    history_push(ARGV[3] .. id, cjson.encode({at = now, error = 'lease_expired', message = lost}))
+    if r.att >= r.max then
+      local entry = dead_letter(KEYS[3], ARGV[5], id, spec_topic(r.spec), r.att,
+        'lease_expired: ' .. lost, '', r.spec, now)
+      rec_set_dead(key, r, entry, now)
       rcall('PEXPIRE', key, ARGV[4])
       rcall('PEXPIRE', ARGV[3] .. id, ARGV[4])
       dead = dead + 1
     else
-      rcall('HSET', key, 'state', 'ready', 'ut', now)
-      if rcall('RPUSH', KEYS[2], id) == 1 then
-        rcall('PUBLISH', ARGV[6], 'r' .. ARGV[7])
-      end
+      rec_set_state(key, 'r', now)
+      if rcall('RPUSH', KEYS[2], id) == 1 then wake_ready(ARGV[6], ARGV[7]) end
       requeued = requeued + 1
     end
   end

@@ -6,7 +6,7 @@
   twice: its stale entry is only deleted.
 
   Input:
-    KEYS[1] job hash        <ns>:{p}:job:<id>
+    KEYS[1] job record       <ns>:{p}:job:<id>
     KEYS[2] ready list      <ns>:{p}:ready
     KEYS[3] dead stream     <ns>:{p}:dead
     KEYS[4] history list    <ns>:{p}:hist:<id>
@@ -25,21 +25,18 @@ local rcall = redis.call
 local entry = rcall('XRANGE', KEYS[3], ARGV[2], ARGV[2])
 if #entry == 0 then return -1 end
 
-local state = rcall('HGET', KEYS[1], 'state')
-if state == 'scheduled' or state == 'ready' or state == 'inflight' then
+local r = rec_header(KEYS[1])
+if r and (r.state == 's' or r.state == 'p' or r.state == 'r' or r.state == 'i') then
   rcall('XDEL', KEYS[3], ARGV[2])
   return 0
 end
 
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local created = rcall('HGET', KEYS[1], 'ct') or now
-rcall('DEL', KEYS[1])
-rcall('HSET', KEYS[1], 'job', ARGV[3], 'state', 'ready', 'att', 0, 'max', ARGV[4],
-  'due', now, 'ct', created, 'ut', now)
+local now = now_ms()
+local created = now
+if r then created = r.ct end
+rec_create(KEYS[1], {state = 'r', ut = now, att = 0, max = tonumber(ARGV[4]), due = now,
+  seq = 0, ct = created, lease = 0}, ARGV[3])
 rcall('PERSIST', KEYS[4])
-if rcall('RPUSH', KEYS[2], ARGV[1]) == 1 then
-  rcall('PUBLISH', ARGV[5], 'r' .. ARGV[6])
-end
+if rcall('RPUSH', KEYS[2], ARGV[1]) == 1 then wake_ready(ARGV[5], ARGV[6]) end
 rcall('XDEL', KEYS[3], ARGV[2])
 return 1

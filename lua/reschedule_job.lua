@@ -4,7 +4,7 @@
   finished) the answer is a conflict and nothing changes.
 
   Input:
-    KEYS[1] job hash        <ns>:{p}:job:<id>
+    KEYS[1] job record       <ns>:{p}:job:<id>
     KEYS[2] due zset        <ns>:{p}:due
     KEYS[3] ready list      <ns>:{p}:ready
     KEYS[4] sequence        <ns>:{p}:seq
@@ -24,16 +24,15 @@
     {-3, state}            changed by someone else since it was read (nothing changed)
 ]]
 local rcall = redis.call
-local f = rcall('HMGET', KEYS[1], 'state', 'seq', 'due', 'job')
-if not f[1] then return {-1} end
-if f[1] ~= 'scheduled' then return {-2, f[1]} end
-if f[4] ~= ARGV[9] then return {-3, f[1]} end
+local r = rec_get(KEYS[1])
+if not r then return {-1} end
+if r.state ~= 's' and r.state ~= 'p' then return {-2, STATE_NAMES[r.state] or r.state} end
+if r.spec ~= ARGV[9] then return {-3, 'scheduled'} end
 
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local due
 if ARGV[3] == 'keep' then
-  due = tonumber(f[3])
+  due = r.due
 elseif ARGV[3] ~= '' then
   due = tonumber(ARGV[3])
 else
@@ -41,33 +40,25 @@ else
 end
 
 -- A job held for its host (parked) has no due-set member; it leaves the
--- host's parking as it joins the due set (the parked id is skipped later).
-if f[2] then rcall('ZREM', KEYS[2], f[2] .. ARGV[1]) end
-rcall('HDEL', KEYS[1], 'park')
-rcall('HSET', KEYS[1], 'job', ARGV[2], 'max', ARGV[5], 'due', due, 'ut', now)
-if ARGV[6] ~= '' then
-  rcall('HSET', KEYS[1], 'lease', ARGV[6])
-else
-  rcall('HDEL', KEYS[1], 'lease')
-end
+-- host's parking as it joins the due set (its parking entry no longer
+-- matches its sequence and is skipped when the host drains).
+if r.state == 's' and r.seq > 0 then rcall('ZREM', KEYS[2], due_member(r.seq, ARGV[1])) end
+r.max, r.due, r.ut, r.lease = tonumber(ARGV[5]), due, now, tonumber(ARGV[6]) or 0
 
 local state
 if due <= now then
   state = 'ready'
-  rcall('HSET', KEYS[1], 'state', state)
-  rcall('HDEL', KEYS[1], 'seq')
-  if rcall('RPUSH', KEYS[3], ARGV[1]) == 1 then
-    rcall('PUBLISH', ARGV[7], 'r' .. ARGV[8])
-  end
+  r.state, r.seq = 'r', 0
+  rec_create(KEYS[1], r, ARGV[2])
+  if rcall('RPUSH', KEYS[3], ARGV[1]) == 1 then wake_ready(ARGV[7], ARGV[8]) end
 else
   state = 'scheduled'
-  local seq = string.format('%012x', rcall('INCR', KEYS[4]))
-  local member = seq .. ARGV[1]
-  rcall('HSET', KEYS[1], 'seq', seq)
-  rcall('ZADD', KEYS[2], due, member)
+  local seq = rcall('INCR', KEYS[4])
+  local member = due_member(seq, ARGV[1])
+  r.state, r.seq = 's', seq
+  rec_create(KEYS[1], r, ARGV[2])
+  rcall('ZADD', KEYS[2], string.format('%d', due), member)
   local head = rcall('ZRANGE', KEYS[2], 0, 0)
-  if head[1] == member then
-    rcall('PUBLISH', ARGV[7], 'd' .. ARGV[8] .. ':' .. due)
-  end
+  if head[1] == member then wake_due(ARGV[7], ARGV[8], due) end
 end
 return {1, state, due, now}

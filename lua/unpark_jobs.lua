@@ -21,31 +21,30 @@
 local rcall = redis.call
 local head = rcall('ZRANGE', KEYS[1], 0, tonumber(ARGV[3]) - 1, 'WITHSCORES')
 -- Read pass: every job record before the first write (see the prelude).
-local fields = {}
+local records = {}
 for i = 1, #head, 2 do
-  local f = rcall('HMGET', ARGV[1] .. head[i], 'state', 'seq', 'park', 'due')
-  if not f[1] and slot_moving_once(KEYS[1]) then return try_again() end
-  fields[i] = f
+  local r = rec_header(ARGV[1] .. string.sub(head[i], 13))
+  if not r and slot_moving_once(KEYS[1]) then return try_again() end
+  records[i] = r or false
 end
 if #head > 0 then rcall('ZREMRANGEBYRANK', KEYS[1], 0, #head / 2 - 1) end
 
 local moved, earliest = 0, nil
-local t = rcall('TIME')
-local now_s = tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+local now = now_ms()
 for i = 1, #head, 2 do
-  local id = head[i]
-  local f = fields[i]
-  if f[1] == 'scheduled' and not f[2] and f[3] == ARGV[2] then
-    local due = tonumber(f[4]) or tonumber(head[i + 1])
-    local seq = string.format('%012x', rcall('INCR', KEYS[4]))
-    rcall('HSET', ARGV[1] .. id, 'seq', seq, 'ut', now_s)
-    rcall('HDEL', ARGV[1] .. id, 'park')
-    rcall('ZADD', KEYS[3], due, seq .. id)
-    if not earliest or due < earliest then earliest = due end
+  local id = string.sub(head[i], 13)
+  local r = records[i]
+  -- Only a job still parked under this very entry: its sequence matches.
+  if r and r.state == 'p' and r.seq == tonumber(string.sub(head[i], 1, 12), 16) then
+    local seq = rcall('INCR', KEYS[4])
+    r.state, r.seq, r.ut = 's', seq, now
+    rec_put(ARGV[1] .. id, r)
+    rcall('ZADD', KEYS[3], string.format('%d', r.due), due_member(seq, id))
+    if not earliest or r.due < earliest then earliest = r.due end
     moved = moved + 1
   end
 end
 local left = rcall('ZCARD', KEYS[1])
 if left == 0 then rcall('SREM', KEYS[2], ARGV[2]) end
-if earliest then rcall('PUBLISH', ARGV[4], 'd' .. ARGV[5] .. ':' .. earliest) end
+if earliest then wake_due(ARGV[4], ARGV[5], earliest) end
 return {moved, left}

@@ -87,6 +87,9 @@ pub enum Command {
     },
     /// Check Redis (version, persistence, eviction policy, partitions, scripts).
     Doctor,
+    /// Convert the namespace's data in Redis to this hookq's layout (stop
+    /// every daemon first). Safe to interrupt and run again.
+    Migrate,
     /// Print a fresh Standard Webhooks signing secret (`whsec_...`) for
     /// `delivery.signing_secrets`; give the same secret to the receiver.
     NewSecret,
@@ -233,13 +236,56 @@ pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
     Ok(config)
 }
 
-async fn connect(config: &Config) -> Result<Store, CliError> {
+/// Connects to Redis without looking at the data's layout.
+async fn connect_any(config: &Config) -> Result<Store, CliError> {
     Store::connect(config).await.map_err(|e| {
         fail(
             1,
             format!("cannot connect to Redis ({}): {e}", config.redis.url),
         )
     })
+}
+
+/// Connects to Redis holding data of this hookq's layout.
+async fn connect(config: &Config) -> Result<Store, CliError> {
+    let store = connect_any(config).await?;
+    store
+        .check_schema()
+        .await
+        .map_err(|e| fail(1, e.to_string()))?;
+    Ok(store)
+}
+
+/// `hookq migrate`: converts the data to this hookq's layout.
+async fn migrate(config: &Config, json: bool) -> Result<ExitCode, CliError> {
+    let store = connect_any(config).await?;
+    store.load_scripts().await?;
+    let partitions = config.redis.partitions;
+    let report = store
+        .migrate(|p, so_far| {
+            eprintln!(
+                "partition {}/{partitions} done ({} records converted so far)",
+                p + 1,
+                so_far.converted
+            )
+        })
+        .await
+        .map_err(|e| fail(1, format!("migrate: {e}")))?;
+    if json {
+        print_json(&serde_json::json!({
+            "schema": crate::store::schema::SCHEMA_VERSION,
+            "converted": report.converted,
+            "already_converted": report.skipped,
+        }))?;
+    } else {
+        println!(
+            "layout {}: {} records converted, {} were already",
+            crate::store::schema::SCHEMA_VERSION,
+            report.converted,
+            report.skipped
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `hookq hosts [--state S]`, `hookq hosts pause|resume HOST`.
@@ -439,6 +485,7 @@ pub async fn run(cli: Cli, config: Config) -> Result<ExitCode, CliError> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Migrate => migrate(&config, json).await,
         Command::Doctor => {
             let report = doctor::run(&config).await;
             if json {

@@ -89,6 +89,7 @@ impl Daemon {
             tracing::warn!("api.tokens is empty: the API accepts requests without authentication");
         }
         let store = connect_store(&config, &token).await?;
+        store.check_schema().await?;
         let deliverer = Deliverer::new(&config)?;
         let signals = Signals::new(config.redis.partitions);
         let clock = RedisClock::new();

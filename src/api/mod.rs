@@ -106,6 +106,14 @@ impl From<&StoreError> for ApiError {
                     "the job store (Redis) is unavailable; retry later",
                 )
             }
+            StoreError::Schema { .. } => {
+                tracing::error!(cause = %e, "redis holds another layout");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "schema_mismatch",
+                    "the job store (Redis) holds data of another hookq layout; run `hookq migrate`",
+                )
+            }
             StoreError::Reply { .. } => {
                 tracing::error!(cause = %e, "unexpected store reply");
                 ApiError::new(

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 
 /// The shortest time between two rebuilds, so a burst of failing calls
@@ -110,6 +111,30 @@ fn signals_topology_change(err: &RedisError) -> bool {
             err.kind(),
             ErrorKind::ClusterDown | ErrorKind::MasterDown | ErrorKind::ClusterConnectionNotFound
         )
+}
+
+impl ClusterConn {
+    /// Sends `cmd` to the master serving the slot of `key` (for commands
+    /// such as SCAN that name no key but must reach that node).
+    pub async fn on_master_of(&self, key: &str, cmd: &Cmd) -> RedisResult<Value> {
+        let mut conn = self.current();
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query_async(&mut conn)
+            .await?;
+        let route = Route::new(slot, SlotAddr::Master);
+        let result = conn
+            .route_command(
+                cmd,
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+            )
+            .await;
+        if let Err(e) = &result {
+            self.after_error(e);
+        }
+        result
+    }
 }
 
 impl ConnectionLike for ClusterConn {

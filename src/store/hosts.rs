@@ -224,6 +224,7 @@ impl Store {
                 &self.keys.inflight(p),
                 &self.keys.park(p, host),
                 &self.keys.parked_hosts(p),
+                &self.keys.seq(p),
             ],
             &args,
         )

@@ -40,9 +40,14 @@ impl Keys {
         format!("{}:{{{}}}:", self.namespace, p)
     }
 
-    /// HASH `<ns>:{p}:job:<id>`: the job record (`job` spec JSON, `state`,
-    /// `att` attempts = fencing token, `max`, `due` ms, `seq`, `lease` ms,
-    /// `ct`/`ut` ms, `dl` dead-letter entry id).
+    /// `<ns>:{p}:`, the start of every key of partition `p`.
+    pub fn partition_prefix(&self, p: u16) -> String {
+        self.prefix(p)
+    }
+
+    /// STRING `<ns>:{p}:job:<id>`: the job record, a fixed binary header
+    /// (state, times, attempts = fencing token, due-set sequence, lease)
+    /// followed by the spec JSON; see [`super::record`].
     pub fn job(&self, p: u16, id: &str) -> String {
         format!("{}job:{id}", self.prefix(p))
     }
@@ -116,8 +121,9 @@ impl Keys {
         format!("{}:{{hosts}}:known", self.namespace)
     }
 
-    /// ZSET `<ns>:{p}:park:<host>`: ids of jobs held for their host while it
-    /// is open or paused, score = due ms.
+    /// ZSET `<ns>:{p}:park:<host>`: jobs held for their host while it is
+    /// open or paused, member = 12 hex digits of parking sequence followed
+    /// by the id (as in the due set), score = due ms.
     pub fn park(&self, p: u16, host: &str) -> String {
         format!("{}park:{host}", self.prefix(p))
     }
@@ -131,6 +137,12 @@ impl Keys {
     /// current rate window (`w` window number, `n` requests taken).
     pub fn rate(&self, host: &str) -> String {
         format!("{}:rate:{{{host}}}", self.namespace)
+    }
+
+    /// STRING `<ns>:schema`: the layout version of this namespace's data
+    /// (`2`; `1>2` while a migration runs or after one was interrupted).
+    pub fn schema(&self) -> String {
+        format!("{}:schema", self.namespace)
     }
 
     /// Pub/sub channel `<ns>:wake`: `d<p>:<ms>` when a job becomes the earliest

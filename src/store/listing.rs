@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use redis::streams::{StreamId, StreamRangeReply};
 use serde::Serialize;
 
+use super::record::{RecordHeader, HEADER_LEN};
 use super::{JobRecord, Store, StoreResult};
 use crate::job::{FieldError, State};
 
@@ -170,13 +171,13 @@ impl Store {
         }
         let mut pipe = redis::pipe();
         for id in ids {
-            pipe.hgetall(self.keys.job(p, id));
+            pipe.get(self.keys.job(p, id));
         }
         let mut conn = self.conn.clone();
-        let all: Vec<HashMap<String, String>> = pipe.query_async(&mut conn).await?;
+        let all: Vec<Vec<u8>> = pipe.query_async(&mut conn).await?;
         let mut out = Vec::with_capacity(ids.len());
-        for (id, fields) in ids.iter().zip(all) {
-            if let Some(record) = JobRecord::from_fields(id, fields, Vec::new())? {
+        for (id, value) in ids.iter().zip(all) {
+            if let Some(record) = JobRecord::decode(id, &value, Vec::new())? {
                 out.push(record);
             }
         }
@@ -252,13 +253,13 @@ impl Store {
                     (ids, next)
                 }
                 Source::Scan => {
-                    let (next, keys): (String, Vec<String>) = redis::cmd("SCAN")
-                        .arg(&cursor.position)
-                        .arg("MATCH")
-                        .arg(format!("{}*", self.keys.job_prefix(p)))
-                        .arg("COUNT")
-                        .arg(want.max(100))
-                        .query_async(&mut conn)
+                    let (next, keys) = conn
+                        .scan_near(
+                            &self.keys.due(p),
+                            &cursor.position,
+                            &format!("{}*", self.keys.job_prefix(p)),
+                            want.max(100),
+                        )
                         .await?;
                     let prefix_len = self.keys.job_prefix(p).len();
                     let ids = keys
@@ -332,13 +333,14 @@ impl Store {
             stats.dead_lettered += counter("dead_lettered");
             stats.expired_leases += counter("expired_leases");
             if let Some(id) = head {
-                let due: Option<i64> = redis::cmd("HGET")
+                let header: Vec<u8> = redis::cmd("GETRANGE")
                     .arg(self.keys.job(p, &id))
-                    .arg("due")
+                    .arg(0)
+                    .arg(HEADER_LEN - 1)
                     .query_async(&mut conn)
                     .await?;
-                if let Some(due) = due {
-                    stats.oldest_ready_lag_ms = stats.oldest_ready_lag_ms.max(now - due);
+                if let Some(header) = RecordHeader::parse(&header) {
+                    stats.oldest_ready_lag_ms = stats.oldest_ready_lag_ms.max(now - header.due);
                 }
             }
         }
@@ -397,17 +399,19 @@ impl Store {
         })
     }
 
-    /// The newest dead letter of job `id`, found through the job record's
-    /// `dl` field or, once the record has expired, by reading the
-    /// partition's stream from the newest entry back.
+    /// The newest dead letter of job `id`, found through the dead job's
+    /// record (which points at its entry) or, once the record has expired,
+    /// by reading the partition's stream from the newest entry back.
     pub async fn find_dead(&self, id: &str) -> StoreResult<Option<DeadLetter>> {
         let p = self.keys.partition_of(id);
         let mut conn = self.conn.clone();
-        let entry_id: Option<String> = redis::cmd("HGET")
+        let header: Vec<u8> = redis::cmd("GETRANGE")
             .arg(self.keys.job(p, id))
-            .arg("dl")
+            .arg(0)
+            .arg(HEADER_LEN - 1)
             .query_async(&mut conn)
             .await?;
+        let entry_id = RecordHeader::parse(&header).and_then(|h| h.dead_letter_entry());
         if let Some(entry_id) = entry_id {
             let reply: StreamRangeReply = redis::cmd("XRANGE")
                 .arg(self.keys.dead(p))

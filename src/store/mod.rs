@@ -3,16 +3,18 @@
 //! ([`scripts`]); every state change of a job is one script call here.
 //!
 //! Redis structures, per partition `p` (see [`Keys`] for the exact names):
-//! job hashes and history lists, the `due` zset, the `ready` list, the
+//! job records (one string each, laid out in [`record`]) and history lists,
+//! the `due` zset, the `ready` list, the
 //! `inflight` zset of leases, the `dead` stream and the `seq` counter.
 
 pub mod cluster;
 pub mod hosts;
 pub mod keys;
 pub mod listing;
+pub mod record;
+pub mod schema;
 pub mod scripts;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -20,9 +22,10 @@ use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Value};
 use std::sync::Arc;
 
 use crate::config::Config;
-use crate::job::{Due, JobSpec, JobView, State};
+use crate::job::{Due, JobSpec, State};
 pub use cluster::ClusterConn;
 pub use keys::Keys;
+pub use record::JobRecord;
 use scripts::{ScriptDef, Scripts};
 
 /// Errors talking to Redis.
@@ -38,6 +41,12 @@ pub enum StoreError {
         what: &'static str,
         /// What was wrong.
         detail: String,
+    },
+    /// Redis holds hookq data of another layout version.
+    #[error("Redis holds hookq data in layout version `{found}`, this hookq reads layout {}: stop every hookq daemon and run `hookq migrate` (it converts in place and resumes if interrupted)", schema::SCHEMA_VERSION)]
+    Schema {
+        /// The version found.
+        found: String,
     },
     /// The error of a script call, shared by every job that call carried.
     #[error("{0}")]
@@ -97,6 +106,30 @@ impl ConnectionLike for RedisConn {
             RedisConn::Single(c) => c.get_db(),
             RedisConn::Cluster(c) => c.get_db(),
         }
+    }
+}
+
+impl RedisConn {
+    /// One `SCAN` step over the keys matching `pattern` on the node holding
+    /// `key`'s slot (on a single Redis, the one server): (next cursor, keys).
+    pub async fn scan_near(
+        &mut self,
+        key: &str,
+        cursor: &str,
+        pattern: &str,
+        count: usize,
+    ) -> StoreResult<(String, Vec<String>)> {
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(count);
+        let value = match self {
+            RedisConn::Single(c) => cmd.query_async(c).await?,
+            RedisConn::Cluster(c) => c.on_master_of(key, &cmd).await?,
+        };
+        Ok(redis::from_redis_value(&value)?)
     }
 }
 
@@ -289,117 +322,6 @@ pub struct Failure<'a> {
     pub topic: &'a str,
     /// Next rung or dead letter.
     pub action: FailAction,
-}
-
-/// A job record as read from Redis.
-#[derive(Debug, Clone)]
-pub struct JobRecord {
-    /// Job id.
-    pub id: String,
-    /// The stored spec JSON, byte for byte (for optimistic changes).
-    pub spec_json: String,
-    /// Content.
-    pub spec: JobSpec,
-    /// Lifecycle state.
-    pub state: State,
-    /// Attempts started.
-    pub attempts: u32,
-    /// Attempts allowed.
-    pub max_attempts: u32,
-    /// Due time of the pending or last attempt (epoch ms).
-    pub due: i64,
-    /// Created (epoch ms).
-    pub created: i64,
-    /// Last change (epoch ms).
-    pub updated: i64,
-    /// Attempt records, newest first.
-    pub history: Vec<String>,
-}
-
-impl JobRecord {
-    /// Builds a record from a job hash's fields; None when the hash is empty.
-    pub fn from_fields(
-        id: &str,
-        fields: HashMap<String, String>,
-        history: Vec<String>,
-    ) -> StoreResult<Option<JobRecord>> {
-        if fields.is_empty() {
-            return Ok(None);
-        }
-        let bad = |d: String| StoreError::reply("job hash", format!("{id}: {d}"));
-        let int = |name: &str| -> i64 {
-            fields
-                .get(name)
-                .and_then(|v| v.parse().ok())
-                .unwrap_or_default()
-        };
-        let state = fields
-            .get("state")
-            .and_then(|s| State::parse(s))
-            .ok_or_else(|| bad("no valid state".into()))?;
-        let spec_json = fields
-            .get("job")
-            .ok_or_else(|| bad("no job field".into()))?
-            .clone();
-        let spec: JobSpec =
-            serde_json::from_str(&spec_json).map_err(|e| bad(format!("job field: {e}")))?;
-        Ok(Some(JobRecord {
-            id: id.to_string(),
-            spec_json,
-            spec,
-            state,
-            attempts: int("att") as u32,
-            max_attempts: int("max") as u32,
-            due: int("due"),
-            created: int("ct"),
-            updated: int("ut"),
-            history,
-        }))
-    }
-
-    /// The API view of this record.
-    pub fn view(self) -> JobView {
-        let next_attempt_at = matches!(self.state, State::Scheduled | State::Ready)
-            .then(|| crate::job::format_ms(self.due));
-        JobView {
-            id: self.id,
-            topic: self.spec.topic,
-            url: self.spec.url,
-            method: self.spec.method,
-            headers: self.spec.headers,
-            body: self.spec.body,
-            body_text: self.spec.body_text,
-            content_type: self.spec.content_type,
-            retry: self
-                .spec
-                .retry_ms
-                .map(|r| r.into_iter().map(crate::job::format_duration_ms).collect()),
-            timeout: self.spec.timeout_ms.map(crate::job::format_duration_ms),
-            state: self.state,
-            attempts: self.attempts,
-            max_attempts: self.max_attempts,
-            next_attempt_at,
-            created_at: crate::job::format_ms(self.created),
-            updated_at: crate::job::format_ms(self.updated),
-            history: self
-                .history
-                .iter()
-                .filter_map(|h| attempt_view(h))
-                .collect(),
-        }
-    }
-}
-
-/// An attempt record as the API shows it: the stored JSON with its start
-/// time `at` (epoch ms in Redis) in RFC 3339.
-fn attempt_view(stored: &str) -> Option<serde_json::Value> {
-    let mut record: serde_json::Value = serde_json::from_str(stored).ok()?;
-    if let Some(at) = record.get_mut("at") {
-        if let Some(ms) = at.as_i64() {
-            *at = crate::job::format_ms(ms).into();
-        }
-    }
-    Some(record)
 }
 
 /// Settings the scripts need, taken from the config once.
@@ -1071,11 +993,11 @@ impl Store {
     pub async fn get(&self, id: &str) -> StoreResult<Option<JobRecord>> {
         let p = self.keys.partition_of(id);
         let mut conn = self.conn.clone();
-        let (fields, history): (HashMap<String, String>, Vec<String>) = redis::pipe()
-            .hgetall(self.keys.job(p, id))
+        let (value, history): (Vec<u8>, Vec<String>) = redis::pipe()
+            .get(self.keys.job(p, id))
             .lrange(self.keys.history(p, id), 0, 19)
             .query_async(&mut conn)
             .await?;
-        JobRecord::from_fields(id, fields, history)
+        JobRecord::decode(id, &value, history)
     }
 }

@@ -73,7 +73,7 @@ pub const TAKE_RATE: ScriptDef = script!("take_rate", 1, 3);
 
 /// `park_jobs`: hold claimed jobs of one partition for their blocked host,
 /// two ARGV per job.
-pub const PARK_JOBS: ScriptDef = script!("park_jobs", 3, 2, repeat 2);
+pub const PARK_JOBS: ScriptDef = script!("park_jobs", 4, 2, repeat 2);
 /// `unpark_jobs`: drain a host's parking in one partition.
 pub const UNPARK_JOBS: ScriptDef = script!("unpark_jobs", 4, 5);
 /// `host_failure`: count a failed attempt against its host (breaker).
@@ -88,6 +88,10 @@ pub const HOST_PAUSE: ScriptDef = script!("host_pause", 3, 4);
 pub const HOST_RESUME: ScriptDef = script!("host_resume", 3, 3);
 /// `host_drain`: turns at draining a closed host's parked jobs.
 pub const HOST_DRAIN: ScriptDef = script!("host_drain", 2, 3);
+
+/// `migrate_jobs`: convert job records of one partition from layout 1 to
+/// layout 2, one ARGV per job.
+pub const MIGRATE_JOBS: ScriptDef = script!("migrate_jobs", 1, 2, repeat 1);
 
 /// Every script, for loading at start-up and for the header check.
 pub const ALL: &[&ScriptDef] = &[
@@ -110,6 +114,7 @@ pub const ALL: &[&ScriptDef] = &[
     &HOST_PAUSE,
     &HOST_RESUME,
     &HOST_DRAIN,
+    &MIGRATE_JOBS,
 ];
 
 /// Shared Lua helpers prepended to every script (`slot_moving`, `try_again`:

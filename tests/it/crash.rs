@@ -251,21 +251,23 @@ async fn redis_at_maxmemory_answers_503_and_resumes() {
     }
     let mut scheduled = 0usize;
     for key in &keys {
-        let (state, seq): (Option<String>, Option<String>) = redis::cmd("HMGET")
+        let header: Vec<u8> = redis::cmd("GETRANGE")
             .arg(key)
-            .arg("state")
-            .arg("seq")
+            .arg(0)
+            .arg(hookq::store::record::HEADER_LEN - 1)
             .query_async(&mut conn)
             .await
-            .expect("HMGET");
-        if state.as_deref() != Some("scheduled") {
+            .expect("GETRANGE");
+        let header = hookq::store::record::RecordHeader::parse(&header).expect("a job record");
+        if header.state != hookq::job::State::Scheduled {
             continue;
         }
         scheduled += 1;
+        let seq = format!("{:012x}", header.seq);
         let (prefix, id) = key.split_once(":job:").expect("job key");
         let score: Option<f64> = redis::cmd("ZSCORE")
             .arg(format!("{prefix}:due"))
-            .arg(format!("{}{id}", seq.unwrap_or_default()))
+            .arg(format!("{seq}{id}"))
             .query_async(&mut conn)
             .await
             .expect("ZSCORE");

@@ -654,10 +654,7 @@ async fn records_deleted_by_hand_do_not_wedge_the_partition() {
     let mut conn = redis.conn().await;
     let _: () = conn.del(keys.job(0, "gone-1")).await.expect("DEL");
     // A bare record on the ready list, as an old promote would have left.
-    let _: () = conn
-        .hset(keys.job(0, "bare-1"), "state", "ready")
-        .await
-        .expect("HSET");
+    let _: () = conn.set(keys.job(0, "bare-1"), "r").await.expect("SET");
     let _: () = conn.rpush(keys.ready(0), "bare-1").await.expect("RPUSH");
     tokio::time::sleep(Duration::from_millis(100)).await;
 

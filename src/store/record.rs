@@ -1,0 +1,204 @@
+//! A job record as Redis holds it, read on the Rust side: one string, a fixed
+//! 33-byte binary header followed by the job's spec JSON. The scripts write
+//! it (`lua/prelude.lua` documents the same layout and owns every change);
+//! this module only decodes it for views, listings and `hookq show`.
+
+use super::{StoreError, StoreResult};
+use crate::job::{JobSpec, JobView, State};
+
+/// Bytes of the header before the spec JSON.
+pub const HEADER_LEN: usize = 33;
+
+/// The fixed header of a job record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordHeader {
+    /// Lifecycle state (a parked job reads as scheduled).
+    pub state: State,
+    /// Held for its host (parked) while scheduled.
+    pub parked: bool,
+    /// Last change, epoch ms.
+    pub updated: i64,
+    /// Attempts started (the lease's fencing token).
+    pub attempts: u32,
+    /// Attempts allowed.
+    pub max_attempts: u32,
+    /// Due time of the pending or last attempt, epoch ms.
+    pub due: i64,
+    /// Due-set or parking sequence (0: none); for a dead job, its dead
+    /// letter's entry id's milliseconds.
+    pub seq: u64,
+    /// Created, epoch ms.
+    pub created: i64,
+    /// Lease in ms (0: the daemon's default); for a dead job, its dead
+    /// letter's entry id's sequence part.
+    pub lease: u32,
+}
+
+fn be(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0, |n, b| (n << 8) | u64::from(*b))
+}
+
+impl RecordHeader {
+    /// Decodes the header at the start of `value`; None when it is too short
+    /// or its state byte is unknown (not a record hookq wrote).
+    pub fn parse(value: &[u8]) -> Option<RecordHeader> {
+        let h = value.get(..HEADER_LEN)?;
+        let (state, parked) = match h[0] {
+            b's' => (State::Scheduled, false),
+            b'p' => (State::Scheduled, true),
+            b'r' => (State::Ready, false),
+            b'i' => (State::Inflight, false),
+            b'd' => (State::Delivered, false),
+            b'x' => (State::Dead, false),
+            b'c' => (State::Cancelled, false),
+            _ => return None,
+        };
+        Some(RecordHeader {
+            state,
+            parked,
+            updated: be(&h[1..7]) as i64,
+            attempts: be(&h[7..9]) as u32,
+            max_attempts: be(&h[9..11]) as u32,
+            due: be(&h[11..17]) as i64,
+            seq: be(&h[17..23]),
+            created: be(&h[23..29]) as i64,
+            lease: be(&h[29..33]) as u32,
+        })
+    }
+
+    /// The stream entry id of a dead job's dead letter.
+    pub fn dead_letter_entry(&self) -> Option<String> {
+        (self.state == State::Dead && self.seq > 0).then(|| format!("{}-{}", self.seq, self.lease))
+    }
+}
+
+/// A job record as read from Redis.
+#[derive(Debug, Clone)]
+pub struct JobRecord {
+    /// Job id.
+    pub id: String,
+    /// The stored spec JSON, byte for byte (for optimistic changes).
+    pub spec_json: String,
+    /// Content.
+    pub spec: JobSpec,
+    /// Lifecycle state.
+    pub state: State,
+    /// Attempts started.
+    pub attempts: u32,
+    /// Attempts allowed.
+    pub max_attempts: u32,
+    /// Due time of the pending or last attempt (epoch ms).
+    pub due: i64,
+    /// Created (epoch ms).
+    pub created: i64,
+    /// Last change (epoch ms).
+    pub updated: i64,
+    /// Attempt records, newest first.
+    pub history: Vec<String>,
+}
+
+impl JobRecord {
+    /// Decodes a stored record (header and spec); None when there is none
+    /// (an empty value: the key does not exist).
+    pub fn decode(id: &str, value: &[u8], history: Vec<String>) -> StoreResult<Option<JobRecord>> {
+        if value.is_empty() {
+            return Ok(None);
+        }
+        let bad = |d: String| StoreError::reply("job record", format!("{id}: {d}"));
+        let header =
+            RecordHeader::parse(value).ok_or_else(|| bad("not a hookq job record".into()))?;
+        let spec_json = std::str::from_utf8(&value[HEADER_LEN..])
+            .map_err(|e| bad(format!("spec: {e}")))?
+            .to_string();
+        let spec: JobSpec =
+            serde_json::from_str(&spec_json).map_err(|e| bad(format!("spec: {e}")))?;
+        Ok(Some(JobRecord {
+            id: id.to_string(),
+            spec_json,
+            spec,
+            state: header.state,
+            attempts: header.attempts,
+            max_attempts: header.max_attempts,
+            due: header.due,
+            created: header.created,
+            updated: header.updated,
+            history,
+        }))
+    }
+
+    /// The API view of this record.
+    pub fn view(self) -> JobView {
+        let next_attempt_at = matches!(self.state, State::Scheduled | State::Ready)
+            .then(|| crate::job::format_ms(self.due));
+        JobView {
+            id: self.id,
+            topic: self.spec.topic,
+            url: self.spec.url,
+            method: self.spec.method,
+            headers: self.spec.headers,
+            body: self.spec.body,
+            body_text: self.spec.body_text,
+            content_type: self.spec.content_type,
+            retry: self
+                .spec
+                .retry_ms
+                .map(|r| r.into_iter().map(crate::job::format_duration_ms).collect()),
+            timeout: self.spec.timeout_ms.map(crate::job::format_duration_ms),
+            state: self.state,
+            attempts: self.attempts,
+            max_attempts: self.max_attempts,
+            next_attempt_at,
+            created_at: crate::job::format_ms(self.created),
+            updated_at: crate::job::format_ms(self.updated),
+            history: self
+                .history
+                .iter()
+                .filter_map(|h| attempt_view(h))
+                .collect(),
+        }
+    }
+}
+
+/// An attempt record as the API shows it: the stored JSON with its start
+/// time `at` (epoch ms in Redis) in RFC 3339.
+fn attempt_view(stored: &str) -> Option<serde_json::Value> {
+    let mut record: serde_json::Value = serde_json::from_str(stored).ok()?;
+    if let Some(at) = record.get_mut("at") {
+        if let Some(ms) = at.as_i64() {
+            *at = crate::job::format_ms(ms).into();
+        }
+    }
+    Some(record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_decodes_big_endian_fields() {
+        let mut v = vec![b'x'];
+        v.extend_from_slice(&1_700_000_000_123u64.to_be_bytes()[2..]);
+        v.extend_from_slice(&3u16.to_be_bytes());
+        v.extend_from_slice(&9u16.to_be_bytes());
+        v.extend_from_slice(&1_800_000_000_000u64.to_be_bytes()[2..]);
+        v.extend_from_slice(&1_700_000_000_200u64.to_be_bytes()[2..]);
+        v.extend_from_slice(&1_600_000_000_000u64.to_be_bytes()[2..]);
+        v.extend_from_slice(&7u32.to_be_bytes());
+        v.extend_from_slice(br#"{"url":"http://a/"}"#);
+        let h = RecordHeader::parse(&v).expect("header");
+        assert_eq!(h.state, State::Dead);
+        assert_eq!(h.updated, 1_700_000_000_123);
+        assert_eq!((h.attempts, h.max_attempts), (3, 9));
+        assert_eq!(h.due, 1_800_000_000_000);
+        assert_eq!(h.created, 1_600_000_000_000);
+        assert_eq!(h.dead_letter_entry().as_deref(), Some("1700000000200-7"));
+        let r = JobRecord::decode("a", &v, Vec::new())
+            .expect("decodes")
+            .expect("some");
+        assert_eq!(r.spec.url, "http://a/");
+        assert!(RecordHeader::parse(&v[..20]).is_none());
+        v[0] = b'?';
+        assert!(RecordHeader::parse(&v).is_none());
+    }
+}
