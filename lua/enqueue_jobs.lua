@@ -7,7 +7,8 @@
 
   A job due now (or in the past) goes straight to the ready list; a later one
   goes to the due set under the member `<seq hex(12)><id>`, so jobs due in the
-  same millisecond keep their enqueue order.
+  same millisecond keep their enqueue order, or, when due far ahead, to a
+  bucket of the timing wheel (see the prelude) with its sequence in its record.
 
   Input:
     KEYS[1] due zset        <ns>:{p}:due
@@ -70,13 +71,15 @@ for i = 4, #ARGV, 6 do
   end
 end
 
--- Pass 2: write. One INCRBY for the sequence numbers, one ZADD and one RPUSH.
+-- Pass 2: write. One INCRBY for the sequence numbers, one ZADD, one RPUSH
+-- per wheel bucket and one RPUSH for the ready list.
+local prefix = partition_prefix(ARGV[1])
 local seq = 0
 if scheduled > 0 then seq = rcall('INCRBY', KEYS[3], scheduled) - scheduled end
-local head = rcall('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-local earliest = head[2] and tonumber(head[2])
-local new_earliest = nil
+local wake_before = scheduled > 0 and next_wake(prefix, KEYS[1])
+local wake = nil
 local zadd, ready = {}, {}
+local buckets, bucket_order, in_wheel = {}, {}, 0
 for _, c in ipairs(created) do
   local i, state, due = c[1], c[2], c[3]
   local id = ARGV[i]
@@ -87,18 +90,36 @@ for _, c in ipairs(created) do
   else
     seq = seq + 1
     r.seq = seq
-    -- Formatted once, as an integer: a Lua number passed to redis.call is
-    -- formatted with %.17g.
-    zadd[#zadd + 1] = string.format('%d', due)
-    zadd[#zadd + 1] = due_member(seq, id)
-    if not new_earliest or due < new_earliest then new_earliest = due end
+    local slot, opens = wheel_slot(due, now)
+    if slot then
+      r.state = 'w'
+      in_wheel = in_wheel + 1
+      local bucket = buckets[slot]
+      if not bucket then
+        bucket = {opens = opens, ids = {}}
+        buckets[slot] = bucket
+        bucket_order[#bucket_order + 1] = slot
+      end
+      bucket.ids[#bucket.ids + 1] = id
+    else
+      -- Formatted once, as an integer: a Lua number passed to redis.call is
+      -- formatted with %.17g.
+      zadd[#zadd + 1] = string.format('%d', due)
+      zadd[#zadd + 1] = due_member(seq, id)
+      if not wake or due < wake then wake = due end
+    end
   end
   rec_create(ARGV[1] .. id, r, ARGV[i + 1])
 end
-if #zadd > 0 then
-  rcall('ZADD', KEYS[1], unpack(zadd))
-  if not earliest or new_earliest < earliest then wake_due(ARGV[2], ARGV[3], new_earliest) end
+for _, slot in ipairs(bucket_order) do
+  local bucket = buckets[slot]
+  if wheel_push(prefix, slot, bucket.opens, bucket.ids) and (not wake or bucket.opens < wake) then
+    wake = bucket.opens
+  end
 end
+wheel_count(prefix, in_wheel)
+if #zadd > 0 then rcall('ZADD', KEYS[1], unpack(zadd)) end
+if wake and (not wake_before or wake < wake_before) then wake_due(ARGV[2], ARGV[3], wake) end
 if #ready > 0 and rcall('RPUSH', KEYS[2], unpack(ready)) == #ready then
   wake_ready(ARGV[2], ARGV[3])
 end

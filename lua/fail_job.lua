@@ -1,5 +1,6 @@
 --[[
-  Record a failed attempt: either schedule the next rung (back to the due set)
+  Record a failed attempt: either schedule the next rung (back to the due set,
+  or to the timing wheel when far ahead)
   or dead-letter the job (out of the live sets and onto the dead-letter stream,
   in this same atomic step).
 
@@ -32,21 +33,24 @@ local r = rec_get(KEYS[1])
 if not r or r.state ~= 'i' or r.att ~= tonumber(ARGV[2]) then return {0} end
 
 local now = now_ms()
+local delay = tonumber(ARGV[4])
+local prefix = string.sub(KEYS[4], 1, -4)
+-- A retry far ahead goes to a wheel bucket, a key this script builds: not
+-- while the partition's slot is moving (see the prelude).
+if delay >= 0 and IN_CLUSTER and wheel_slot(now + delay, now) and slot_moving(KEYS[4]) then
+  return try_again()
+end
 rcall('ZREM', KEYS[2], ARGV[1])
 history_push(KEYS[3], ARGV[3])
 rcall('HINCRBY', KEYS[7], 'failed_attempts', 1)
 
-local delay = tonumber(ARGV[4])
 if delay >= 0 then
-  local due = now + delay
-  local seq = rcall('INCR', KEYS[5])
-  local member = due_member(seq, ARGV[1])
-  r.state, r.due, r.seq, r.ut = 's', due, seq, now
-  rec_put(KEYS[1], r)
-  rcall('ZADD', KEYS[4], string.format('%d', due), member)
-  local head = rcall('ZRANGE', KEYS[4], 0, 0)
-  if head[1] == member then wake_due(ARGV[10], ARGV[11], due) end
-  return {1, due}
+  local before = next_wake(prefix, KEYS[4])
+  r.due, r.seq, r.ut = now + delay, rcall('INCR', KEYS[5]), now
+  local wake = schedule(prefix, KEYS[4], KEYS[1], ARGV[1], r, now)
+  if r.state == 'w' then wheel_count(prefix, 1) end
+  if wake and (not before or wake < before) then wake_due(ARGV[10], ARGV[11], wake) end
+  return {1, r.due}
 end
 
 local entry = dead_letter(KEYS[6], ARGV[9], ARGV[1], ARGV[8], r.att, ARGV[6], ARGV[7], r.spec, now)

@@ -59,14 +59,17 @@ end
   order the hot paths write it (state and update time first, so a promotion
   or a claim is one SETRANGE):
 
-    offset  0  state      1 byte   s scheduled, p parked (scheduled, held for
-                                   its host), r ready, i in flight,
-                                   d delivered, x dead, c cancelled
+    offset  0  state      1 byte   s scheduled (in the due set), w
+                                   scheduled (in the timing wheel, below),
+                                   p parked (scheduled, held for its host),
+                                   r ready, i in flight, d delivered,
+                                   x dead, c cancelled
     offset  1  updated    6 bytes  ms
     offset  7  attempts   2 bytes  also the lease's fencing token
     offset  9  max        2 bytes  attempts allowed
     offset 11  due        6 bytes  ms, of the pending or last attempt
-    offset 17  seq        6 bytes  due-set (or parking) sequence; 0 = none
+    offset 17  seq        6 bytes  due-set (or parking) sequence, given when
+                                   the job is scheduled; 0 = none
     offset 23  created    6 bytes  ms
     offset 29  lease      4 bytes  ms; 0 = the daemon's default
 
@@ -75,7 +78,7 @@ end
 ]]
 local REC_FMT = '>c1I6I2I2I6I6I6I4'
 local REC_HEADER = 33
-local STATE_NAMES = {s = 'scheduled', p = 'scheduled', r = 'ready', i = 'inflight',
+local STATE_NAMES = {s = 'scheduled', w = 'scheduled', p = 'scheduled', r = 'ready', i = 'inflight',
   d = 'delivered', x = 'dead', c = 'cancelled'}
 
 local function rec_unpack(v)
@@ -158,4 +161,101 @@ local function wake_due(channel, p, due)
 end
 local function wake_ready(channel, p)
   redis.call('PUBLISH', channel, 'r' .. p)
+end
+
+--[[
+  The timing wheel. A job due far ahead does not wait in the due set (a
+  sorted-set entry costs ~140 bytes); it waits as a bare id in a bucket, a
+  LIST `<ns>:{p}:wheel:<level>:<start ms>` holding the jobs due in
+  [start, start + width) of its level (list entries cost ~28 bytes). The
+  partition's ZSET `<ns>:{p}:wheel` lists the buckets, scored by when each
+  opens: a little before its start (its level's lead). Opening a bucket (in
+  promote_due) moves each of its jobs on to a finer bucket or, when near,
+  into the due set, so a job waits in a coarse bucket while far away and in
+  the due set only for its last minute or so.
+
+  A job in the wheel has state `w`. Cancelling or changing it leaves its id
+  in its bucket as a tombstone: when the bucket opens, only ids whose record
+  still says `w` move on (a changed job has a new entry of its own; moving a
+  stale duplicate first is harmless, since a record moves by what it says).
+  The stats hash's `wheel` field counts records in state `w`.
+
+  The finest width is `redis.wheel_bucket` (WHEEL_BUCKET, defined above
+  this prelude like IN_CLUSTER; 2^16 ms by default); each level is 64 times
+  wider than the one below and opens a sixteenth of its width early:
+
+    level  default width   lead      holds jobs due at least one width ahead
+      1    ~65 s           ~4 s
+      2    ~70 min         ~4.4 min
+      3    ~3.1 days       ~4.7 h
+]]
+local WHEEL_WIDTHS = {WHEEL_BUCKET, WHEEL_BUCKET * 64, WHEEL_BUCKET * 4096}
+
+-- `<ns>:{p}:` from a job key prefix `<ns>:{p}:job:`.
+local function partition_prefix(job_prefix)
+  return string.sub(job_prefix, 1, -5)
+end
+
+-- Where a scheduled job due at `due` waits at time `now`: its bucket's
+-- name `<level>:<start>` and opening time, or nil for the due set.
+local function wheel_slot(due, now)
+  for level = #WHEEL_WIDTHS, 1, -1 do
+    local width = WHEEL_WIDTHS[level]
+    if due - now >= width then
+      local start = due - due % width
+      local opens = start - math.floor(width / 16)
+      if opens > now then return level .. ':' .. string.format('%d', start), opens end
+    end
+  end
+  return nil
+end
+
+-- Appends ids to bucket `slot`; a new bucket joins the wheel's index.
+-- Returns true when the bucket is new.
+local function wheel_push(prefix, slot, opens, ids)
+  local key, n = prefix .. 'wheel:' .. slot, 0
+  -- In chunks: unpack is bounded by Lua's stack.
+  for first = 1, #ids, 1000 do
+    n = redis.call('RPUSH', key, unpack(ids, first, math.min(first + 999, #ids)))
+  end
+  if n == #ids then
+    redis.call('ZADD', prefix .. 'wheel', string.format('%d', opens), slot)
+    return true
+  end
+  return false
+end
+
+-- The earliest time the partition has work: the due set's head or the
+-- wheel's next bucket to open; nil when there is neither.
+local function next_wake(prefix, due_key)
+  local a = tonumber(redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')[2])
+  local b = tonumber(redis.call('ZRANGE', prefix .. 'wheel', 0, 0, 'WITHSCORES')[2])
+  if a and b then return math.min(a, b) end
+  return a or b
+end
+
+-- Counts records entering (+n) or leaving (-n) the wheel.
+local function wheel_count(prefix, delta)
+  if delta ~= 0 then redis.call('HINCRBY', prefix .. 'stats', 'wheel', delta) end
+end
+
+--[[
+  Schedules the record `r` of job `id` (its due, seq set) for its due time:
+  into the wheel (state w) when far ahead, else into the due set (state s).
+  Writes the header. Returns the time the carrier must act for it when that
+  may be earlier than before (its due time, or a new bucket's opening), else
+  nil. The caller counts a record entering the wheel (r.state == 'w').
+]]
+local function schedule(prefix, due_key, key, id, r, now)
+  local slot, opens = wheel_slot(r.due, now)
+  if slot then
+    r.state = 'w'
+    rec_put(key, r)
+    if wheel_push(prefix, slot, opens, {id}) then return opens end
+    return nil
+  end
+  r.state = 's'
+  rec_put(key, r)
+  redis.call('ZADD', due_key, string.format('%d', r.due), due_member(r.seq, id))
+  return r.due
 end

@@ -1,22 +1,73 @@
 --[[
-  Move due jobs from the due set to the ready list, a bounded batch at a time.
+  Move due jobs from the due set to the ready list, a bounded batch at a time,
+  after opening the timing wheel's buckets whose time has come (see the
+  prelude): at most a batch of their jobs move on, to finer buckets or into
+  the due set.
 
   Input:
     KEYS[1] due zset        <ns>:{p}:due
     KEYS[2] ready list      <ns>:{p}:ready
+    KEYS[3] wheel index     <ns>:{p}:wheel
     ARGV[1] batch size (at most this many jobs are moved)
     ARGV[2] job key prefix  <ns>:{p}:job:  (job records of the same hash tag)
     ARGV[3] wake channel
     ARGV[4] partition number
   Output:
-    {moved, next_due, now}: next_due is the score of the earliest job left in
-    the due set, or -1 when it is empty.
+    {moved, next_due, now}: next_due is the earliest time work is left (the
+    due set's head, or the next bucket to open; at most now when a bucket is
+    still being opened), or -1 when there is none.
     TRYAGAIN, with nothing changed, while the partition's slot is migrating.
 ]]
 local rcall = redis.call
 local now = now_ms()
+local prefix = partition_prefix(ARGV[2])
+local batch = tonumber(ARGV[1])
 
-local members = rcall('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[1]))
+-- Open the wheel's buckets whose time has come. Read pass first: the bucket
+-- lists and records are keys this script builds, checked by Redis only when
+-- touched (see the prelude).
+local buckets = rcall('ZRANGE', KEYS[3], '-inf', now, 'BYSCORE', 'LIMIT', 0, 16)
+if #buckets > 0 and IN_CLUSTER and slot_moving(KEYS[1]) then return try_again() end
+local budget = batch
+local opening = {}
+for _, slot in ipairs(buckets) do
+  if budget <= 0 then break end
+  local bucket = prefix .. 'wheel:' .. slot
+  local ids = rcall('LRANGE', bucket, 0, budget - 1)
+  budget = budget - #ids
+  opening[#opening + 1] = {slot, bucket, ids}
+end
+local to_due, moved_on, left_wheel = {}, {}, 0
+for _, o in ipairs(opening) do
+  local slot, bucket, ids = o[1], o[2], o[3]
+  for _, id in ipairs(ids) do
+    local key = ARGV[2] .. id
+    local r = rec_header(key)
+    if r and r.state == 'w' then
+      local next_slot, opens = wheel_slot(r.due, now)
+      if next_slot then
+        local m = moved_on[next_slot]
+        if not m then
+          m = {opens = opens, ids = {}}
+          moved_on[next_slot] = m
+        end
+        m.ids[#m.ids + 1] = id
+      else
+        rec_set_state(key, 's', now)
+        to_due[#to_due + 1] = string.format('%d', r.due)
+        to_due[#to_due + 1] = due_member(r.seq, id)
+        left_wheel = left_wheel + 1
+      end
+    end
+  end
+  if #ids > 0 then rcall('LTRIM', bucket, #ids, -1) end
+  if rcall('EXISTS', bucket) == 0 then rcall('ZREM', KEYS[3], slot) end
+end
+for slot, m in pairs(moved_on) do wheel_push(prefix, slot, m.opens, m.ids) end
+wheel_count(prefix, -left_wheel)
+if #to_due > 0 then rcall('ZADD', KEYS[1], unpack(to_due)) end
+
+local members = rcall('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, batch)
 -- Read pass (in a cluster): every job record must be here before anything
 -- is written. A member whose record is gone outside a migration (deleted by
 -- hand) is only dropped from the due set.
@@ -39,7 +90,5 @@ if moved > 0 and rcall('RPUSH', KEYS[2], unpack(ids)) == moved then
   wake_ready(ARGV[3], ARGV[4])
 end
 
-local head = rcall('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-local next_due = -1
-if head[2] then next_due = tonumber(head[2]) end
+local next_due = next_wake(prefix, KEYS[1]) or -1
 return {moved, next_due, now}

@@ -26,7 +26,9 @@
 local rcall = redis.call
 local r = rec_get(KEYS[1])
 if not r then return {-1} end
-if r.state ~= 's' and r.state ~= 'p' then return {-2, STATE_NAMES[r.state] or r.state} end
+if r.state ~= 's' and r.state ~= 'w' and r.state ~= 'p' then
+  return {-2, STATE_NAMES[r.state] or r.state}
+end
 if r.spec ~= ARGV[9] then return {-3, 'scheduled'} end
 
 local now = now_ms()
@@ -38,11 +40,19 @@ elseif ARGV[3] ~= '' then
 else
   due = now + tonumber(ARGV[4])
 end
+local prefix = string.sub(KEYS[2], 1, -4)
+-- A job due far ahead goes to a wheel bucket, a key this script builds: not
+-- while the partition's slot is moving (see the prelude).
+if IN_CLUSTER and due > now and wheel_slot(due, now) and slot_moving(KEYS[2]) then
+  return try_again()
+end
 
--- A job held for its host (parked) has no due-set member; it leaves the
--- host's parking as it joins the due set (its parking entry no longer
--- matches its sequence and is skipped when the host drains).
+-- The job leaves where it waits: the due set (its member), the wheel (its
+-- id stays in its bucket as a tombstone), or its host's parking (its entry
+-- no longer matches its sequence and is skipped when the host drains).
 if r.state == 's' and r.seq > 0 then rcall('ZREM', KEYS[2], due_member(r.seq, ARGV[1])) end
+local wheel_delta = 0
+if r.state == 'w' then wheel_delta = -1 end
 r.max, r.due, r.ut, r.lease = tonumber(ARGV[5]), due, now, tonumber(ARGV[6]) or 0
 
 local state
@@ -53,12 +63,12 @@ if due <= now then
   if rcall('RPUSH', KEYS[3], ARGV[1]) == 1 then wake_ready(ARGV[7], ARGV[8]) end
 else
   state = 'scheduled'
-  local seq = rcall('INCR', KEYS[4])
-  local member = due_member(seq, ARGV[1])
-  r.state, r.seq = 's', seq
+  local before = next_wake(prefix, KEYS[2])
+  r.state, r.seq = 's', rcall('INCR', KEYS[4])
   rec_create(KEYS[1], r, ARGV[2])
-  rcall('ZADD', KEYS[2], string.format('%d', due), member)
-  local head = rcall('ZRANGE', KEYS[2], 0, 0)
-  if head[1] == member then wake_due(ARGV[7], ARGV[8], due) end
+  local wake = schedule(prefix, KEYS[2], KEYS[1], ARGV[1], r, now)
+  if r.state == 'w' then wheel_delta = wheel_delta + 1 end
+  if wake and (not before or wake < before) then wake_due(ARGV[7], ARGV[8], wake) end
 end
+wheel_count(prefix, wheel_delta)
 return {1, state, due, now}

@@ -238,7 +238,7 @@ pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
 
 /// Connects to Redis without looking at the data's layout.
 async fn connect_any(config: &Config) -> Result<Store, CliError> {
-    Store::connect(config).await.map_err(|e| {
+    Store::connect_unchecked(config).await.map_err(|e| {
         fail(
             1,
             format!("cannot connect to Redis ({}): {e}", config.redis.url),

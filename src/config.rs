@@ -88,7 +88,15 @@ pub struct RedisConfig {
     pub namespace: String,
     /// Number of hash-tagged key groups the jobs are spread over.
     pub partitions: u16,
+    /// Width of the timing wheel's finest buckets (the next levels are 64
+    /// and 4096 times wider): jobs due at least this far ahead wait in the
+    /// wheel's compact buckets rather than in the due set.
+    #[serde(with = "humantime_serde")]
+    pub wheel_bucket: Duration,
 }
+
+/// Default `redis.wheel_bucket`: 2^16 ms (about 65 s).
+pub const DEFAULT_WHEEL_BUCKET: Duration = Duration::from_millis(65_536);
 
 /// `[api]` section.
 #[derive(Debug, Clone, Deserialize)]
@@ -173,6 +181,7 @@ impl Default for RedisConfig {
             cluster_nodes: Vec::new(),
             namespace: "hookq".into(),
             partitions: 16,
+            wheel_bucket: DEFAULT_WHEEL_BUCKET,
         }
     }
 }
@@ -306,6 +315,9 @@ impl Config {
         }
         if !(1..=1024).contains(&r.partitions) {
             bail!("config key `redis.partitions`: must be between 1 and 1024");
+        }
+        if !(Duration::from_millis(16)..=Duration::from_secs(3600)).contains(&r.wheel_bucket) {
+            bail!("config key `redis.wheel_bucket`: must be between 16ms and 1h");
         }
         let a = &self.api;
         a.listen.parse::<SocketAddr>().with_context(|| {

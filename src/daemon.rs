@@ -23,7 +23,7 @@ use crate::delivery::Deliverer;
 use crate::hosts::breaker::Breaker;
 use crate::hosts::lanes::Lanes;
 use crate::hosts::HostRules;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use crate::wake::{self, Signals};
 use crate::worker::WorkerPool;
 
@@ -59,6 +59,7 @@ async fn connect_store(config: &Config, token: &CancellationToken) -> anyhow::Re
     loop {
         match Store::connect(config).await {
             Ok(store) => return Ok(store),
+            Err(err @ StoreError::Schema { .. }) => return Err(err.into()),
             Err(err) => {
                 tracing::warn!(cause = %err, retry_in = ?backoff, "cannot connect to Redis yet");
             }
@@ -89,7 +90,6 @@ impl Daemon {
             tracing::warn!("api.tokens is empty: the API accepts requests without authentication");
         }
         let store = connect_store(&config, &token).await?;
-        store.check_schema().await?;
         let deliverer = Deliverer::new(&config)?;
         let signals = Signals::new(config.redis.partitions);
         let clock = RedisClock::new();

@@ -77,7 +77,7 @@ fn check(name: &'static str, status: Status, detail: String, fix: Option<String>
 /// Runs every check against the Redis of `config`.
 pub async fn run(config: &Config) -> Report {
     let mut checks = Vec::new();
-    let store = match Store::connect(config).await {
+    let store = match Store::connect_unchecked(config).await {
         Ok(store) => store,
         Err(err) => {
             checks.push(check(
@@ -273,6 +273,27 @@ pub async fn run(config: &Config) -> Report {
             format!("cannot load: {err}"),
             Some("allow SCRIPT LOAD/EVALSHA for hookq's Redis user (ACL: +@scripting)".into()),
         ),
+    });
+    checks.push(match store.schema_version().await {
+        Ok(Some(v)) if v == crate::store::schema::SCHEMA_VERSION => {
+            check("schema", Status::Ok, format!("layout {v}"), None)
+        }
+        Ok(None) => check(
+            "schema",
+            Status::Ok,
+            "no hookq data yet (the first daemon writes the layout version)".into(),
+            None,
+        ),
+        Ok(Some(v)) => check(
+            "schema",
+            Status::Fail,
+            format!(
+                "layout `{v}`; this hookq reads layout {}",
+                crate::store::schema::SCHEMA_VERSION
+            ),
+            Some("stop every hookq daemon and run `hookq migrate`".into()),
+        ),
+        Err(err) => check("schema", Status::Fail, format!("cannot read: {err}"), None),
     });
     Report { checks }
 }

@@ -73,6 +73,14 @@ impl Keys {
         format!("{}due", self.prefix(p))
     }
 
+    /// ZSET `<ns>:{p}:wheel`: the timing wheel's buckets of partition `p`,
+    /// member `<level>:<start ms>`, score = when the bucket opens. Each
+    /// bucket is a LIST `<ns>:{p}:wheel:<level>:<start ms>` of ids of jobs
+    /// due far ahead (see `lua/prelude.lua`).
+    pub fn wheel(&self, p: u16) -> String {
+        format!("{}wheel", self.prefix(p))
+    }
+
     /// LIST `<ns>:{p}:ready`: ids of due jobs waiting for a worker, oldest first.
     pub fn ready(&self, p: u16) -> String {
         format!("{}ready", self.prefix(p))

@@ -4,7 +4,8 @@
 //! pipelined round trips per partition visited and never reads a whole set.
 //!
 //! Cursors are `<partition>:<position>`, where the position is an index into
-//! the partition's zset or list, a `SCAN` cursor, or a stream entry id.
+//! the partition's zset or list, a `SCAN` cursor (with the keys of its step
+//! already listed), or a stream entry id.
 
 use std::collections::HashMap;
 
@@ -156,16 +157,15 @@ impl DeadLetter {
 
 /// Which ids a job listing walks.
 enum Source {
-    Due,
     Ready,
     Inflight,
     Scan,
 }
 
 impl Store {
-    /// Reads job records (without history) of partition `p`, in order; ids
-    /// whose record is gone are skipped.
-    async fn records(&self, p: u16, ids: &[String]) -> StoreResult<Vec<JobRecord>> {
+    /// Reads job records (without history) of partition `p`, one per id in
+    /// order (None where the record is gone).
+    async fn records(&self, p: u16, ids: &[String]) -> StoreResult<Vec<Option<JobRecord>>> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -175,13 +175,10 @@ impl Store {
         }
         let mut conn = self.conn.clone();
         let all: Vec<Vec<u8>> = pipe.query_async(&mut conn).await?;
-        let mut out = Vec::with_capacity(ids.len());
-        for (id, value) in ids.iter().zip(all) {
-            if let Some(record) = JobRecord::decode(id, &value, Vec::new())? {
-                out.push(record);
-            }
-        }
-        Ok(out)
+        ids.iter()
+            .zip(all)
+            .map(|(id, value)| JobRecord::decode(id, &value, Vec::new()))
+            .collect()
     }
 
     /// Pages through jobs, optionally of one state and one topic. Views carry
@@ -193,8 +190,9 @@ impl Store {
         limit: usize,
         cursor: Option<Cursor>,
     ) -> StoreResult<Page<JobRecord>> {
+        // Scheduled jobs wait in three places (the due set, the timing
+        // wheel, a host's parking): their records are walked instead.
         let source = match state {
-            Some(State::Scheduled) => Source::Due,
             Some(State::Ready) => Source::Ready,
             Some(State::Inflight) => Source::Inflight,
             _ => Source::Scan,
@@ -211,71 +209,67 @@ impl Store {
         {
             let p = cursor.partition;
             let want = limit - items.len();
-            let (ids, next): (Vec<String>, Option<String>) = match source {
-                Source::Due | Source::Inflight | Source::Ready => {
+            let keep = |record: &JobRecord| {
+                state.is_none_or(|s| s == record.state)
+                    && topic.is_none_or(|t| t == record.spec.topic)
+            };
+            let next = match source {
+                Source::Inflight | Source::Ready => {
                     let offset: isize = cursor.position.parse().unwrap_or(0);
                     let stop = offset + want as isize - 1;
-                    let raw: Vec<String> = match source {
-                        Source::Due => {
-                            redis::cmd("ZRANGE")
-                                .arg(self.keys.due(p))
-                                .arg(offset)
-                                .arg(stop)
-                                .query_async(&mut conn)
-                                .await?
-                        }
-                        Source::Inflight => {
-                            redis::cmd("ZRANGE")
-                                .arg(self.keys.inflight(p))
-                                .arg(offset)
-                                .arg(stop)
-                                .query_async(&mut conn)
-                                .await?
-                        }
-                        _ => {
-                            redis::cmd("LRANGE")
-                                .arg(self.keys.ready(p))
-                                .arg(offset)
-                                .arg(stop)
-                                .query_async(&mut conn)
-                                .await?
-                        }
+                    let (cmd, key) = match source {
+                        Source::Inflight => ("ZRANGE", self.keys.inflight(p)),
+                        _ => ("LRANGE", self.keys.ready(p)),
                     };
-                    let full = raw.len() == want;
-                    let next = full.then(|| (offset + raw.len() as isize).to_string());
-                    let ids = match source {
-                        Source::Due => raw
-                            .into_iter()
-                            .map(|m| m.get(12..).unwrap_or_default().to_string())
-                            .collect(),
-                        _ => raw,
-                    };
-                    (ids, next)
+                    let ids: Vec<String> = redis::cmd(cmd)
+                        .arg(key)
+                        .arg(offset)
+                        .arg(stop)
+                        .query_async(&mut conn)
+                        .await?;
+                    let full = ids.len() == want;
+                    for record in self.records(p, &ids).await?.into_iter().flatten() {
+                        if keep(&record) {
+                            items.push(record);
+                        }
+                    }
+                    full.then(|| (offset + ids.len() as isize).to_string())
                 }
                 Source::Scan => {
-                    let (next, keys) = conn
+                    // Position `<scan cursor>` or `<scan cursor>.<keys to
+                    // skip>`: a page that fills up within one SCAN step
+                    // resumes inside that step.
+                    let (scan_cursor, skip) = match cursor.position.split_once('.') {
+                        Some((c, n)) => (c.to_string(), n.parse().unwrap_or(0)),
+                        None => (cursor.position.clone(), 0usize),
+                    };
+                    let (next_scan, keys) = conn
                         .scan_near(
                             &self.keys.due(p),
-                            &cursor.position,
+                            &scan_cursor,
                             &format!("{}*", self.keys.job_prefix(p)),
                             want.max(100),
                         )
                         .await?;
                     let prefix_len = self.keys.job_prefix(p).len();
-                    let ids = keys
-                        .into_iter()
+                    let ids: Vec<String> = keys
+                        .iter()
+                        .skip(skip)
                         .map(|k| k[prefix_len..].to_string())
                         .collect();
-                    (ids, (next != "0").then_some(next))
+                    let mut resume = None;
+                    for (i, record) in self.records(p, &ids).await?.into_iter().enumerate() {
+                        if items.len() == limit {
+                            resume = Some(format!("{scan_cursor}.{}", skip + i));
+                            break;
+                        }
+                        if let Some(record) = record.filter(|r| keep(r)) {
+                            items.push(record);
+                        }
+                    }
+                    resume.or_else(|| (next_scan != "0").then_some(next_scan))
                 }
             };
-            for record in self.records(p, &ids).await? {
-                let state_ok = state.is_none_or(|s| s == record.state);
-                let topic_ok = topic.is_none_or(|t| t == record.spec.topic);
-                if state_ok && topic_ok && items.len() < limit {
-                    items.push(record);
-                }
-            }
             cursor = match next {
                 Some(position) => Cursor::start(p, &position),
                 None => {
@@ -323,7 +317,8 @@ impl Store {
                 stats.held_for_host += held;
                 stats.scheduled += held;
             }
-            stats.scheduled += due;
+            // Jobs waiting in the timing wheel are scheduled too.
+            stats.scheduled += due + counters.get("wheel").copied().unwrap_or_default();
             stats.ready += ready;
             stats.inflight += inflight;
             stats.dead += dead;

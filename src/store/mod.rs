@@ -344,8 +344,17 @@ pub struct Store {
 }
 
 impl Store {
-    /// Connects to the Redis (or Redis Cluster) named by `config`.
+    /// Connects to the Redis (or Redis Cluster) named by `config`, holding
+    /// data of this hookq's layout ([`Store::check_schema`]).
     pub async fn connect(config: &Config) -> StoreResult<Store> {
+        let store = Store::connect_unchecked(config).await?;
+        store.check_schema().await?;
+        Ok(store)
+    }
+
+    /// Connects whatever the layout of the data in Redis (for `hookq
+    /// migrate` and `hookq doctor`).
+    pub async fn connect_unchecked(config: &Config) -> StoreResult<Store> {
         let conn = if config.redis.cluster_nodes.is_empty() {
             let client = redis::Client::open(config.redis.url.as_str())?;
             let manager_config = ConnectionManagerConfig::new()
@@ -382,7 +391,10 @@ impl Store {
         Store {
             conn,
             keys: Arc::new(keys),
-            scripts: Arc::new(Scripts::new(in_cluster)),
+            scripts: Arc::new(Scripts::new(
+                in_cluster,
+                config.redis.wheel_bucket.as_millis() as u64,
+            )),
             settings: Settings {
                 retention_ms: config.retention.finished.as_millis() as u64,
                 dead_letters_max: config.retention.dead_letters_max,
@@ -643,7 +655,7 @@ impl Store {
         let (moved, next, now): (usize, i64, i64) = self
             .invoke(
                 &scripts::PROMOTE_DUE,
-                &[&self.keys.due(p), &self.keys.ready(p)],
+                &[&self.keys.due(p), &self.keys.ready(p), &self.keys.wheel(p)],
                 &[
                     arg(&batch),
                     arg(&self.keys.job_prefix(p)),

@@ -16,6 +16,8 @@ pub struct RecordHeader {
     pub state: State,
     /// Held for its host (parked) while scheduled.
     pub parked: bool,
+    /// Waiting in the timing wheel (scheduled far ahead), not the due set.
+    pub in_wheel: bool,
     /// Last change, epoch ms.
     pub updated: i64,
     /// Attempts started (the lease's fencing token).
@@ -43,19 +45,19 @@ impl RecordHeader {
     /// or its state byte is unknown (not a record hookq wrote).
     pub fn parse(value: &[u8]) -> Option<RecordHeader> {
         let h = value.get(..HEADER_LEN)?;
-        let (state, parked) = match h[0] {
-            b's' => (State::Scheduled, false),
-            b'p' => (State::Scheduled, true),
-            b'r' => (State::Ready, false),
-            b'i' => (State::Inflight, false),
-            b'd' => (State::Delivered, false),
-            b'x' => (State::Dead, false),
-            b'c' => (State::Cancelled, false),
+        let state = match h[0] {
+            b's' | b'w' | b'p' => State::Scheduled,
+            b'r' => State::Ready,
+            b'i' => State::Inflight,
+            b'd' => State::Delivered,
+            b'x' => State::Dead,
+            b'c' => State::Cancelled,
             _ => return None,
         };
         Some(RecordHeader {
             state,
-            parked,
+            parked: h[0] == b'p',
+            in_wheel: h[0] == b'w',
             updated: be(&h[1..7]) as i64,
             attempts: be(&h[7..9]) as u32,
             max_attempts: be(&h[9..11]) as u32,

@@ -47,7 +47,7 @@ macro_rules! script {
 /// ARGV per job.
 pub const ENQUEUE_JOBS: ScriptDef = script!("enqueue_jobs", 3, 3, repeat 6);
 /// `promote_due`: move due jobs to the ready list.
-pub const PROMOTE_DUE: ScriptDef = script!("promote_due", 2, 4);
+pub const PROMOTE_DUE: ScriptDef = script!("promote_due", 3, 4);
 /// `claim_ready`: lease ready jobs to workers.
 pub const CLAIM_READY: ScriptDef = script!("claim_ready", 2, 3);
 /// `complete_jobs`: record 2xx attempts of one partition, three ARGV per job.
@@ -131,14 +131,15 @@ impl Scripts {
     /// Compiles every script of [`ALL`], each after the [`PRELUDE`], for a
     /// Redis Cluster (`in_cluster`: the scripts guard against slot
     /// migrations) or a single Redis (where no slot ever moves, so the guard's
-    /// extra reads are skipped).
-    pub fn new(in_cluster: bool) -> Self {
+    /// extra reads are skipped), with the timing wheel's finest buckets
+    /// `wheel_bucket_ms` wide.
+    pub fn new(in_cluster: bool, wheel_bucket_ms: u64) -> Self {
         Scripts {
             compiled: ALL
                 .iter()
                 .map(|d| {
                     Script::new(&format!(
-                        "local IN_CLUSTER = {in_cluster}\n{PRELUDE}\n{}",
+                        "local IN_CLUSTER = {in_cluster}\nlocal WHEEL_BUCKET = {wheel_bucket_ms}\n{PRELUDE}\n{}",
                         d.source
                     ))
                 })

@@ -233,23 +233,43 @@ async fn redis_at_maxmemory_answers_503_and_resumes() {
     }
     let single_refused = single_refused.expect("a single create meets the memory wall");
 
-    // Nothing half-written: job records and due-set members match one to one.
+    // Nothing half-written: job records match due-set members and wheel
+    // entries one to one.
     let mut conn = redis.conn().await;
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("hookq:*:job:*")
         .query_async(&mut conn)
         .await
         .expect("KEYS");
+    let ns_keys = hookq::store::keys::Keys::new(&config.redis.namespace, config.redis.partitions);
     let mut members = 0usize;
+    let mut wheel_entries = std::collections::HashSet::new();
     for p in 0..config.redis.partitions {
         let n: usize = redis::cmd("ZCARD")
-            .arg(format!("hookq:{{{p}}}:due"))
+            .arg(ns_keys.due(p))
             .query_async(&mut conn)
             .await
             .expect("ZCARD");
         members += n;
+        let buckets: Vec<String> = redis::cmd("ZRANGE")
+            .arg(ns_keys.wheel(p))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut conn)
+            .await
+            .expect("ZRANGE");
+        for bucket in buckets {
+            let ids: Vec<String> = redis::cmd("LRANGE")
+                .arg(format!("{}:{bucket}", ns_keys.wheel(p)))
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut conn)
+                .await
+                .expect("LRANGE");
+            wheel_entries.extend(ids.into_iter().map(|id| ns_keys.job(p, &id)));
+        }
     }
-    let mut scheduled = 0usize;
+    let (mut scheduled, mut in_wheel) = (0usize, 0usize);
     for key in &keys {
         let header: Vec<u8> = redis::cmd("GETRANGE")
             .arg(key)
@@ -260,6 +280,14 @@ async fn redis_at_maxmemory_answers_503_and_resumes() {
             .expect("GETRANGE");
         let header = hookq::store::record::RecordHeader::parse(&header).expect("a job record");
         if header.state != hookq::job::State::Scheduled {
+            continue;
+        }
+        if header.in_wheel {
+            in_wheel += 1;
+            assert!(
+                wheel_entries.contains(key),
+                "{key} is in the wheel but in no bucket"
+            );
             continue;
         }
         scheduled += 1;
@@ -273,6 +301,11 @@ async fn redis_at_maxmemory_answers_503_and_resumes() {
             .expect("ZSCORE");
         assert!(score.is_some(), "{key} is scheduled but not in the due set");
     }
+    assert_eq!(
+        wheel_entries.len(),
+        in_wheel,
+        "no wheel entry without its record"
+    );
     let key_of = |id: &str| {
         let k = hookq::store::keys::Keys::new(&config.redis.namespace, config.redis.partitions);
         k.job(k.partition_of(id), id)

@@ -549,7 +549,7 @@ async fn an_earlier_job_wakes_a_sleeping_carrier() {
 }
 
 #[tokio::test]
-async fn a_job_due_in_a_year_waits_in_the_due_set() {
+async fn a_job_due_in_a_year_waits_in_the_timing_wheel() {
     let redis = RedisServer::start();
     let receiver = Receiver::ok().await;
     let config = test_config(&redis);
@@ -567,38 +567,88 @@ async fn a_job_due_in_a_year_waits_in_the_due_set() {
     let created = parse_rfc3339_ms(view["created_at"].as_str().expect("created"));
     assert_eq!(due - created, 365 * 86_400_000);
 
+    // Not in the due set: in the coarsest wheel bucket holding its due time,
+    // which opens a sixteenth of its width before it starts.
     let keys = hookq::store::Keys::new(&config.redis.namespace, config.redis.partitions);
     let p = keys.partition_of("renewal");
     let mut conn = redis.conn().await;
-    let members: Vec<(String, f64)> = conn
-        .zrange_withscores(keys.due(p), 0, -1)
+    let members: usize = conn.zcard(keys.due(p)).await.expect("ZCARD");
+    assert_eq!(members, 0, "a job a year away costs no due-set entry");
+    let width = config.redis.wheel_bucket.as_millis() as i64 * 4096;
+    let start = due - due % width;
+    let buckets: Vec<(String, f64)> = conn
+        .zrange_withscores(keys.wheel(p), 0, -1)
         .await
         .expect("ZRANGE");
-    assert_eq!(members.len(), 1);
-    assert!(members[0].0.ends_with("renewal"));
-    assert_eq!(members[0].1 as i64, due);
+    assert_eq!(
+        buckets,
+        [(format!("3:{start}"), (start - width / 16) as f64)]
+    );
+    let ids: Vec<String> = conn
+        .lrange(format!("{}:3:{start}", keys.wheel(p)), 0, -1)
+        .await
+        .expect("LRANGE");
+    assert_eq!(ids, ["renewal"]);
     assert_eq!(job_state(&base, "renewal").await, "scheduled");
+    let (_, stats) = get_json(&format!("{base}/v1/stats")).await;
+    assert_eq!(stats["scheduled"], 1, "{stats}");
+    let (_, listed) = get_json(&format!("{base}/v1/jobs?state=scheduled")).await;
+    assert_eq!(listed["jobs"][0]["id"], "renewal", "{listed}");
     assert_eq!(receiver.count(), 0);
     daemon.stop().await.expect("clean stop");
 }
 
+/// Jobs due in the same millisecond are promoted in enqueue order, whether
+/// they waited in the due set all along or first in the timing wheel: the
+/// first half is enqueued while the due time is still far enough for the
+/// wheel (with 500 ms buckets), the second half once it is within the due
+/// set's reach; ids sort against enqueue order.
 #[tokio::test]
 async fn jobs_due_in_the_same_millisecond_keep_enqueue_order() {
     let redis = RedisServer::start();
     let mut config = test_config(&redis);
     config.redis.partitions = 1;
+    config.redis.wheel_bucket = Duration::from_millis(500);
     let store = Store::connect(&config).await.expect("store");
     let now = store.redis_time_ms().await.expect("TIME");
-    let at = now + 200;
-    for i in 0..50 {
+    let at = now + 1_200;
+    let enqueue = |i: usize| {
         let input = JobInput {
             id: Some(format!("z-{:02}", 49 - i)),
             url: Some("http://127.0.0.1:9/".into()),
             run_at: Some(hookq::job::RunAt::Millis(at)),
             ..JobInput::default()
         };
-        crate::enqueue_direct(&store, &config, input).await;
+        let (store, config) = (store.clone(), config.clone());
+        async move { crate::enqueue_direct(&store, &config, input).await }
+    };
+    for i in 0..25 {
+        enqueue(i).await;
     }
+    let keys = store.keys().clone();
+    let mut conn = redis.conn().await;
+    let in_wheel: usize = conn.zcard(keys.wheel(0)).await.expect("ZCARD");
+    assert_eq!(in_wheel, 1, "the first half waits in a wheel bucket");
+    wait_until(
+        "the due time is within the due set's reach",
+        Duration::from_secs(5),
+        || {
+            let store = store.clone();
+            async move { store.redis_time_ms().await.expect("TIME") >= at - 400 }
+        },
+    )
+    .await;
+    for i in 25..50 {
+        enqueue(i).await;
+    }
+    let now = store.redis_time_ms().await.expect("TIME");
+    assert!(
+        at - now > 50,
+        "the second half was enqueued too late to test the due set"
+    );
+    let members: usize = conn.zcard(keys.due(0)).await.expect("ZCARD");
+    assert_eq!(members, 25, "the second half waits in the due set");
+
     let signals = Signals::new(1);
     let token = CancellationToken::new();
     let carrier = Carrier::new(
@@ -608,8 +658,7 @@ async fn jobs_due_in_the_same_millisecond_keep_enqueue_order() {
         Duration::from_secs(1),
     );
     let task = tokio::spawn(carrier.run(token.child_token()));
-    let mut conn = redis.conn().await;
-    let ready = store.keys().ready(0);
+    let ready = keys.ready(0);
     wait_until("all promoted", Duration::from_secs(10), || {
         let mut conn = conn.clone();
         let ready = ready.clone();
@@ -624,6 +673,8 @@ async fn jobs_due_in_the_same_millisecond_keep_enqueue_order() {
         ids, expected,
         "ids sort against enqueue order; order must be enqueue order"
     );
+    let wheel_left: usize = conn.zcard(keys.wheel(0)).await.expect("ZCARD");
+    assert_eq!(wheel_left, 0, "the opened bucket is gone");
 }
 
 /// A record removed or mangled by hand (or evicted under a wrong

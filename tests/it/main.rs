@@ -11,6 +11,7 @@ mod cluster;
 mod crash;
 mod delivery;
 mod engine;
+mod footprint;
 mod hosts;
 mod ops;
 
