@@ -111,12 +111,14 @@ impl Store {
         match self.schema_version().await?.as_deref() {
             Some(SCHEMA_VERSION) | None => return Ok(report),
             Some("1") | Some(MIGRATING) => {}
-            Some(other) => return Err(StoreError::reply(
-                "migrate",
-                format!(
+            Some(other) => {
+                return Err(StoreError::reply(
+                    "migrate",
+                    format!(
                     "layout `{other}` is unknown to this hookq (it migrates 1 to {SCHEMA_VERSION})"
                 ),
-            )),
+                ))
+            }
         }
         let _: () = redis::cmd("SET")
             .arg(self.keys.schema())
