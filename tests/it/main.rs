@@ -12,6 +12,7 @@ mod crash;
 mod delivery;
 mod engine;
 mod hosts;
+mod migrate;
 mod ops;
 
 use std::time::Duration;
