@@ -13,6 +13,7 @@ mod delivery;
 mod engine;
 mod footprint;
 mod hosts;
+mod migrate;
 mod ops;
 
 use std::time::Duration;

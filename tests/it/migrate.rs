@@ -1,0 +1,818 @@
+//! Layout versions and `hookq migrate`: a daemon or a data command refuses
+//! data of another layout (naming the migration), and the migration converts
+//! layout-1 records (one hash per job) in place, resuming after `kill -9`.
+//!
+//! Layout-1 data is written here by hand, field by field, as the layout-1
+//! scripts wrote it (the job hash's fields `job`, `state`, `att`, `max`,
+//! `due`, `seq`, `lease`, `ct`, `ut`, `dl`, `park`); the sets, lists, streams
+//! and counters around it are the same in both layouts.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use futures_util::stream::{self, StreamExt};
+use hookq::job::State;
+use hookq::store::keys::Keys;
+use hookq::store::record::RecordHeader;
+use hookq::store::Store;
+use redis::AsyncCommands;
+
+use crate::ops::{free_port, spawn_serve};
+use crate::support::receiver::Receiver;
+use crate::support::redis::RedisServer;
+use crate::support::wait_until;
+use crate::{get_json, start_daemon, test_config};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hookq");
+const NS: &str = "hookq";
+/// How long one CLI run may take before the test fails.
+const CLI_DEADLINE: Duration = Duration::from_secs(120);
+/// How long a refused `hookq serve` may take to exit.
+const REFUSE_DEADLINE: Duration = Duration::from_secs(30);
+
+/// `hookq <args>` against `redis` (namespace `hookq`, `partitions`
+/// partitions), not yet started.
+fn hookq_command(redis: &RedisServer, partitions: u16, args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .args(args)
+        .env("HOOKQ_REDIS__URL", redis.url())
+        .env("HOOKQ_REDIS__NAMESPACE", NS)
+        .env("HOOKQ_REDIS__PARTITIONS", partitions.to_string())
+        .env("HOOKQ_DELIVERY__ALLOW_PRIVATE", "true")
+        .env("HOOKQ_LOG__LEVEL", "warn")
+        .env_remove("HOOKQ_CONFIG");
+    command
+}
+
+/// Runs `hookq <args>` to its end (panics after `CLI_DEADLINE`).
+fn hookq(redis: &RedisServer, partitions: u16, args: &[&str]) -> Output {
+    crate::output_within(hookq_command(redis, partitions, args), CLI_DEADLINE)
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as i64
+}
+
+fn spec(url: &str, n: usize) -> String {
+    format!(r#"{{"url":"{url}","body":{{"n":{n}}}}}"#)
+}
+
+async fn schema(conn: &mut redis::aio::MultiplexedConnection) -> Option<String> {
+    conn.get(format!("{NS}:schema")).await.expect("GET schema")
+}
+
+/// One layout-1 job hash, as the layout-1 scripts left it.
+#[derive(Debug, Clone)]
+struct L1Job {
+    id: String,
+    spec: Option<String>,
+    state: &'static str,
+    att: u32,
+    max: u32,
+    due: i64,
+    seq: Option<u64>,
+    lease: Option<u64>,
+    ct: i64,
+    ut: i64,
+    dl: Option<String>,
+    park: Option<String>,
+    ttl_ms: Option<u64>,
+}
+
+impl L1Job {
+    fn new(id: String, spec: String, state: &'static str, due: i64, ct: i64) -> L1Job {
+        L1Job {
+            id,
+            spec: Some(spec),
+            state,
+            att: 0,
+            max: 3,
+            due,
+            seq: None,
+            lease: None,
+            ct,
+            ut: ct,
+            dl: None,
+            park: None,
+            ttl_ms: None,
+        }
+    }
+
+    /// Adds the HSET (and PEXPIRE) of this job's hash to `pipe`.
+    fn write(&self, keys: &Keys, pipe: &mut redis::Pipeline) {
+        let key = keys.job(keys.partition_of(&self.id), &self.id);
+        let mut fields: Vec<(&str, String)> = vec![
+            ("state", self.state.to_string()),
+            ("att", self.att.to_string()),
+            ("max", self.max.to_string()),
+            ("due", self.due.to_string()),
+            ("ct", self.ct.to_string()),
+            ("ut", self.ut.to_string()),
+        ];
+        if let Some(spec) = &self.spec {
+            fields.push(("job", spec.clone()));
+        }
+        if let Some(seq) = self.seq {
+            fields.push(("seq", format!("{seq:012x}")));
+        }
+        if let Some(lease) = self.lease {
+            fields.push(("lease", lease.to_string()));
+        }
+        if let Some(dl) = &self.dl {
+            fields.push(("dl", dl.clone()));
+        }
+        if let Some(park) = &self.park {
+            fields.push(("park", park.clone()));
+        }
+        pipe.hset_multiple(&key, &fields).ignore();
+        if let Some(ttl) = self.ttl_ms {
+            pipe.pexpire(&key, ttl as i64).ignore();
+        }
+    }
+
+    /// The state a layout-2 record of this job reads as.
+    fn expected_state(&self) -> State {
+        State::parse(self.state).expect("a layout-1 state name")
+    }
+}
+
+/// A daemon and a data command refuse the data in `redis` (4 partitions)
+/// naming `hookq migrate`, and change nothing in Redis.
+async fn assert_refused(redis: &RedisServer, id: &str, what: &str) {
+    let before = crate::redis_snapshot(redis).await;
+
+    let port = free_port();
+    let mut serve = spawn_serve(redis, port, &[]);
+    let status = serve.wait_exit(REFUSE_DEADLINE).await;
+    let log = serve.log();
+    assert!(
+        !status.success(),
+        "hookq serve started on {what} ({status}); log:\n{log}"
+    );
+    assert!(
+        log.contains("hookq migrate"),
+        "hookq serve's refusal on {what} does not name `hookq migrate`:\n{log}"
+    );
+
+    let out = hookq(redis, 4, &["show", id]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "hookq show {id} succeeded on {what}: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        stderr.contains("hookq migrate"),
+        "hookq show's refusal on {what} does not name `hookq migrate`: {stderr}"
+    );
+
+    assert!(
+        crate::redis_snapshot(redis).await == before,
+        "a refused start or command changed Redis ({what})"
+    );
+}
+
+// Multi-threaded: the CLI runs are waited for on this thread while the
+// in-process daemon keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_refuses_data_of_another_layout_naming_migrate() {
+    // A Redis without hookq data: the daemon starts and writes its layout.
+    let fresh = RedisServer::start();
+    let mut conn = fresh.conn().await;
+    assert_eq!(schema(&mut conn).await, None);
+    let daemon = start_daemon(&test_config(&fresh)).await;
+    assert_eq!(schema(&mut conn).await.as_deref(), Some("2"));
+    // While a daemon runs (subscribed to the wake channel), the migration
+    // refuses to start.
+    wait_until(
+        "the daemon is subscribed to the wake channel",
+        Duration::from_secs(15),
+        || async {
+            let mut conn = fresh.conn().await;
+            let (_, n): (String, u64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(format!("{NS}:wake"))
+                .query_async(&mut conn)
+                .await
+                .expect("PUBSUB NUMSUB");
+            n > 0
+        },
+    )
+    .await;
+    let out = hookq(&fresh, 4, &["migrate"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("stop every hookq daemon"),
+        "hookq migrate beside a running daemon: {}: {stderr}",
+        out.status
+    );
+    daemon.stop().await.expect("clean stop");
+
+    // A Redis with layout-1 data (no schema key): a scheduled job in the due
+    // set with its sequence counter, a ready job, a delivered one.
+    let old = RedisServer::start();
+    let keys = Keys::new(NS, 4);
+    let now = now_ms();
+    let url = "http://127.0.0.1:9/hook";
+    let mut scheduled = L1Job::new(
+        "old-s".into(),
+        spec(url, 1),
+        "scheduled",
+        now + 3_600_000,
+        now,
+    );
+    scheduled.seq = Some(1);
+    let ready = L1Job::new("old-r".into(), spec(url, 2), "ready", now, now);
+    let mut delivered = L1Job::new("old-d".into(), spec(url, 3), "delivered", now, now);
+    delivered.att = 1;
+    delivered.ttl_ms = Some(3_600_000);
+    let mut pipe = redis::pipe();
+    for job in [&scheduled, &ready, &delivered] {
+        job.write(&keys, &mut pipe);
+    }
+    let ps = keys.partition_of("old-s");
+    pipe.zadd(keys.due(ps), format!("{:012x}old-s", 1), now + 3_600_000)
+        .ignore()
+        .set(keys.seq(ps), 1)
+        .ignore()
+        .rpush(keys.ready(keys.partition_of("old-r")), "old-r")
+        .ignore()
+        .hset(keys.stats(keys.partition_of("old-d")), "delivered", 1)
+        .ignore();
+    let mut conn = old.conn().await;
+    let () = pipe.query_async(&mut conn).await.expect("seed layout 1");
+
+    assert_refused(&old, "old-s", "layout-1 data without a schema key").await;
+    assert_eq!(schema(&mut conn).await, None, "the refusal wrote a version");
+
+    // An interrupted migration: the same.
+    let () = conn.set(format!("{NS}:schema"), "1>2").await.expect("SET");
+    assert_refused(&old, "old-s", "schema `1>2`").await;
+    assert_eq!(schema(&mut conn).await.as_deref(), Some("1>2"));
+}
+
+/// A child process with piped stderr in its own process group, killed with
+/// its group when dropped (a failing test leaves nothing running).
+struct PipedChild(std::process::Child);
+
+impl Drop for PipedChild {
+    fn drop(&mut self) {
+        crate::support::kill_process_group(self.0.id());
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `hookq migrate` and SIGKILLs it as soon as its stderr says the first
+/// partition is done; returns the stderr lines it printed.
+fn migrate_killed_after_first_partition(redis: &RedisServer, partitions: u16) -> Vec<String> {
+    let mut command = hookq_command(redis, partitions, &["migrate"]);
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let mut child = PipedChild(command.spawn().expect("hookq migrate starts"));
+    let stderr = child.0.stderr.take().expect("piped stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let marker = format!("partition 1/{partitions} done");
+    let until = Instant::now() + CLI_DEADLINE;
+    let mut lines = Vec::new();
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                let done = line.contains(&marker);
+                lines.push(line);
+                if done {
+                    child.0.kill().expect("kill -9 hookq migrate");
+                    let _ = child.0.wait();
+                    return lines;
+                }
+            }
+            Err(e) => panic!(
+                "hookq migrate never printed `{marker}` ({e:?}); its stderr:\n{}",
+                lines.join("\n")
+            ),
+        }
+    }
+}
+
+/// Every key matching `pattern`, by SCAN.
+async fn scan_keys(conn: &mut redis::aio::MultiplexedConnection, pattern: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(10_000)
+            .query_async(conn)
+            .await
+            .expect("SCAN");
+        out.extend(keys);
+        if next == 0 {
+            return out;
+        }
+        cursor = next;
+    }
+}
+
+/// How many job keys of each Redis type.
+async fn job_key_types(conn: &mut redis::aio::MultiplexedConnection) -> BTreeMap<String, usize> {
+    let keys: HashSet<String> = scan_keys(conn, &format!("{NS}:*:job:*"))
+        .await
+        .into_iter()
+        .collect();
+    let keys: Vec<String> = keys.into_iter().collect();
+    let mut types = BTreeMap::new();
+    for chunk in keys.chunks(20_000) {
+        let mut pipe = redis::pipe();
+        for key in chunk {
+            pipe.cmd("TYPE").arg(key);
+        }
+        let found: Vec<String> = pipe.query_async(conn).await.expect("TYPE");
+        for t in found {
+            *types.entry(t).or_insert(0) += 1;
+        }
+    }
+    types
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn migrate_converts_layout_1_in_place_and_resumes_after_kill_9() {
+    const PARTITIONS: u16 = 16;
+    const FAR: usize = 100_000;
+    const EACH: usize = 3;
+    let started = Instant::now();
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let keys = Keys::new(NS, PARTITIONS);
+    let mut conn = redis.conn().await;
+    let now = now_ms();
+    let far_due = now + 7 * 24 * 3_600_000;
+    let created = now - 60_000;
+    let parked_host = "http://127.0.0.1:9".to_string();
+
+    // The jobs, by kind. Sequences are per partition, as the scripts kept them.
+    let mut seqs = vec![0u64; PARTITIONS as usize];
+    let mut next_seq = |id: &str| {
+        let s = &mut seqs[keys.partition_of(id) as usize];
+        *s += 1;
+        *s
+    };
+    let mut jobs: Vec<L1Job> = Vec::with_capacity(FAR + 8 * EACH);
+    for i in 0..FAR {
+        let id = format!("far-{i:06}");
+        let mut job = L1Job::new(
+            id.clone(),
+            spec("http://127.0.0.1:9/far", i),
+            "scheduled",
+            far_due + i as i64,
+            created + (i % 1000) as i64,
+        );
+        job.seq = Some(next_seq(&id));
+        jobs.push(job);
+    }
+    let mut kinds: HashMap<&'static str, Vec<String>> = HashMap::new();
+    for k in 0..EACH {
+        let mut add = |kind: &'static str, job: L1Job| {
+            kinds.entry(kind).or_default().push(job.id.clone());
+            jobs.push(job);
+        };
+        let id = format!("ready-{k}");
+        let mut job = L1Job::new(
+            id.clone(),
+            spec(&receiver.url("/ready"), k),
+            "ready",
+            now - 2_000,
+            created,
+        );
+        // Promotion left the due-set sequence on the hash.
+        job.seq = Some(next_seq(&id));
+        add("ready", job);
+
+        let id = format!("soon-{k}");
+        let mut job = L1Job::new(
+            id.clone(),
+            spec(&receiver.url("/soon"), k),
+            "scheduled",
+            now + 1_000,
+            created,
+        );
+        job.seq = Some(next_seq(&id));
+        add("soon", job);
+
+        let mut job = L1Job::new(
+            format!("inflight-{k}"),
+            spec(&receiver.url("/inflight"), k),
+            "inflight",
+            now - 10_000,
+            created,
+        );
+        job.att = 1;
+        job.lease = Some(5_000);
+        add("inflight", job);
+
+        let mut job = L1Job::new(
+            format!("parked-{k}"),
+            spec("http://127.0.0.1:9/parked", k),
+            "scheduled",
+            far_due,
+            created,
+        );
+        job.park = Some(parked_host.clone());
+        add("parked", job);
+
+        let mut job = L1Job::new(
+            format!("delivered-{k}"),
+            spec("http://127.0.0.1:9/delivered", k),
+            "delivered",
+            now - 30_000,
+            created,
+        );
+        job.att = 1;
+        job.ttl_ms = Some(3_600_000);
+        add("delivered", job);
+
+        let mut job = L1Job::new(
+            format!("cancelled-{k}"),
+            spec("http://127.0.0.1:9/cancelled", k),
+            "cancelled",
+            far_due,
+            created,
+        );
+        job.ttl_ms = Some(3_600_000);
+        add("cancelled", job);
+
+        let mut job = L1Job::new(
+            format!("dead-{k}"),
+            spec("http://127.0.0.1:9/dead", k),
+            "dead",
+            now - 20_000,
+            created,
+        );
+        job.att = 3;
+        job.ttl_ms = Some(3_600_000);
+        add("dead", job);
+    }
+    // The dead letters, real stream entries (their ids go into `dl`).
+    for job in jobs.iter_mut().filter(|j| j.state == "dead") {
+        let entry: String = redis::cmd("XADD")
+            .arg(keys.dead(keys.partition_of(&job.id)))
+            .arg("*")
+            .arg("id")
+            .arg(&job.id)
+            .arg("topic")
+            .arg("default")
+            .arg("attempts")
+            .arg(job.att)
+            .arg("last_error")
+            .arg("http_status: 410 Gone")
+            .arg("last_status")
+            .arg(410)
+            .arg("job")
+            .arg(job.spec.as_deref().expect("a spec"))
+            .arg("dead_at")
+            .arg(now - 20_000)
+            .query_async(&mut conn)
+            .await
+            .expect("XADD dead letter");
+        job.dl = Some(entry);
+    }
+    let mut bare = L1Job::new(
+        "bare-1".into(),
+        String::new(),
+        "scheduled",
+        far_due,
+        created,
+    );
+    bare.spec = None;
+
+    // Write layout 1, in large pipelines.
+    let seed_started = Instant::now();
+    for chunk in jobs.chunks(10_000) {
+        let mut pipe = redis::pipe();
+        let mut due: HashMap<u16, Vec<(i64, String)>> = HashMap::new();
+        for job in chunk {
+            job.write(&keys, &mut pipe);
+            let p = keys.partition_of(&job.id);
+            if job.state == "scheduled" && job.park.is_none() {
+                let seq = job.seq.expect("scheduled job has a seq");
+                due.entry(p)
+                    .or_default()
+                    .push((job.due, format!("{seq:012x}{}", job.id)));
+            } else if job.state == "ready" {
+                pipe.rpush(keys.ready(p), &job.id).ignore();
+            } else if job.state == "inflight" {
+                // The lease ran out a second ago: its daemon died.
+                pipe.zadd(keys.inflight(p), &job.id, now - 1_000).ignore();
+            } else if let Some(host) = &job.park {
+                pipe.zadd(keys.park(p, host), &job.id, job.due)
+                    .ignore()
+                    .sadd(keys.parked_hosts(p), host)
+                    .ignore();
+            }
+        }
+        for (p, members) in due {
+            let items: Vec<(i64, String)> = members;
+            pipe.zadd_multiple(keys.due(p), &items).ignore();
+        }
+        let () = pipe.query_async(&mut conn).await.expect("seed layout 1");
+    }
+    let mut pipe = redis::pipe();
+    bare.write(&keys, &mut pipe);
+    for (p, seq) in seqs.iter().enumerate() {
+        pipe.set(keys.seq(p as u16), *seq).ignore();
+        pipe.hset(keys.stats(p as u16), "delivered", 1).ignore();
+    }
+    let () = pipe.query_async(&mut conn).await.expect("seed layout 1");
+    let seeded = job_key_types(&mut conn).await;
+    assert_eq!(
+        seeded.get("hash").copied(),
+        Some(jobs.len() + 1),
+        "seeded job hashes: {seeded:?}"
+    );
+    eprintln!(
+        "seeded {} layout-1 jobs in {:?}",
+        jobs.len() + 1,
+        seed_started.elapsed()
+    );
+
+    // Interrupted: kill -9 right after the first partition.
+    let lines = migrate_killed_after_first_partition(&redis, PARTITIONS);
+    let version = schema(&mut conn).await;
+    assert_ne!(
+        version.as_deref(),
+        Some("2"),
+        "hookq migrate finished before it was killed (the kill came too late to test a \
+         resume); stderr: {lines:?}"
+    );
+    assert_eq!(
+        version.as_deref(),
+        Some("1>2"),
+        "schema after a killed migration"
+    );
+    let halfway = job_key_types(&mut conn).await;
+    assert!(
+        halfway.get("string").copied().unwrap_or(0) > 0
+            && halfway.get("hash").copied().unwrap_or(0) > 0,
+        "a migration killed after partition 1 should leave both layouts: {halfway:?}"
+    );
+
+    let port = free_port();
+    let mut serve = spawn_serve(
+        &redis,
+        port,
+        &[("HOOKQ_REDIS__PARTITIONS", &PARTITIONS.to_string())],
+    );
+    let status = serve.wait_exit(REFUSE_DEADLINE).await;
+    let log = serve.log();
+    assert!(
+        !status.success() && log.contains("hookq migrate"),
+        "hookq serve on a half-migrated Redis: {status}, log:\n{log}"
+    );
+    drop(serve);
+
+    // Run again, to the end.
+    let migrate_started = Instant::now();
+    let out = hookq(&redis, PARTITIONS, &["--json", "migrate"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "hookq migrate failed: {stderr}");
+    eprintln!("resumed migration took {:?}", migrate_started.elapsed());
+    for p in 1..=PARTITIONS {
+        assert!(
+            stderr.contains(&format!("partition {p}/{PARTITIONS} done")),
+            "no progress line for partition {p}: {stderr}"
+        );
+    }
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    assert_eq!(report["schema"], "2", "{report}");
+    let converted = report["converted"].as_u64().expect("converted");
+    let already = report["already_converted"].as_u64().expect("already");
+    assert!(
+        already > 0 && converted > 0 && converted < jobs.len() as u64 + 1,
+        "the second run should resume, not start over: {report}"
+    );
+    assert_eq!(schema(&mut conn).await.as_deref(), Some("2"));
+
+    // Every job key is a record string now; the bare hash is gone.
+    let types = job_key_types(&mut conn).await;
+    assert_eq!(
+        types,
+        BTreeMap::from([("string".to_string(), jobs.len())]),
+        "job key types after the migration"
+    );
+    let bare_key = keys.job(keys.partition_of("bare-1"), "bare-1");
+    let bare_left: bool = conn.exists(&bare_key).await.expect("EXISTS");
+    assert!(!bare_left, "the bare hash {bare_key} is still there");
+
+    // Each record reads back as the layout-1 hash said.
+    let mut config = test_config(&redis);
+    config.redis.partitions = PARTITIONS;
+    config.redis.namespace = NS.into();
+    let store = Store::connect(&config).await.expect("connect a store");
+    let records: Vec<_> = stream::iter(jobs.iter())
+        .map(|job| {
+            let store = store.clone();
+            async move { (job, store.get(&job.id).await) }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    let mut by_state: BTreeMap<String, usize> = BTreeMap::new();
+    for (job, record) in records {
+        let record = record
+            .unwrap_or_else(|e| panic!("{}: {e}", job.id))
+            .unwrap_or_else(|| panic!("{}: no record after the migration", job.id));
+        assert_eq!(record.state, job.expected_state(), "{}", job.id);
+        assert_eq!(record.attempts, job.att, "{}: attempts", job.id);
+        assert_eq!(record.max_attempts, job.max, "{}: max attempts", job.id);
+        assert_eq!(record.due, job.due, "{}: due", job.id);
+        assert_eq!(record.created, job.ct, "{}: created", job.id);
+        assert_eq!(
+            Some(&record.spec_json),
+            job.spec.as_ref(),
+            "{}: spec",
+            job.id
+        );
+        *by_state
+            .entry(format!("{:?}", record.state).to_lowercase())
+            .or_insert(0) += 1;
+    }
+    let expected_counts = BTreeMap::from([
+        ("cancelled".to_string(), EACH),
+        ("dead".to_string(), EACH),
+        ("delivered".to_string(), EACH),
+        ("inflight".to_string(), EACH),
+        ("ready".to_string(), EACH),
+        ("scheduled".to_string(), FAR + 2 * EACH),
+    ]);
+    assert_eq!(by_state, expected_counts, "records by state");
+
+    // Headers: scheduled jobs keep their due-set sequence, and every one of
+    // them still has its due-set member; parked jobs got a parking sequence.
+    let mut due_members: HashSet<String> = HashSet::new();
+    for p in 0..PARTITIONS {
+        let members: Vec<String> = conn.zrange(keys.due(p), 0, -1).await.expect("ZRANGE due");
+        due_members.extend(members);
+    }
+    let scheduled: Vec<&L1Job> = jobs
+        .iter()
+        .filter(|j| j.state == "scheduled" && j.park.is_none())
+        .collect();
+    for chunk in scheduled.chunks(20_000) {
+        let mut pipe = redis::pipe();
+        for job in chunk {
+            pipe.getrange(keys.job(keys.partition_of(&job.id), &job.id), 0, 32);
+        }
+        let headers: Vec<Vec<u8>> = pipe.query_async(&mut conn).await.expect("GETRANGE");
+        for (job, header) in chunk.iter().zip(headers) {
+            let h = RecordHeader::parse(&header)
+                .unwrap_or_else(|| panic!("{}: no record header", job.id));
+            let seq = job.seq.expect("seq");
+            assert!(!h.parked, "{} reads as parked", job.id);
+            assert_eq!(h.seq, seq, "{}: due-set sequence", job.id);
+            assert!(
+                due_members.contains(&format!("{seq:012x}{}", job.id)),
+                "{} has no due-set member",
+                job.id
+            );
+        }
+    }
+    assert_eq!(due_members.len(), scheduled.len(), "due-set members");
+
+    for id in &kinds["parked"] {
+        let p = keys.partition_of(id);
+        let header: Vec<u8> = conn
+            .getrange(keys.job(p, id), 0, 32)
+            .await
+            .expect("GETRANGE");
+        let h = RecordHeader::parse(&header).expect("parked record header");
+        assert!(h.parked && h.state == State::Scheduled, "{id}: {h:?}");
+        assert!(h.seq > 0, "{id} has no parking sequence: {h:?}");
+        let members: Vec<String> = conn
+            .zrange(keys.park(p, &parked_host), 0, -1)
+            .await
+            .expect("ZRANGE park");
+        let mine: Vec<&String> = members
+            .iter()
+            .filter(|m| m.ends_with(id.as_str()))
+            .collect();
+        assert_eq!(
+            mine,
+            vec![&format!("{:012x}{id}", h.seq)],
+            "{id}: parking members {members:?}"
+        );
+        let parked: bool = conn
+            .sismember(keys.parked_hosts(p), &parked_host)
+            .await
+            .expect("SISMEMBER");
+        assert!(parked, "{id}: its host left the parked-hosts set");
+        let due_seq: u64 = conn.get(keys.seq(p)).await.expect("GET seq");
+        assert!(
+            h.seq <= due_seq,
+            "{id}: parking sequence {} beyond the counter {due_seq}",
+            h.seq
+        );
+    }
+
+    // Finished records keep their time to live.
+    for kind in ["delivered", "cancelled", "dead"] {
+        for id in &kinds[kind] {
+            let ttl: i64 = conn
+                .pttl(keys.job(keys.partition_of(id), id))
+                .await
+                .expect("PTTL");
+            assert!(ttl > 0, "{id} lost its TTL ({ttl})");
+        }
+    }
+    // Dead jobs point at their dead letters.
+    for job in jobs.iter().filter(|j| j.state == "dead") {
+        let dl = job.dl.as_deref().expect("dl");
+        let header: Vec<u8> = conn
+            .getrange(keys.job(keys.partition_of(&job.id), &job.id), 0, 32)
+            .await
+            .expect("GETRANGE");
+        let h = RecordHeader::parse(&header).expect("dead record header");
+        assert_eq!(h.dead_letter_entry().as_deref(), Some(dl), "{}", job.id);
+        let found = store
+            .find_dead(&job.id)
+            .await
+            .expect("find_dead")
+            .unwrap_or_else(|| panic!("{}: no dead letter found", job.id));
+        assert_eq!(found.entry_id, dl, "{}", job.id);
+        assert_eq!(found.id, job.id);
+    }
+
+    // A daemon on the migrated data delivers what was due, once each.
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    let due_now: Vec<String> = ["ready", "soon", "inflight"]
+        .iter()
+        .flat_map(|k| kinds[k].iter().cloned())
+        .collect();
+    wait_until(
+        "the ready, soon-due and expired-lease jobs are delivered",
+        Duration::from_secs(30),
+        || async {
+            for id in &due_now {
+                match store.get(id).await {
+                    Ok(Some(r)) if r.state == State::Delivered => {}
+                    _ => return false,
+                }
+            }
+            true
+        },
+    )
+    .await;
+    let (status, view) = get_json(&format!("{base}/v1/jobs/far-000042")).await;
+    assert_eq!(status, 200, "{view}");
+    assert_eq!(view["state"], "scheduled", "{view}");
+    assert_eq!(view["body"], serde_json::json!({"n": 42}), "{view}");
+    daemon.stop().await.expect("clean stop");
+
+    let mut per_id: HashMap<String, Vec<String>> = HashMap::new();
+    for r in receiver.requests() {
+        let id = r.header("webhook-id").unwrap_or("?").to_string();
+        per_id.entry(id).or_default().push(r.path.clone());
+    }
+    for kind in ["ready", "soon", "inflight"] {
+        for id in &kinds[kind] {
+            assert_eq!(
+                per_id.get(id),
+                Some(&vec![format!("/{kind}")]),
+                "{id} should be delivered exactly once"
+            );
+        }
+    }
+    assert_eq!(
+        per_id.len(),
+        due_now.len(),
+        "unexpected deliveries: {per_id:?}"
+    );
+    let inflight = store
+        .get(&kinds["inflight"][0])
+        .await
+        .expect("get")
+        .expect("record");
+    assert_eq!(inflight.attempts, 2, "the lost attempt and the delivery");
+    eprintln!("migrate test took {:?}", started.elapsed());
+}
