@@ -229,7 +229,7 @@ impl Default for DeliveryConfig {
 impl Default for RetentionConfig {
     fn default() -> Self {
         RetentionConfig {
-            finished: Duration::from_secs(7 * 24 * 3600),
+            finished: Duration::from_secs(24 * 3600),
             dead_letters_max: 1_000_000,
         }
     }
