@@ -30,7 +30,7 @@ if state == 's' and r.seq > 0 then
   rcall('ZREM', KEYS[2], due_member(r.seq, ARGV[1]))
 elseif state == 'w' then
   -- Its id stays in its wheel bucket as a tombstone (see the prelude).
-  wheel_count(string.sub(KEYS[2], 1, -4), -1)
+  wheel_count(partition_prefix(KEYS[2], 'due'), -1)
 elseif state == 'i' then
   rcall('ZREM', KEYS[3], ARGV[1])
   rcall('PUBLISH', ARGV[3], 'x' .. ARGV[1])

@@ -73,13 +73,13 @@ end
 
 -- Pass 2: write. One INCRBY for the sequence numbers, one ZADD, one RPUSH
 -- per wheel bucket and one RPUSH for the ready list.
-local prefix = partition_prefix(ARGV[1])
+local prefix = partition_prefix(ARGV[1], 'job:')
 local seq = 0
 if scheduled > 0 then seq = rcall('INCRBY', KEYS[3], scheduled) - scheduled end
 local wake_before = scheduled > 0 and next_wake(prefix, KEYS[1])
 local wake = nil
 local zadd, ready = {}, {}
-local buckets, bucket_order, in_wheel = {}, {}, 0
+local to_wheel, in_wheel = wheel_batch(), 0
 for _, c in ipairs(created) do
   local i, state, due = c[1], c[2], c[3]
   local id = ARGV[i]
@@ -94,13 +94,7 @@ for _, c in ipairs(created) do
     if slot then
       r.state = 'w'
       in_wheel = in_wheel + 1
-      local bucket = buckets[slot]
-      if not bucket then
-        bucket = {opens = opens, ids = {}}
-        buckets[slot] = bucket
-        bucket_order[#bucket_order + 1] = slot
-      end
-      bucket.ids[#bucket.ids + 1] = id
+      wheel_batch_add(to_wheel, slot, opens, id)
     else
       -- Formatted once, as an integer: a Lua number passed to redis.call is
       -- formatted with %.17g.
@@ -111,12 +105,8 @@ for _, c in ipairs(created) do
   end
   rec_create(ARGV[1] .. id, r, ARGV[i + 1])
 end
-for _, slot in ipairs(bucket_order) do
-  local bucket = buckets[slot]
-  if wheel_push(prefix, slot, bucket.opens, bucket.ids) and (not wake or bucket.opens < wake) then
-    wake = bucket.opens
-  end
-end
+local opens = wheel_batch_push(prefix, to_wheel)
+if opens and (not wake or opens < wake) then wake = opens end
 wheel_count(prefix, in_wheel)
 if #zadd > 0 then rcall('ZADD', KEYS[1], unpack(zadd)) end
 if wake and (not wake_before or wake < wake_before) then wake_due(ARGV[2], ARGV[3], wake) end

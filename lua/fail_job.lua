@@ -34,7 +34,7 @@ if not r or r.state ~= 'i' or r.att ~= tonumber(ARGV[2]) then return {0} end
 
 local now = now_ms()
 local delay = tonumber(ARGV[4])
-local prefix = string.sub(KEYS[4], 1, -4)
+local prefix = partition_prefix(KEYS[4], 'due')
 -- A retry far ahead goes to a wheel bucket, a key this script builds: not
 -- while the partition's slot is moving (see the prelude).
 if delay >= 0 and IN_CLUSTER and wheel_slot(now + delay, now) and slot_moving(KEYS[4]) then

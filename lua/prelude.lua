@@ -191,9 +191,10 @@ end
 ]]
 local WHEEL_WIDTHS = {WHEEL_BUCKET, WHEEL_BUCKET * 64, WHEEL_BUCKET * 4096}
 
--- `<ns>:{p}:` from a job key prefix `<ns>:{p}:job:`.
-local function partition_prefix(job_prefix)
-  return string.sub(job_prefix, 1, -5)
+-- `<ns>:{p}:` from one of the partition's key names, e.g.
+-- partition_prefix(KEYS[1], 'due') for `<ns>:{p}:due`.
+local function partition_prefix(key, name)
+  return string.sub(key, 1, -#name - 1)
 end
 
 -- Where a scheduled job due at `due` waits at time `now`: its bucket's
@@ -223,6 +224,35 @@ local function wheel_push(prefix, slot, opens, ids)
     return true
   end
   return false
+end
+
+-- Ids bound for wheel buckets, grouped per bucket in the order first seen,
+-- so a batch costs one RPUSH per bucket.
+local function wheel_batch()
+  return {slots = {}, by_slot = {}}
+end
+
+local function wheel_batch_add(batch, slot, opens, id)
+  local bucket = batch.by_slot[slot]
+  if not bucket then
+    bucket = {opens = opens, ids = {}}
+    batch.by_slot[slot] = bucket
+    batch.slots[#batch.slots + 1] = slot
+  end
+  bucket.ids[#bucket.ids + 1] = id
+end
+
+-- Pushes a batch; returns the earliest opening among buckets it created.
+local function wheel_batch_push(prefix, batch)
+  local earliest = nil
+  for _, slot in ipairs(batch.slots) do
+    local bucket = batch.by_slot[slot]
+    if wheel_push(prefix, slot, bucket.opens, bucket.ids)
+      and (not earliest or bucket.opens < earliest) then
+      earliest = bucket.opens
+    end
+  end
+  return earliest
 end
 
 -- The earliest time the partition has work: the due set's head or the

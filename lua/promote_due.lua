@@ -20,13 +20,19 @@
 ]]
 local rcall = redis.call
 local now = now_ms()
-local prefix = partition_prefix(ARGV[2])
+local prefix = partition_prefix(KEYS[1], 'due')
 local batch = tonumber(ARGV[1])
 
 -- Open the wheel's buckets whose time has come. Read pass first: the bucket
 -- lists and records are keys this script builds, checked by Redis only when
 -- touched (see the prelude).
-local buckets = rcall('ZRANGE', KEYS[3], '-inf', now, 'BYSCORE', 'LIMIT', 0, 16)
+-- The wheel's head is read once: when nothing opens (the usual case), it
+-- also gives the next wake time below.
+local wheel_head = tonumber(rcall('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')[2])
+local buckets = {}
+if wheel_head and wheel_head <= now then
+  buckets = rcall('ZRANGE', KEYS[3], '-inf', now, 'BYSCORE', 'LIMIT', 0, 16)
+end
 if #buckets > 0 and IN_CLUSTER and slot_moving(KEYS[1]) then return try_again() end
 local budget = batch
 local opening = {}
@@ -37,7 +43,7 @@ for _, slot in ipairs(buckets) do
   budget = budget - #ids
   opening[#opening + 1] = {slot, bucket, ids}
 end
-local to_due, moved_on, left_wheel = {}, {}, 0
+local to_due, moved_on, left_wheel = {}, wheel_batch(), 0
 for _, o in ipairs(opening) do
   local slot, bucket, ids = o[1], o[2], o[3]
   for _, id in ipairs(ids) do
@@ -46,12 +52,7 @@ for _, o in ipairs(opening) do
     if r and r.state == 'w' then
       local next_slot, opens = wheel_slot(r.due, now)
       if next_slot then
-        local m = moved_on[next_slot]
-        if not m then
-          m = {opens = opens, ids = {}}
-          moved_on[next_slot] = m
-        end
-        m.ids[#m.ids + 1] = id
+        wheel_batch_add(moved_on, next_slot, opens, id)
       else
         rec_set_state(key, 's', now)
         to_due[#to_due + 1] = string.format('%d', r.due)
@@ -63,7 +64,7 @@ for _, o in ipairs(opening) do
   if #ids > 0 then rcall('LTRIM', bucket, #ids, -1) end
   if rcall('EXISTS', bucket) == 0 then rcall('ZREM', KEYS[3], slot) end
 end
-for slot, m in pairs(moved_on) do wheel_push(prefix, slot, m.opens, m.ids) end
+wheel_batch_push(prefix, moved_on)
 wheel_count(prefix, -left_wheel)
 if #to_due > 0 then rcall('ZADD', KEYS[1], unpack(to_due)) end
 
@@ -90,5 +91,12 @@ if moved > 0 and rcall('RPUSH', KEYS[2], unpack(ids)) == moved then
   wake_ready(ARGV[3], ARGV[4])
 end
 
-local next_due = next_wake(prefix, KEYS[1]) or -1
+local next_due
+if #buckets > 0 then
+  next_due = next_wake(prefix, KEYS[1])
+else
+  next_due = tonumber(rcall('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2])
+  if not next_due or (wheel_head and wheel_head < next_due) then next_due = wheel_head end
+end
+next_due = next_due or -1
 return {moved, next_due, now}

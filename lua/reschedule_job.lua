@@ -40,7 +40,7 @@ elseif ARGV[3] ~= '' then
 else
   due = now + tonumber(ARGV[4])
 end
-local prefix = string.sub(KEYS[2], 1, -4)
+local prefix = partition_prefix(KEYS[2], 'due')
 -- A job due far ahead goes to a wheel bucket, a key this script builds: not
 -- while the partition's slot is moving (see the prelude).
 if IN_CLUSTER and due > now and wheel_slot(due, now) and slot_moving(KEYS[2]) then

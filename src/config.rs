@@ -577,6 +577,7 @@ mod tests {
     fn errors_name_the_key() {
         let cases = [
             ("HOOKQ_DELIVERY__JITTER", "2.0", "delivery.jitter"),
+            ("HOOKQ_REDIS__WHEEL_BUCKET", "1ms", "redis.wheel_bucket"),
             ("HOOKQ_DELIVERY__RETRY", r#"["soon"]"#, "delivery.retry"),
             ("HOOKQ_DELIVERY__NOPE", "1", "nope"),
             ("HOOKQ_REDIS__PARTITIONS", "0", "redis.partitions"),

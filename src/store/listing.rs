@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use redis::streams::{StreamId, StreamRangeReply};
 use serde::Serialize;
 
-use super::record::{RecordHeader, HEADER_LEN};
 use super::{JobRecord, Store, StoreResult};
 use crate::job::{FieldError, State};
 
@@ -328,13 +327,7 @@ impl Store {
             stats.dead_lettered += counter("dead_lettered");
             stats.expired_leases += counter("expired_leases");
             if let Some(id) = head {
-                let header: Vec<u8> = redis::cmd("GETRANGE")
-                    .arg(self.keys.job(p, &id))
-                    .arg(0)
-                    .arg(HEADER_LEN - 1)
-                    .query_async(&mut conn)
-                    .await?;
-                if let Some(header) = RecordHeader::parse(&header) {
+                if let Some(header) = self.record_header(p, &id).await? {
                     stats.oldest_ready_lag_ms = stats.oldest_ready_lag_ms.max(now - header.due);
                 }
             }
@@ -400,13 +393,10 @@ impl Store {
     pub async fn find_dead(&self, id: &str) -> StoreResult<Option<DeadLetter>> {
         let p = self.keys.partition_of(id);
         let mut conn = self.conn.clone();
-        let header: Vec<u8> = redis::cmd("GETRANGE")
-            .arg(self.keys.job(p, id))
-            .arg(0)
-            .arg(HEADER_LEN - 1)
-            .query_async(&mut conn)
-            .await?;
-        let entry_id = RecordHeader::parse(&header).and_then(|h| h.dead_letter_entry());
+        let entry_id = self
+            .record_header(p, id)
+            .await?
+            .and_then(|h| h.dead_letter_entry());
         if let Some(entry_id) = entry_id {
             let reply: StreamRangeReply = redis::cmd("XRANGE")
                 .arg(self.keys.dead(p))

@@ -1001,6 +1001,23 @@ impl Store {
         }
     }
 
+    /// Reads only the header of job `id`'s record in partition `p`; None if
+    /// there is no record.
+    pub async fn record_header(
+        &self,
+        p: u16,
+        id: &str,
+    ) -> StoreResult<Option<record::RecordHeader>> {
+        let mut conn = self.conn.clone();
+        let header: Vec<u8> = redis::cmd("GETRANGE")
+            .arg(self.keys.job(p, id))
+            .arg(0)
+            .arg(record::HEADER_LEN - 1)
+            .query_async(&mut conn)
+            .await?;
+        Ok(record::RecordHeader::parse(&header))
+    }
+
     /// Reads a job record and its history; None if unknown (or expired).
     pub async fn get(&self, id: &str) -> StoreResult<Option<JobRecord>> {
         let p = self.keys.partition_of(id);
