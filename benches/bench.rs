@@ -1246,6 +1246,76 @@ async fn memory(redis: &RedisServer, n: usize, listpack_value: u32) -> Res<Figur
     ]))
 }
 
+/// Redis memory per retained finished job: `n` jobs (26-character ids,
+/// topic `orders.paid`) created due now, claimed and recorded as delivered
+/// (a 204 in 12 ms) as the daemon records them, in batches of 256. What
+/// remains is one summary per job (SPEC §11.2 bounds it at 100 bytes), or
+/// with `keep_bodies` the whole record and its one-entry history.
+async fn memory_finished(
+    redis: &RedisServer,
+    n: usize,
+    listpack_value: u32,
+    keep_bodies: bool,
+) -> Res<Figures> {
+    redis.flush().await?;
+    redis
+        .config_set("hash-max-listpack-value", &listpack_value.to_string())
+        .await?;
+    let mut cfg = config(redis);
+    cfg.retention.keep_bodies = keep_bodies;
+    let store = Store::connect(&cfg).await?;
+    store.load_scripts().await?;
+    let before = redis.used_memory().await?;
+    let now = store.redis_time_ms().await?;
+    let jobs = (0..n)
+        .map(|i| JobInput {
+            topic: Some("orders.paid".into()),
+            ..job(
+                format!("fin-{i:022}"),
+                "http://sink.example/hook".into(),
+                now,
+            )
+        })
+        .collect();
+    preload(&store, &cfg, jobs).await?;
+    let mut recorded = 0;
+    for p in 0..cfg.redis.partitions {
+        loop {
+            let claimed = store.claim(p, 256).await?.jobs;
+            if claimed.is_empty() {
+                break;
+            }
+            let deliveries: Vec<hookq::store::Delivery> = claimed
+                .iter()
+                .map(|c| {
+                    let record = format!(
+                        r#"{{"attempt":1,"at":{},"duration_ms":12,"status":204}}"#,
+                        c.claimed_at
+                    );
+                    hookq::store::Delivery::from_json(&c.spec_json, &record)
+                })
+                .collect();
+            let items: Vec<(&str, u32, &hookq::store::Delivery)> = claimed
+                .iter()
+                .zip(&deliveries)
+                .map(|(c, d)| (c.id.as_str(), c.attempt, d))
+                .collect();
+            recorded += store.complete_many(p, &items).await?.len();
+        }
+    }
+    let after = redis.used_memory().await?;
+    redis
+        .config_set("hash-max-listpack-value", &STOCK_LISTPACK_VALUE.to_string())
+        .await?;
+    if recorded != n {
+        return Err(format!("recorded {recorded} of {n} jobs").into());
+    }
+    Ok(HashMap::from([(
+        "bytes_per_finished_job",
+        (after - before) as f64 / n as f64,
+    )]))
+}
+
 /// Time to promote `due` jobs while `parked` other jobs wait far ahead.
 async fn promotion(redis: &RedisServer, parked: usize, due_n: usize) -> Res<Figures> {
     redis.flush().await?;
@@ -1875,6 +1945,21 @@ async fn bench(opts: &Options) -> Res<Vec<Scenario>> {
         "memory_1m_scheduled_tuned_redis",
         1,
         memory(&redis, s(1_000_000, 10_000), RECOMMENDED_LISTPACK_VALUE)
+    );
+    scenario!(
+        "memory_100k_finished",
+        1,
+        memory_finished(&redis, s(100_000, 2_000), STOCK_LISTPACK_VALUE, false)
+    );
+    scenario!(
+        "memory_100k_finished_tuned_redis",
+        1,
+        memory_finished(&redis, s(100_000, 2_000), RECOMMENDED_LISTPACK_VALUE, false)
+    );
+    scenario!(
+        "memory_100k_finished_keep_bodies",
+        1,
+        memory_finished(&redis, s(100_000, 2_000), STOCK_LISTPACK_VALUE, true)
     );
     scenario!(
         "promotion_10k_scheduled",

@@ -4,6 +4,10 @@
   as stale, so it is not retried); a ready job's id stays in the ready list as
   a tombstone that claim_ready skips (no LREM on a long list).
 
+  By default the record and history are then deleted and a summary remains
+  (see the prelude); with `retention.keep_bodies` the record stays, marked
+  cancelled, and it and its history expire after the retention period.
+
   Input:
     KEYS[1] job record      <ns>:{p}:job:<id>
     KEYS[2] due zset        <ns>:{p}:due
@@ -13,32 +17,63 @@
     ARGV[2] retention in ms
     ARGV[3] wake channel (a leased job's cancel is announced as x<id>, so a
             daemon holding it for its host drops it before its attempt)
+    ARGV[4] "keep" to keep the record (keep_bodies), "summary" to summarise
+    ARGV[5] the content digest of the spec the caller read (for the summary)
+    ARGV[6] the SHA-1 (hex) of that spec JSON: the digest is the record's
+            only while the stored spec is still this one
   Output:
      1 cancelled now
      0 was already cancelled (nothing changed)
     -1 no such job
     -2 already delivered or dead (nothing changed)
+    -3 the spec changed since the caller read it (nothing changed; read
+       again and retry)
+    TRYAGAIN, with nothing changed, while the partition's slot is migrating.
 ]]
 local rcall = redis.call
-local r = rec_header(KEYS[1])
-if not r then return -1 end
+local prefix = partition_prefix(KEYS[2], 'due')
+local r = rec_get(KEYS[1])
+local now = now_ms()
+if not r then
+  local summary = summary_find(prefix, ARGV[1], now)
+  if summary and summary.state == 'c' then return 0 end
+  if summary then return -2 end
+  if slot_moving_once(KEYS[1]) then return try_again() end
+  return -1
+end
 local state = r.state
 if state == 'c' then return 0 end
 if state == 'd' or state == 'x' then return -2 end
+
+local keep = ARGV[4] == 'keep'
+local plan = nil
+if not keep then
+  if redis.sha1hex(r.spec) ~= ARGV[6] then return -3 end
+  plan = summaries_plan(prefix, {ARGV[1]}, now, tonumber(ARGV[2]))
+  if not plan then return try_again() end
+end
 
 if state == 's' and r.seq > 0 then
   rcall('ZREM', KEYS[2], due_member(r.seq, ARGV[1]))
 elseif state == 'w' then
   -- Its id stays in its wheel bucket as a tombstone (see the prelude).
-  wheel_count(partition_prefix(KEYS[2], 'due'), -1)
+  wheel_count(prefix, -1)
 elseif state == 'i' then
   rcall('ZREM', KEYS[3], ARGV[1])
   rcall('PUBLISH', ARGV[3], 'x' .. ARGV[1])
 end
 -- A parked job's parking entry is skipped when its host drains (its
--- sequence no longer matches).
-r.state, r.seq, r.ut = 'c', 0, now_ms()
-rec_put(KEYS[1], r)
-rcall('PEXPIRE', KEYS[1], ARGV[2])
-rcall('PEXPIRE', KEYS[4], ARGV[2])
+-- sequence no longer matches); so is a ready job's tombstone, whose record
+-- is gone or cancelled.
+if keep then
+  r.state, r.seq, r.ut = 'c', 0, now
+  rec_put(KEYS[1], r)
+  rcall('PEXPIRE', KEYS[1], ARGV[2])
+  rcall('PEXPIRE', KEYS[4], ARGV[2])
+else
+  local summary = struct.pack(SUMMARY_HEAD, 'c', r.att, r.max, r.ct, now)
+    .. summary_tail(r.spec, ARGV[5], rcall('LINDEX', KEYS[4], 0))
+  rcall('DEL', KEYS[1], KEYS[4])
+  summaries_write(prefix, plan, {ARGV[1]}, {summary}, now)
+end
 return 1

@@ -17,12 +17,16 @@
     ARGV[1] job key prefix  <ns>:{p}:job:  (same hash tag; records as the prelude lays them out)
     ARGV[2] wake channel
     ARGV[3] partition number
-    ARGV[4] id of the first job; then, for every job, six arguments:
+    ARGV[4] id of the first job; then, for every job, seven arguments:
     ARGV[5] its spec JSON (canonical; compared byte for byte on re-create)
     ARGV[6] its absolute due time in epoch ms, or "" for relative
     ARGV[7] its delay in ms (used when the due time is "")
     ARGV[8] its max attempts (rungs + 1)
     ARGV[9] its lease in ms, or "" for the daemon default
+    ARGV[10] its content digest (8 bytes; compared with a finished job's
+            summary, which no longer holds the spec)
+  Reads (keys built here, same hash tag): the records, and the summary
+  index and shards `<ns>:{p}:done*` (see the prelude) for ids without one.
   Output:
     {now, code1, state1, due1, code2, ...}, per job in order:
     code 0 created, 1 an identical job exists (nothing changed), 2 the id
@@ -37,21 +41,34 @@ local out = {now}
 local created = {}   -- {ARGV index, state code, due} of each job to create
 local seen = {}      -- id -> {spec, state name, due} of jobs created in this call
 local scheduled = 0
-for i = 4, #ARGV, 6 do
+local prefix = partition_prefix(ARGV[1], 'job:')
+local done_index = nil -- the partition's summary buckets, read once if needed
+for i = 4, #ARGV, 7 do
   local id, spec = ARGV[i], ARGV[i + 1]
-  local existing = seen[id]
-  if not existing then
+  local existing = nil
+  local earlier = seen[id]
+  if earlier then
+    existing = {earlier[1] == spec, earlier[2], earlier[3]}
+  else
     local r = rec_get(ARGV[1] .. id)
     if r then
-      existing = {r.spec, STATE_NAMES[r.state] or r.state, r.due}
-    elseif slot_moving_once(KEYS[1]) then
-      -- The id may exist on the other node of the migration.
-      return try_again()
+      existing = {r.spec == spec, STATE_NAMES[r.state] or r.state, r.due}
+    else
+      -- A finished job may live on as a summary, which knows only its
+      -- content's digest.
+      done_index = done_index or rcall('HGETALL', prefix .. 'done')
+      local s = #done_index > 0 and summary_find(prefix, id, now, done_index)
+      if s then
+        existing = {s.digest == ARGV[i + 6], STATE_NAMES[s.state], s.ft}
+      elseif slot_moving_once(KEYS[1]) then
+        -- The id may exist on the other node of the migration.
+        return try_again()
+      end
     end
   end
   if existing then
     local code = 2
-    if existing[1] == spec then code = 1 end
+    if existing[1] then code = 1 end
     out[#out + 1] = code
     out[#out + 1] = existing[2]
     out[#out + 1] = existing[3]
@@ -73,7 +90,6 @@ end
 
 -- Pass 2: write. One INCRBY for the sequence numbers, one ZADD, one RPUSH
 -- per wheel bucket and one RPUSH for the ready list.
-local prefix = partition_prefix(ARGV[1], 'job:')
 local seq = 0
 if scheduled > 0 then seq = rcall('INCRBY', KEYS[3], scheduled) - scheduled end
 local wake_before = scheduled > 0 and next_wake(prefix, KEYS[1])

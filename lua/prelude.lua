@@ -289,3 +289,211 @@ local function schedule(prefix, due_key, key, id, r, now)
   redis.call('ZADD', due_key, string.format('%d', r.due), due_member(r.seq, id))
   return r.due
 end
+
+--[[
+  Finished-job summaries. A delivered or cancelled job (unless
+  `retention.keep_bodies`) leaves no record: its record and history are
+  deleted and a summary of at most 64 bytes remains, one field of a small
+  hash. A key of its own would cost ~150 bytes before any content; a field
+  of a listpack hash (stock `hash-max-listpack-entries` 128, `-value` 64)
+  costs its id and value plus a few bytes.
+
+  Summaries are grouped by finish time into buckets `retention / 4` wide
+  (they expire a whole bucket at a time, retention to 1.25 x retention after
+  their finish); each bucket is a linear hash of shards, split one at a time
+  as it fills, so a shard holds about SUMMARY_LOAD ids (never so many that it
+  leaves the listpack encoding for long):
+
+    <ns>:{p}:done                  HASH  <bucket start ms> -> "<shards>:<count>:<expires ms>"
+    <ns>:{p}:done:<bucket>:<shard> HASH  <id> -> summary, PEXPIREAT <expires>
+
+  A summary, big-endian: state c1 (d or c), attempts I2, max I2, created I6,
+  finished I6, then the tail the finishing step supplies: the content
+  digest the daemon computes (8 bytes; so an identical re-create is still
+  known as one),
+  the last attempt's start I6 (0: none), duration ms I4 and status I2 (0:
+  none), the topic's length I1 and the topic, then the last error text
+  (`kind: message`) cut so the summary stays within 64 bytes.
+
+  The Rust store computes the same id hash and shard address to read one.
+]]
+local SUMMARY_HEAD = '>c1I2I2I6I6'
+local SUMMARY_LOAD = 40
+local SUMMARY_MAX = 64
+
+-- a * b mod 2^32, exact in Lua's doubles (16-bit halves).
+local function mul32(a, b)
+  local alo, blo = a % 65536, b % 65536
+  local cross = (alo * math.floor(b / 65536) + math.floor(a / 65536) * blo) % 65536
+  return (cross * 65536 + alo * blo) % 4294967296
+end
+
+-- h XOR (h >> n), as an unsigned 32-bit number.
+local function xor_shift(h, n)
+  return bit.bxor(h, bit.rshift(h, n)) % 4294967296
+end
+
+-- The 32-bit hash of an id that places it in a summary shard (the store's
+-- `id_hash`): a polynomial over its bytes, then murmur3's finaliser, so
+-- that ids differing only in their last characters spread over all shards.
+local function id_hash(id)
+  local h = 0
+  for i = 1, #id do h = (h * 31 + string.byte(id, i)) % 4294967296 end
+  h = mul32(xor_shift(h, 16), 0x85ebca6b)
+  h = mul32(xor_shift(h, 13), 0xc2b2ae35)
+  return xor_shift(h, 16)
+end
+
+-- The shard of hash `h` in a bucket of `n` shards (linear hashing).
+local function summary_shard(h, n)
+  local base = 1
+  while base * 2 <= n do base = base * 2 end
+  local a = h % (base * 2)
+  if a >= n then a = h % base end
+  return a
+end
+
+local function summary_bucket_meta(value)
+  local n, count, expires = string.match(value or '', '^(%d+):(%d+):(%d+)$')
+  if not n then return nil end
+  return tonumber(n), tonumber(count), tonumber(expires)
+end
+
+-- The newest summary of job `id` as {state, att, max, ct, ft, digest}, or nil.
+-- `meta` is the partition's bucket index (HGETALL of `done`) when the
+-- caller has read it already (one read for a batch), else nil.
+local function summary_find(prefix, id, now, meta)
+  meta = meta or redis.call('HGETALL', prefix .. 'done')
+  local h, best = id_hash(id), nil
+  for i = 1, #meta, 2 do
+    local n, _, expires = summary_bucket_meta(meta[i + 1])
+    if n and expires > now then
+      local v = redis.call('HGET', prefix .. 'done:' .. meta[i] .. ':' .. summary_shard(h, n), id)
+      if v and #v >= 25 then
+        local s = {}
+        s.state, s.att, s.max, s.ct, s.ft = struct.unpack(SUMMARY_HEAD, v)
+        s.digest = string.sub(v, 18, 25)
+        if not best or s.ft > best.ft then best = s end
+      end
+    end
+  end
+  return best
+end
+
+-- The tail of a summary (see above) for a spec, its content digest and
+-- its last attempt record JSON (or nil), as the cancel step writes it;
+-- completions get theirs whole from the daemon, which holds all three.
+local function summary_tail(spec, digest, last_attempt)
+  local topic = spec_topic(spec)
+  local at, took, status, err = 0, 0, 0, ''
+  local ok, a = pcall(cjson.decode, last_attempt or '')
+  if ok and type(a) == 'table' then
+    at, took, status = tonumber(a.at) or 0, tonumber(a.duration_ms) or 0, tonumber(a.status) or 0
+    if type(a.error) == 'string' then
+      err = a.error
+      if type(a.message) == 'string' then err = err .. ': ' .. a.message end
+    end
+  end
+  local room = math.max(0, SUMMARY_MAX - 17 - 21 - #topic)
+  return digest .. struct.pack('>I6I4I2I1', at, took, status, math.min(#topic, 255))
+    .. topic .. string.sub(err, 1, room)
+end
+
+local function summary_key(prefix, bucket, shard)
+  return prefix .. 'done:' .. bucket .. ':' .. shard
+end
+
+--[[
+  Where summaries finished at `now` go: the bucket, its shards before and
+  after the writes, and (in a cluster) whether every key to be written is
+  here. Returns nil when a key is absent because the slot is moving (the
+  caller gives up, see the top of this prelude). Reads only.
+]]
+local function summaries_plan(prefix, ids, now, retention)
+  local width = math.max(1, math.floor(retention / 4))
+  local start = now - now % width
+  local plan = {bucket = string.format('%d', start), n = 1, count = 0,
+    expires = start + width + retention, shards = {}}
+  local meta = redis.call('HGET', prefix .. 'done', plan.bucket)
+  local n, count, expires = summary_bucket_meta(meta)
+  if n then
+    plan.n, plan.count, plan.expires = n, count, math.max(expires, plan.expires)
+  else
+    plan.new = true
+  end
+  for i, id in ipairs(ids) do plan.shards[i] = summary_shard(id_hash(id), plan.n) end
+  plan.n_after = plan.n
+  while plan.count + #ids > SUMMARY_LOAD * plan.n_after do plan.n_after = plan.n_after + 1 end
+  if IN_CLUSTER then
+    local keys = {prefix .. 'done'}
+    for _, s in ipairs(plan.shards) do keys[#keys + 1] = summary_key(prefix, plan.bucket, s) end
+    for k = plan.n, plan.n_after - 1 do
+      local base = 1
+      while base * 2 <= k do base = base * 2 end
+      keys[#keys + 1] = summary_key(prefix, plan.bucket, k - base)
+      keys[#keys + 1] = summary_key(prefix, plan.bucket, k)
+    end
+    for _, key in ipairs(keys) do
+      if redis.call('EXISTS', key) == 0 and slot_moving_once(key) then return nil end
+    end
+  end
+  return plan
+end
+
+-- Splits shard n - base of a bucket of n shards into it and shard n. Both
+-- are rewritten, so a shard that outgrew the listpack encoding regains it.
+local function summary_split(prefix, bucket, n, expires)
+  local base = 1
+  while base * 2 <= n do base = base * 2 end
+  local src, dst = summary_key(prefix, bucket, n - base), summary_key(prefix, bucket, n)
+  local all = redis.call('HGETALL', src)
+  local keep, move = {}, {}
+  for i = 1, #all, 2 do
+    local into = keep
+    if id_hash(all[i]) % (base * 2) == n then into = move end
+    into[#into + 1] = all[i]
+    into[#into + 1] = all[i + 1]
+  end
+  if #move == 0 then return end
+  redis.call('DEL', src)
+  for _, half in ipairs({{src, keep}, {dst, move}}) do
+    if #half[2] > 0 then
+      redis.call('HSET', half[1], unpack(half[2]))
+      redis.call('PEXPIREAT', half[1], string.format('%d', expires))
+    end
+  end
+end
+
+-- Writes summaries `values[i]` of `ids[i]` as `plan` (from summaries_plan)
+-- laid out, then splits shards until the bucket is within its load.
+local function summaries_write(prefix, plan, ids, values, now)
+  local meta = prefix .. 'done'
+  if plan.new then
+    -- A new bucket: forget the ones that have expired.
+    local all = redis.call('HGETALL', meta)
+    for i = 1, #all, 2 do
+      local _, _, expires = summary_bucket_meta(all[i + 1])
+      if not expires or expires <= now then redis.call('HDEL', meta, all[i]) end
+    end
+  end
+  local by_shard, order = {}, {}
+  for i, id in ipairs(ids) do
+    local s = plan.shards[i]
+    if not by_shard[s] then
+      by_shard[s] = {}
+      order[#order + 1] = s
+    end
+    local fields = by_shard[s]
+    fields[#fields + 1] = id
+    fields[#fields + 1] = values[i]
+  end
+  local expires = string.format('%d', plan.expires)
+  for _, s in ipairs(order) do
+    local key = summary_key(prefix, plan.bucket, s)
+    redis.call('HSET', key, unpack(by_shard[s]))
+    redis.call('PEXPIREAT', key, expires)
+  end
+  for n = plan.n, plan.n_after - 1 do summary_split(prefix, plan.bucket, n, plan.expires) end
+  redis.call('HSET', meta, plan.bucket,
+    plan.n_after .. ':' .. (plan.count + #ids) .. ':' .. expires)
+end

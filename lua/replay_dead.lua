@@ -26,7 +26,7 @@ local entry = rcall('XRANGE', KEYS[3], ARGV[2], ARGV[2])
 if #entry == 0 then return -1 end
 
 local r = rec_header(KEYS[1])
-if r and (r.state == 's' or r.state == 'p' or r.state == 'r' or r.state == 'i') then
+if r and (r.state == 's' or r.state == 'w' or r.state == 'p' or r.state == 'r' or r.state == 'i') then
   rcall('XDEL', KEYS[3], ARGV[2])
   return 0
 end

@@ -11,8 +11,8 @@ cd "$(dirname "$0")/.."
 
 # name | file | exact text | replacement
 GUARDS=(
-  "complete: attempt token|lua/complete_jobs.lua|current[i] = r ~= nil and r.state == 'i' and r.att == tonumber(ARGV[i + 1])|current[i] = r ~= nil and r.state == 'i'"
-  "complete: state inflight|lua/complete_jobs.lua|current[i] = r ~= nil and r.state == 'i' and r.att == tonumber(ARGV[i + 1])|current[i] = r ~= nil and r.att == tonumber(ARGV[i + 1])"
+  "complete: attempt token|lua/complete_jobs.lua|  if r ~= nil and r.state == 'i' and r.att == tonumber(ARGV[i + 1]) then|  if r ~= nil and r.state == 'i' then"
+  "complete: state inflight|lua/complete_jobs.lua|  if r ~= nil and r.state == 'i' and r.att == tonumber(ARGV[i + 1]) then|  if r ~= nil and r.att == tonumber(ARGV[i + 1]) then"
   "fail: attempt token|lua/fail_job.lua|if not r or r.state ~= 'i' or r.att ~= tonumber(ARGV[2]) then return {0} end|if not r or r.state ~= 'i' then return {0} end"
   "fail: state inflight|lua/fail_job.lua|if not r or r.state ~= 'i' or r.att ~= tonumber(ARGV[2]) then return {0} end|if not r or r.att ~= tonumber(ARGV[2]) then return {0} end"
   "defer: attempt token|lua/defer_jobs.lua|  if r and r.state == 'i' and r.att == token then|  if r and r.state == 'i' then"
@@ -27,10 +27,12 @@ GUARDS=(
   "reclaim: last attempt dead-letters|lua/reclaim_expired.lua|    if r.att >= r.max then|    if r.att > r.max then"
   "cancel: finished jobs stay finished|lua/cancel_job.lua|if state == 'd' or state == 'x' then return -2 end|"
   "cancel: in-flight lease dropped|lua/cancel_job.lua|  rcall('ZREM', KEYS[3], ARGV[1])|  rcall('EXISTS', KEYS[3])"
-  "replay: a live job is not replayed|lua/replay_dead.lua|if r and (r.state == 's' or r.state == 'p' or r.state == 'r' or r.state == 'i') then|if false then"
+  "replay: a live job is not replayed|lua/replay_dead.lua|if r and (r.state == 's' or r.state == 'w' or r.state == 'p' or r.state == 'r' or r.state == 'i') then|if false then"
   "reschedule: only scheduled jobs|lua/reschedule_job.lua|if r.state ~= 's' and r.state ~= 'w' and r.state ~= 'p' then|if false then"
   "reschedule: spec unchanged since read|lua/reschedule_job.lua|if r.spec ~= ARGV[9] then return {-3, 'scheduled'} end|"
   "enqueue: an existing id is not overwritten|lua/enqueue_jobs.lua|    if r then|    if false then"
+  "enqueue: a finished job's summary counts as existing|lua/enqueue_jobs.lua|      if s then|      if false then"
+  "cancel: a finished job's summary stays finished|lua/cancel_job.lua|  if summary then return -2 end|"
   "wheel: tombstones skipped when a bucket opens|lua/promote_due.lua|    if r and r.state == 'w' then|    if r then"
 )
 

@@ -579,7 +579,10 @@ async fn show(config: &Config, id: &str, json: bool) -> Result<ExitCode, CliErro
         vec!["topic".into(), view.topic.clone()],
         vec![
             "url".into(),
-            format!("{} {}", view.method.as_str(), view.url),
+            match (&view.method, &view.url) {
+                (Some(method), Some(url)) => format!("{} {url}", method.as_str()),
+                _ => "- (finished; only its summary is kept)".into(),
+            },
         ],
         vec![
             "attempts".into(),

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::store::{Claimed, Store, StoreError, StoreResult};
+use crate::store::{Claimed, Delivery, Store, StoreError, StoreResult};
 
 /// Most jobs recorded by one script call (bounds the script's run time).
 pub const MAX_BATCH: usize = 256;
@@ -26,7 +26,7 @@ struct Pending {
     partition: u16,
     id: String,
     attempt: u32,
-    record: String,
+    delivery: Delivery,
     reply: oneshot::Sender<StoreResult<bool>>,
 }
 
@@ -48,13 +48,13 @@ impl Completions {
     /// Records a 2xx for `job`; waits until Redis has answered. True when
     /// recorded, false when the lease was stale; a failed call gives every
     /// job of its batch the same error ([`StoreError::Shared`]).
-    pub async fn complete(&self, job: &Claimed, record: String) -> StoreResult<bool> {
+    pub async fn complete(&self, job: &Claimed, delivery: Delivery) -> StoreResult<bool> {
         let (reply, answer) = oneshot::channel();
         let pending = Pending {
             partition: job.partition,
             id: job.id.clone(),
             attempt: job.attempt,
-            record,
+            delivery,
             reply,
         };
         if self.queue.send(pending).is_err() {
@@ -96,9 +96,9 @@ async fn flush(store: Store, mut rx: mpsc::UnboundedReceiver<Pending>) {
 }
 
 async fn record(store: &Store, p: u16, jobs: Vec<Pending>) {
-    let items: Vec<(&str, u32, &str)> = jobs
+    let items: Vec<(&str, u32, &Delivery)> = jobs
         .iter()
-        .map(|j| (j.id.as_str(), j.attempt, j.record.as_str()))
+        .map(|j| (j.id.as_str(), j.attempt, &j.delivery))
         .collect();
     match store.complete_many(p, &items).await {
         Ok(done) => {

@@ -157,9 +157,13 @@ pub struct DeliveryConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RetentionConfig {
-    /// How long delivered, dead and cancelled job records are kept.
+    /// How long delivered, dead and cancelled jobs are kept (delivered and
+    /// cancelled ones as summaries unless `keep_bodies`).
     #[serde(with = "humantime_serde")]
     pub finished: Duration,
+    /// Keep a delivered or cancelled job's whole record (spec, body, up to
+    /// 20 attempt records) for `finished` instead of a summary.
+    pub keep_bodies: bool,
     /// Approximate cap on each dead-letter stream's length.
     pub dead_letters_max: u64,
 }
@@ -230,6 +234,7 @@ impl Default for RetentionConfig {
     fn default() -> Self {
         RetentionConfig {
             finished: Duration::from_secs(24 * 3600),
+            keep_bodies: false,
             dead_letters_max: 1_000_000,
         }
     }

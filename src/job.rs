@@ -170,6 +170,37 @@ impl JobSpec {
             && body_value(self) == body_value(other)
     }
 
+    /// What a finished job's summary keeps of its spec: the topic alone.
+    pub fn summary_of(topic: String) -> JobSpec {
+        JobSpec {
+            topic,
+            url: String::new(),
+            method: Method::default(),
+            headers: BTreeMap::new(),
+            body: None,
+            body_text: None,
+            content_type: None,
+            run_at: None,
+            delay_ms: None,
+            retry_ms: None,
+            timeout_ms: None,
+        }
+    }
+
+    /// An 8-byte digest of the content, equal for two specs exactly when
+    /// [`JobSpec::same_content`] holds (up to SHA-1 collisions): the SHA-1
+    /// of the spec as a JSON value (object keys sorted, `body` parsed). A
+    /// finished job's summary keeps it in place of the spec, so an identical
+    /// re-create is still known as one.
+    pub fn content_digest(&self) -> [u8; 8] {
+        use sha1::Digest;
+        let value = serde_json::to_value(self).unwrap_or_default();
+        let digest = sha1::Sha1::digest(value.to_string().as_bytes());
+        let mut out = [0u8; 8];
+        out.copy_from_slice(&digest[..8]);
+        out
+    }
+
     /// The spec as the input a client could have sent for it (`run_at` in
     /// epoch ms, durations in humantime), so that a merged change goes
     /// through the very same validation as a create.
@@ -338,6 +369,7 @@ impl ValidJob {
         crate::store::NewJob {
             id: self.id.clone(),
             spec_json: self.spec.to_json(),
+            digest: self.spec.content_digest(),
             due: self.due,
             max_attempts: self.spec.max_attempts(config),
             lease_ms: self
@@ -764,10 +796,12 @@ pub struct JobView {
     pub id: String,
     /// Topic.
     pub topic: String,
-    /// Target URL.
-    pub url: String,
-    /// HTTP method.
-    pub method: Method,
+    /// Target URL (absent from a finished job's summary).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// HTTP method (absent from a finished job's summary).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub method: Option<Method>,
     /// Extra headers.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
@@ -798,8 +832,12 @@ pub struct JobView {
     pub created_at: String,
     /// Last change (RFC 3339).
     pub updated_at: String,
-    /// Most recent attempts first, at most 20.
+    /// Most recent attempts first, at most 20 (a summary keeps the last).
     pub history: Vec<serde_json::Value>,
+    /// True when the job finished and only its summary remains (no url,
+    /// method, headers or body; `retention.keep_bodies` keeps them).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub summarized: bool,
 }
 
 /// RFC 3339 in UTC with exactly three fractional digits.
@@ -900,6 +938,23 @@ mod tests {
         let text = spec(r#"{"url":"https://a.example/","body_text":"a=1&b=2"}"#);
         let spaced = spec(r#"{"url":"https://a.example/","body_text":"a=1& b=2"}"#);
         assert!(!text.same_content(&spaced));
+    }
+
+    #[test]
+    fn content_digest_follows_same_content() {
+        let spec = |json: &str| input(json).expect("valid").spec;
+        let a = spec(r#"{"url":"https://a.example/","body":{"a": 1, "b": [1, 2]},"delay":"1h"}"#);
+        let respelled =
+            spec(r#"{"delay":"1h","body":{"b":[1,2],"a":1},"url":"https://a.example/"}"#);
+        assert_eq!(a.content_digest(), respelled.content_digest());
+        for other in [
+            r#"{"url":"https://a.example/","body":{"a": 2, "b": [1, 2]},"delay":"1h"}"#,
+            r#"{"url":"https://a.example/","body":{"a": 1, "b": [1, 2]},"delay":"2h"}"#,
+            r#"{"url":"https://a.example/","body_text":"{\"a\": 1, \"b\": [1, 2]}","delay":"1h"}"#,
+            r#"{"topic":"t","url":"https://a.example/","body":{"a": 1, "b": [1, 2]},"delay":"1h"}"#,
+        ] {
+            assert_ne!(a.content_digest(), spec(other).content_digest(), "{other}");
+        }
     }
 
     #[test]

@@ -31,7 +31,8 @@ use crate::hosts::rate::RateLimiter;
 use crate::job::JobSpec;
 use crate::retry::{next_delay, FailureKind};
 use crate::store::hosts::HostState;
-use crate::store::{Claimed, FailAction, Failure, Store};
+use crate::store::summary::LastAttempt;
+use crate::store::{Claimed, Delivery, FailAction, Failure, Store};
 use crate::wake::Signals;
 
 /// Claimed jobs held in memory per worker (in flight or waiting for a host).
@@ -457,7 +458,7 @@ impl WorkerPool {
             .record(report.record.duration_ms as f64 / 1000.0);
         busy.decrement(1.0);
         match report.outcome {
-            Outcome::Delivered => self.record_success(&job, &report.record).await,
+            Outcome::Delivered => self.record_success(&job, &spec, &report.record).await,
             Outcome::Failed(kind) => {
                 let ladder = spec.ladder(&self.config);
                 let action = next_delay(
@@ -483,12 +484,22 @@ impl WorkerPool {
         )
     }
 
-    async fn record_success(&self, job: &Claimed, record: &AttemptRecord) {
-        let json = record.to_json();
+    async fn record_success(&self, job: &Claimed, spec: &JobSpec, record: &AttemptRecord) {
+        let error = record.last_error();
+        let delivery = Delivery::new(
+            spec,
+            record.to_json(),
+            &LastAttempt {
+                at: record.at,
+                duration_ms: record.duration_ms,
+                status: record.status,
+                error: &error,
+            },
+        );
         let deadline = self.recording_deadline(job, self.config.delivery.max_timeout);
         let mut backoff = Duration::from_millis(50);
         loop {
-            match self.completions.complete(job, json.clone()).await {
+            match self.completions.complete(job, delivery.clone()).await {
                 Ok(true) => return,
                 Ok(false) => {
                     tracing::info!("delivered, but the lease was taken over or the job cancelled; outcome discarded");

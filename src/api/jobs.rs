@@ -49,6 +49,7 @@ fn created_view(job: ValidJob, state: JobState, due: i64, now: i64, config: &Con
         created: now,
         updated: now,
         history: Vec::new(),
+        summarized: false,
     }
     .view()
 }

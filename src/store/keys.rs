@@ -103,6 +103,17 @@ impl Keys {
         format!("{}stats", self.prefix(p))
     }
 
+    /// HASH `<ns>:{p}:done`: the index of finished-job summary buckets,
+    /// `<start ms>` -> `<shards>:<count>:<expires ms>` (see `lua/prelude.lua`).
+    pub fn done(&self, p: u16) -> String {
+        format!("{}done", self.prefix(p))
+    }
+
+    /// HASH `<ns>:{p}:done:<bucket>:<shard>`: summaries, id -> packed summary.
+    pub fn done_shard(&self, p: u16, bucket: &str, shard: u32) -> String {
+        format!("{}done:{bucket}:{shard}", self.prefix(p))
+    }
+
     /// STRING `<ns>:{p}:seq`: enqueue sequence counter of the due set.
     pub fn seq(&self, p: u16) -> String {
         format!("{}seq", self.prefix(p))

@@ -12,11 +12,14 @@ use std::collections::HashMap;
 use redis::streams::{StreamId, StreamRangeReply};
 use serde::Serialize;
 
-use super::{JobRecord, Store, StoreResult};
+use super::{JobRecord, Store, StoreResult, Summary};
 use crate::job::{FieldError, State};
 
 /// Partitions visited at most per page, so one request stays bounded.
 const MAX_PARTITIONS_PER_PAGE: u16 = 64;
+
+/// Summary shards (about 40 to 80 summaries each) read at most per page.
+const MAX_SHARDS_PER_PAGE: u32 = 64;
 
 /// A page of results.
 #[derive(Debug, Clone, Serialize)]
@@ -197,6 +200,11 @@ impl Store {
             _ => Source::Scan,
         };
         let initial = "0";
+        // Finished jobs may be summaries rather than records.
+        let with_summaries = matches!(
+            state,
+            None | Some(State::Delivered) | Some(State::Cancelled)
+        );
         let partitions = self.keys.partitions();
         let mut cursor = cursor.unwrap_or_else(|| Cursor::start(0, initial));
         let mut items = Vec::new();
@@ -234,10 +242,19 @@ impl Store {
                     }
                     full.then(|| (offset + ids.len() as isize).to_string())
                 }
+                Source::Scan if cursor.position.starts_with('s') => {
+                    let (found, resume) = self
+                        .summary_page(p, &cursor.position[1..], want, &keep)
+                        .await?;
+                    items.extend(found);
+                    resume
+                }
                 Source::Scan => {
                     // Position `<scan cursor>` or `<scan cursor>.<keys to
                     // skip>`: a page that fills up within one SCAN step
-                    // resumes inside that step.
+                    // resumes inside that step. Once the records are done,
+                    // the partition's finished-job summaries follow
+                    // (position `s...`).
                     let (scan_cursor, skip) = match cursor.position.split_once('.') {
                         Some((c, n)) => (c.to_string(), n.parse().unwrap_or(0)),
                         None => (cursor.position.clone(), 0usize),
@@ -266,7 +283,9 @@ impl Store {
                             items.push(record);
                         }
                     }
-                    resume.or_else(|| (next_scan != "0").then_some(next_scan))
+                    resume
+                        .or_else(|| (next_scan != "0").then_some(next_scan))
+                        .or_else(|| with_summaries.then(|| "s".to_string()))
                 }
             };
             cursor = match next {
@@ -281,6 +300,64 @@ impl Store {
             items,
             next_cursor: (cursor.partition < partitions).then(|| cursor.encode()),
         })
+    }
+
+    /// A page of partition `p`'s finished-job summaries that `keep`
+    /// accepts, from `position` (empty, or `<bucket>.<shard>.<entries to
+    /// skip>`): the items and the position to resume at, None once the
+    /// partition's summaries are done. A shard's entries are listed in id
+    /// order; a page reads at most [`MAX_SHARDS_PER_PAGE`] shards.
+    async fn summary_page(
+        &self,
+        p: u16,
+        position: &str,
+        want: usize,
+        keep: &(dyn Fn(&JobRecord) -> bool + Sync),
+    ) -> StoreResult<(Vec<JobRecord>, Option<String>)> {
+        let mut from = position.splitn(3, '.').map(|n| n.parse::<i64>().ok());
+        let (from_bucket, from_shard, skip) = match (from.next(), from.next(), from.next()) {
+            (Some(Some(b)), Some(Some(s)), Some(Some(k))) => {
+                (b, s.max(0) as u32, k.max(0) as usize)
+            }
+            _ => (i64::MIN, 0, 0),
+        };
+        let mut items = Vec::new();
+        let mut shards_read = 0;
+        let mut conn = self.conn.clone();
+        for bucket in self.summary_buckets(p).await? {
+            let start = bucket.start_ms();
+            if start < from_bucket {
+                continue;
+            }
+            let first = if start == from_bucket { from_shard } else { 0 };
+            for shard in first..bucket.shards {
+                if shards_read == MAX_SHARDS_PER_PAGE {
+                    return Ok((items, Some(format!("s{}.{shard}.0", bucket.start))));
+                }
+                shards_read += 1;
+                let mut entries: Vec<(String, Vec<u8>)> = redis::cmd("HGETALL")
+                    .arg(self.keys.done_shard(p, &bucket.start, shard))
+                    .query_async(&mut conn)
+                    .await?;
+                entries.sort_by(|a, b| a.0.cmp(&b.0));
+                let skip = if start == from_bucket && shard == from_shard {
+                    skip
+                } else {
+                    0
+                };
+                for (i, (id, value)) in entries.iter().enumerate().skip(skip) {
+                    if items.len() == want {
+                        return Ok((items, Some(format!("s{}.{shard}.{i}", bucket.start))));
+                    }
+                    if let Some(record) = Summary::parse(value).map(|s| s.into_record(id)) {
+                        if keep(&record) {
+                            items.push(record);
+                        }
+                    }
+                }
+            }
+        }
+        Ok((items, None))
     }
 
     /// Counts per state and the delivery counters, over all partitions.

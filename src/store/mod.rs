@@ -14,6 +14,7 @@ pub mod listing;
 pub mod record;
 pub mod schema;
 pub mod scripts;
+pub mod summary;
 
 use std::time::Duration;
 
@@ -27,6 +28,7 @@ pub use cluster::ClusterConn;
 pub use keys::Keys;
 pub use record::JobRecord;
 use scripts::{ScriptDef, Scripts};
+pub use summary::{Delivery, Summary};
 
 /// Errors talking to Redis.
 #[derive(Debug, thiserror::Error)]
@@ -150,6 +152,9 @@ pub struct NewJob {
     pub id: String,
     /// Canonical spec JSON.
     pub spec_json: String,
+    /// [`JobSpec::content_digest`] of the spec (what a finished job's
+    /// summary is compared by on a re-create).
+    pub digest: [u8; 8],
     /// Due time.
     pub due: Due,
     /// Attempts allowed in total.
@@ -328,6 +333,7 @@ pub struct Failure<'a> {
 #[derive(Debug, Clone, Copy)]
 struct Settings {
     retention_ms: u64,
+    keep_bodies: bool,
     dead_letters_max: u64,
     default_lease_ms: u64,
 }
@@ -397,6 +403,7 @@ impl Store {
             )),
             settings: Settings {
                 retention_ms: config.retention.finished.as_millis() as u64,
+                keep_bodies: config.retention.keep_bodies,
                 dead_letters_max: config.retention.dead_letters_max,
                 default_lease_ms: config.lease_for(config.delivery.timeout).as_millis() as u64,
             },
@@ -573,7 +580,7 @@ impl Store {
         p: u16,
         jobs: &[&NewJob],
     ) -> StoreResult<Vec<EnqueueOutcome>> {
-        let mut args = Vec::with_capacity(3 + 6 * jobs.len());
+        let mut args = Vec::with_capacity(3 + 7 * jobs.len());
         args.push(arg(&self.keys.job_prefix(p)));
         args.push(arg(&*self.channel));
         args.push(arg(&p));
@@ -591,6 +598,7 @@ impl Store {
                 .lease_ms
                 .map(|l| l.to_string())
                 .unwrap_or_default()));
+            args.push(job.digest.to_vec());
         }
         let reply: Vec<Value> = self
             .invoke(
@@ -647,7 +655,7 @@ impl Store {
         Ok(self
             .get(&job.id)
             .await?
-            .is_some_and(|stored| stored.spec.same_content(&spec)))
+            .is_some_and(|stored| !stored.summarized && stored.spec.same_content(&spec)))
     }
 
     /// Moves up to `batch` due jobs of partition `p` to its ready list.
@@ -709,29 +717,34 @@ impl Store {
     }
 
     /// Records a 2xx; false when the lease was stale (nothing changed).
-    pub async fn complete(&self, job: &Claimed, record: &str) -> StoreResult<bool> {
+    pub async fn complete(&self, job: &Claimed, delivery: &Delivery) -> StoreResult<bool> {
         let done = self
-            .complete_many(job.partition, &[(&job.id, job.attempt, record)])
+            .complete_many(job.partition, &[(&job.id, job.attempt, delivery)])
             .await?;
         Ok(done.first().copied().unwrap_or(false))
     }
 
-    /// Records 2xx attempts of partition `p` (id, fencing token, attempt
-    /// record JSON) in one script call; per job, false when its lease was
-    /// stale (nothing changed for it).
+    /// Records 2xx attempts of partition `p` (id, fencing token, delivery)
+    /// in one script call; per job, false when its lease was stale (nothing
+    /// changed for it).
     pub async fn complete_many(
         &self,
         p: u16,
-        jobs: &[(&str, u32, &str)],
+        jobs: &[(&str, u32, &Delivery)],
     ) -> StoreResult<Vec<bool>> {
-        let mut args = Vec::with_capacity(3 + 3 * jobs.len());
+        let mut args = Vec::with_capacity(4 + 3 * jobs.len());
         args.push(arg(&self.keys.job_prefix(p)));
         args.push(arg(&self.keys.history_prefix(p)));
         args.push(arg(&self.settings.retention_ms));
-        for (id, attempt, record) in jobs {
+        args.push(arg(&self.finish_mode()));
+        for (id, attempt, delivery) in jobs {
             args.push(arg(id));
             args.push(arg(attempt));
-            args.push(arg(record));
+            if self.settings.keep_bodies {
+                args.push(arg(&delivery.record));
+            } else {
+                args.push(delivery.summary_tail.clone());
+            }
         }
         let done: Vec<i64> = self
             .invoke(
@@ -747,6 +760,16 @@ impl Store {
             ));
         }
         Ok(done.into_iter().map(|d| d == 1).collect())
+    }
+
+    /// How the finishing scripts keep a finished job: `keep` (the whole
+    /// record, `retention.keep_bodies`) or `summary`.
+    fn finish_mode(&self) -> &'static str {
+        if self.settings.keep_bodies {
+            "keep"
+        } else {
+            "summary"
+        }
     }
 
     /// Records a failed attempt: next rung or dead letter.
@@ -870,29 +893,50 @@ impl Store {
     /// Cancels a job that has not finished.
     pub async fn cancel(&self, id: &str) -> StoreResult<CancelOutcome> {
         let p = self.keys.partition_of(id);
-        let code: i64 = self
-            .invoke(
-                &scripts::CANCEL_JOB,
-                &[
-                    &self.keys.job(p, id),
-                    &self.keys.due(p),
-                    &self.keys.inflight(p),
-                    &self.keys.history(p, id),
-                ],
-                &[
-                    arg(&id),
-                    arg(&self.settings.retention_ms),
-                    arg(&*self.channel),
-                ],
-            )
-            .await?;
-        match code {
-            1 => Ok(CancelOutcome::Cancelled),
-            0 => Ok(CancelOutcome::AlreadyCancelled),
-            -1 => Ok(CancelOutcome::NotFound),
-            -2 => Ok(CancelOutcome::Finished),
-            other => Err(StoreError::reply("cancel_job", format!("code {other}"))),
+        // The summary keeps the content's digest, computed here from the
+        // spec as read; the script checks the spec is still that one.
+        for _ in 0..5 {
+            let (digest, spec_sha1) = match self.get(id).await? {
+                Some(record) if !record.summarized => {
+                    use sha1::Digest;
+                    let sha1 = sha1::Sha1::digest(record.spec_json.as_bytes());
+                    let hex: String = sha1.iter().map(|b| format!("{b:02x}")).collect();
+                    (record.spec.content_digest().to_vec(), hex)
+                }
+                _ => (Vec::new(), String::new()),
+            };
+            let code: i64 = self
+                .invoke(
+                    &scripts::CANCEL_JOB,
+                    &[
+                        &self.keys.job(p, id),
+                        &self.keys.due(p),
+                        &self.keys.inflight(p),
+                        &self.keys.history(p, id),
+                    ],
+                    &[
+                        arg(&id),
+                        arg(&self.settings.retention_ms),
+                        arg(&*self.channel),
+                        arg(&self.finish_mode()),
+                        digest,
+                        arg(&spec_sha1),
+                    ],
+                )
+                .await?;
+            return match code {
+                1 => Ok(CancelOutcome::Cancelled),
+                0 => Ok(CancelOutcome::AlreadyCancelled),
+                -1 => Ok(CancelOutcome::NotFound),
+                -2 => Ok(CancelOutcome::Finished),
+                -3 => continue,
+                other => Err(StoreError::reply("cancel_job", format!("code {other}"))),
+            };
         }
+        Err(StoreError::reply(
+            "cancel_job",
+            "the job kept changing while it was being cancelled",
+        ))
     }
 
     /// Replaces a scheduled job's content and/or due time, provided it is
@@ -1027,6 +1071,50 @@ impl Store {
             .lrange(self.keys.history(p, id), 0, 19)
             .query_async(&mut conn)
             .await?;
-        JobRecord::decode(id, &value, history)
+        match JobRecord::decode(id, &value, history)? {
+            Some(record) => Ok(Some(record)),
+            None => Ok(self
+                .find_summary(p, id)
+                .await?
+                .map(|summary| summary.into_record(id))),
+        }
+    }
+
+    /// The newest summary of finished job `id` of partition `p`: one read of
+    /// the partition's bucket index, then one HGET per bucket, pipelined.
+    pub async fn find_summary(&self, p: u16, id: &str) -> StoreResult<Option<Summary>> {
+        let buckets = self.summary_buckets(p).await?;
+        if buckets.is_empty() {
+            return Ok(None);
+        }
+        let h = summary::id_hash(id);
+        let mut pipe = redis::pipe();
+        for bucket in &buckets {
+            let shard = summary::shard_of(h, bucket.shards);
+            pipe.hget(self.keys.done_shard(p, &bucket.start, shard), id);
+        }
+        let mut conn = self.conn.clone();
+        let values: Vec<Option<Vec<u8>>> = pipe.query_async(&mut conn).await?;
+        Ok(values
+            .iter()
+            .flatten()
+            .filter_map(|v| Summary::parse(v))
+            .max_by_key(|s| s.finished))
+    }
+
+    /// The summary buckets of partition `p` (expired ones may linger in the
+    /// index until the next new bucket; their shards are gone).
+    pub async fn summary_buckets(&self, p: u16) -> StoreResult<Vec<summary::Bucket>> {
+        let mut conn = self.conn.clone();
+        let index: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(self.keys.done(p))
+            .query_async(&mut conn)
+            .await?;
+        let mut buckets: Vec<summary::Bucket> = index
+            .iter()
+            .filter_map(|(start, value)| summary::Bucket::parse(start, value))
+            .collect();
+        buckets.sort_by_key(summary::Bucket::start_ms);
+        Ok(buckets)
     }
 }

@@ -97,6 +97,9 @@ pub struct JobRecord {
     pub updated: i64,
     /// Attempt records, newest first.
     pub history: Vec<String>,
+    /// Only the summary of a finished job remains: `spec` holds its topic
+    /// alone and `spec_json` is empty (see [`super::summary`]).
+    pub summarized: bool,
 }
 
 impl JobRecord {
@@ -125,6 +128,7 @@ impl JobRecord {
             created: header.created,
             updated: header.updated,
             history,
+            summarized: false,
         }))
     }
 
@@ -135,8 +139,8 @@ impl JobRecord {
         JobView {
             id: self.id,
             topic: self.spec.topic,
-            url: self.spec.url,
-            method: self.spec.method,
+            url: (!self.summarized).then_some(self.spec.url),
+            method: (!self.summarized).then_some(self.spec.method),
             headers: self.spec.headers,
             body: self.spec.body,
             body_text: self.spec.body_text,
@@ -157,6 +161,7 @@ impl JobRecord {
                 .iter()
                 .filter_map(|h| attempt_view(h))
                 .collect(),
+            summarized: self.summarized,
         }
     }
 }

@@ -43,21 +43,21 @@ macro_rules! script {
     };
 }
 
-/// `enqueue_jobs`: create jobs of one partition (each idempotent by id), six
-/// ARGV per job.
-pub const ENQUEUE_JOBS: ScriptDef = script!("enqueue_jobs", 3, 3, repeat 6);
+/// `enqueue_jobs`: create jobs of one partition (each idempotent by id),
+/// seven ARGV per job.
+pub const ENQUEUE_JOBS: ScriptDef = script!("enqueue_jobs", 3, 3, repeat 7);
 /// `promote_due`: move due jobs to the ready list.
 pub const PROMOTE_DUE: ScriptDef = script!("promote_due", 3, 4);
 /// `claim_ready`: lease ready jobs to workers.
 pub const CLAIM_READY: ScriptDef = script!("claim_ready", 2, 3);
 /// `complete_jobs`: record 2xx attempts of one partition, three ARGV per job.
-pub const COMPLETE_JOBS: ScriptDef = script!("complete_jobs", 2, 3, repeat 3);
+pub const COMPLETE_JOBS: ScriptDef = script!("complete_jobs", 2, 4, repeat 3);
 /// `fail_job`: record a failure (next rung or dead letter).
 pub const FAIL_JOB: ScriptDef = script!("fail_job", 7, 11);
 /// `reclaim_expired`: take back attempts whose lease expired.
 pub const RECLAIM_EXPIRED: ScriptDef = script!("reclaim_expired", 4, 7);
 /// `cancel_job`: cancel an unfinished job.
-pub const CANCEL_JOB: ScriptDef = script!("cancel_job", 4, 3);
+pub const CANCEL_JOB: ScriptDef = script!("cancel_job", 4, 6);
 /// `reschedule_job`: change a scheduled job.
 pub const RESCHEDULE_JOB: ScriptDef = script!("reschedule_job", 4, 9);
 

@@ -18,7 +18,7 @@ use crate::support::redis::RedisServer;
 use crate::support::wait_until;
 use crate::{post_json, start_daemon, test_config};
 use hookq::job::JobInput;
-use hookq::store::Store;
+use hookq::store::{Delivery, Store};
 
 fn cluster_jobs() -> usize {
     crate::env_count("HOOKQ_CLUSTER_JOBS", 3000)
@@ -322,7 +322,13 @@ async fn scripts_change_nothing_while_their_slot_is_half_moved() {
     }
     let claimed = store.claim(0, 10).await.expect("claim").jobs;
     assert_eq!(claimed.len(), 3);
-    assert!(store.complete(&claimed[1], "{}").await.expect("complete"));
+    assert!(store
+        .complete(
+            &claimed[1],
+            &Delivery::from_json(&claimed[1].spec_json, "{}")
+        )
+        .await
+        .expect("complete"));
     let failure = hookq::store::Failure {
         record: "{}",
         last_error: "gone",
@@ -363,7 +369,13 @@ async fn scripts_change_nothing_while_their_slot_is_half_moved() {
             let results = [
                 ("promote", store.promote(0, 100).await.err()),
                 ("claim", store.claim(0, 10).await.err()),
-                ("complete", store.complete(&claimed, "{}").await.err()),
+                (
+                    "complete",
+                    store
+                        .complete(&claimed, &Delivery::from_json(&claimed.spec_json, "{}"))
+                        .await
+                        .err(),
+                ),
                 ("reclaim", store.reclaim(0, 100).await.err()),
                 ("enqueue", store.enqueue(&new).await.err()),
             ];

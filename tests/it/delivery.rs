@@ -337,7 +337,10 @@ async fn streaming_server(endless: bool) -> String {
 #[tokio::test]
 async fn huge_and_endless_responses_are_read_only_to_the_cap() {
     let redis = RedisServer::start();
-    let daemon = start_daemon(&test_config(&redis)).await;
+    let mut config = test_config(&redis);
+    // The history keeps the response prefix (a summary keeps no response).
+    config.retention.keep_bodies = true;
+    let daemon = start_daemon(&config).await;
     let base = daemon.url();
     let huge = streaming_server(false).await;
     let endless = streaming_server(true).await;

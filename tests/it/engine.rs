@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use hookq::carrier::Carrier;
 use hookq::clock::RedisClock;
 use hookq::job::JobInput;
-use hookq::store::Store;
+use hookq::store::{Delivery, Store};
 use hookq::wake::Signals;
 use redis::AsyncCommands;
 use serde_json::json;
@@ -214,6 +214,8 @@ async fn an_expired_lease_returns_the_job_and_fences_the_late_outcome() {
     let mut config = test_config(&redis);
     config.delivery.timeout = Duration::from_millis(200);
     config.delivery.lease_margin = Duration::from_millis(200);
+    // The whole history stays (not only the last attempt's summary).
+    config.retention.keep_bodies = true;
 
     // A "daemon" claims the job and dies: the claim is made, no outcome follows.
     let store = Store::connect(&config).await.expect("store");
@@ -247,7 +249,13 @@ async fn an_expired_lease_returns_the_job_and_fences_the_late_outcome() {
     assert_eq!(errors, ["lease_expired"]);
 
     // The dead attempt's outcome arrives late: it is discarded, not applied.
-    let applied = store.complete(&lost_attempt, "{}").await.expect("complete");
+    let applied = store
+        .complete(
+            &lost_attempt,
+            &Delivery::from_json(&lost_attempt.spec_json, "{}"),
+        )
+        .await
+        .expect("complete");
     assert!(!applied, "a stale lease must not complete the job");
     let failure = hookq::store::Failure {
         record: "{}",
@@ -275,6 +283,8 @@ async fn a_stale_outcome_is_discarded_while_the_next_attempt_is_in_flight() {
     .await;
     let mut config = test_config(&redis);
     config.delivery.timeout = Duration::from_secs(5);
+    // The whole history stays (not only the last attempt's summary).
+    config.retention.keep_bodies = true;
     // The "daemon" that claims attempt 1 and dies holds a short lease.
     let mut dying = config.clone();
     dying.delivery.timeout = Duration::from_millis(200);
@@ -302,7 +312,10 @@ async fn a_stale_outcome_is_discarded_while_the_next_attempt_is_in_flight() {
     assert_eq!(got[0].headers["hookq-attempt"], "2");
 
     // Attempt 1's outcome arrives now.
-    let applied = store.complete(&stale, "{}").await.expect("complete");
+    let applied = store
+        .complete(&stale, &Delivery::from_json(&stale.spec_json, "{}"))
+        .await
+        .expect("complete");
     let failure = hookq::store::Failure {
         record: "{}",
         last_error: "late",
@@ -862,7 +875,10 @@ async fn late_moves_change_nothing() {
         .expect("defer");
     assert_eq!(deferred, 0, "a cancelled job was deferred back to life");
     assert!(
-        !store.complete(&claim, "{}").await.expect("complete"),
+        !store
+            .complete(&claim, &Delivery::from_json(&claim.spec_json, "{}"))
+            .await
+            .expect("complete"),
         "a cancelled job was recorded as delivered"
     );
     assert_eq!(state_of("defer-cancelled").await, (State::Cancelled, 1));
@@ -870,7 +886,10 @@ async fn late_moves_change_nothing() {
     // A cancel of a delivered job.
     enqueue_unreached(&store, &config, "done", None).await;
     let claim = crate::claim_direct(&store, "done").await;
-    assert!(store.complete(&claim, "{}").await.expect("complete"));
+    assert!(store
+        .complete(&claim, &Delivery::from_json(&claim.spec_json, "{}"))
+        .await
+        .expect("complete"));
     assert_eq!(
         store.cancel("done").await.expect("cancel"),
         CancelOutcome::Finished

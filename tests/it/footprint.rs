@@ -160,3 +160,264 @@ async fn far_jobs_cascade_through_the_wheel_and_arrive_once_on_time() {
     }
     daemon.stop().await.expect("clean stop");
 }
+
+/// A delivered and a cancelled job leave no record or history behind but a
+/// summary that still answers `GET /v1/jobs/{id}`, `hookq show`, listings,
+/// cancel, PATCH and an idempotent re-create (compared by content, however
+/// the JSON is spelled); it expires with the retention period.
+#[tokio::test]
+async fn finished_jobs_leave_summaries_that_still_answer() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::start(Arc::new(|r: &Recorded| {
+        if r.path == "/fails" {
+            Reply::status(503)
+        } else {
+            Reply::status(204)
+        }
+    }))
+    .await;
+    let mut config = test_config(&redis);
+    config.delivery.retry = vec![Duration::from_secs(3600)];
+    config.retention.finished = Duration::from_secs(3);
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    let keys = hookq::store::Keys::new(&config.redis.namespace, config.redis.partitions);
+    let mut conn = redis.conn().await;
+
+    let delivered = json!({"id": "sum-ok", "topic": "orders", "url": receiver.url("/ok"),
+        "headers": {"x-api-key": "k"}, "body": {"order": 1, "items": [1, 2]}});
+    post_created(&format!("{base}/v1/jobs"), delivered.clone()).await;
+    post_created(
+        &format!("{base}/v1/jobs"),
+        json!({"id": "sum-cancel", "topic": "orders", "url": receiver.url("/fails")}),
+    )
+    .await;
+    let view = crate::wait_state(&base, "sum-ok", "delivered").await;
+    assert_eq!(view["summarized"], true, "{view}");
+    assert_eq!(view["topic"], "orders");
+    assert_eq!(view["attempts"], 1);
+    assert_eq!(view["history"][0]["status"], 204, "{view}");
+    for gone in ["url", "method", "headers", "body"] {
+        assert!(view.get(gone).is_none(), "{gone} in {view}");
+    }
+    let p = keys.partition_of("sum-ok");
+    let left: i64 = redis::cmd("EXISTS")
+        .arg(keys.job(p, "sum-ok"))
+        .arg(keys.history(p, "sum-ok"))
+        .query_async(&mut conn)
+        .await
+        .expect("exists");
+    assert_eq!(left, 0, "the record and history are gone");
+
+    // The failing job waits an hour for its retry; cancelling it keeps its
+    // last failure in the summary.
+    wait_until(
+        "sum-cancel failed once",
+        Duration::from_secs(10),
+        || async { get_json(&format!("{base}/v1/jobs/sum-cancel")).await.1["attempts"] == 1 },
+    )
+    .await;
+    let url = format!("{base}/v1/jobs/sum-cancel");
+    assert_eq!(send(reqwest::Method::DELETE, &url, None).await, 204);
+    let (_, view) = get_json(&url).await;
+    assert_eq!(view["state"], "cancelled", "{view}");
+    assert_eq!(view["summarized"], true, "{view}");
+    assert_eq!(view["history"][0]["status"], 503, "{view}");
+    assert_eq!(view["history"][0]["error"], "http_status", "{view}");
+    assert_eq!(
+        send(reqwest::Method::DELETE, &url, None).await,
+        204,
+        "already cancelled"
+    );
+
+    // Cancel and PATCH of a delivered summary conflict; a re-create with the
+    // same content (spelled differently) is idempotent, another conflicts.
+    let ok_url = format!("{base}/v1/jobs/sum-ok");
+    assert_eq!(send(reqwest::Method::DELETE, &ok_url, None).await, 409);
+    let patch = json!({"body": {"order": 2}});
+    assert_eq!(
+        send(reqwest::Method::PATCH, &ok_url, Some(patch)).await,
+        409
+    );
+    let respelled = json!({"body": {"items": [1, 2], "order": 1}, "url": receiver.url("/ok"),
+        "id": "sum-ok", "headers": {"x-api-key": "k"}, "topic": "orders"});
+    let (status, again) = crate::post_json(&format!("{base}/v1/jobs"), respelled).await;
+    assert_eq!(
+        (status, &again["state"]),
+        (200, &json!("delivered")),
+        "{again}"
+    );
+    let mut changed = delivered.clone();
+    changed["body"] = json!({"order": 2});
+    let (status, _) = crate::post_json(&format!("{base}/v1/jobs"), changed).await;
+    assert_eq!(status, 409);
+    assert_eq!(
+        receiver.count_distinct("webhook-id"),
+        2,
+        "nothing delivered again"
+    );
+
+    // Listings find summaries by state and topic.
+    let (_, page) = get_json(&format!("{base}/v1/jobs?state=delivered&topic=orders")).await;
+    let ids: Vec<&str> = page["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .filter_map(|j| j["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["sum-ok"], "{page}");
+    let (_, page) = get_json(&format!("{base}/v1/jobs?state=cancelled")).await;
+    assert_eq!(page["jobs"][0]["id"], "sum-cancel", "{page}");
+    let (_, page) = get_json(&format!("{base}/v1/jobs?topic=nope")).await;
+    assert_eq!(page["jobs"], json!([]), "{page}");
+
+    // `hookq show` reads the summary too.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookq"))
+        .args(["show", "sum-ok", "--json"])
+        .env("HOOKQ_REDIS__URL", redis.url())
+        .env("HOOKQ_REDIS__NAMESPACE", &config.redis.namespace)
+        .env(
+            "HOOKQ_REDIS__PARTITIONS",
+            config.redis.partitions.to_string(),
+        )
+        .env_remove("HOOKQ_CONFIG")
+        .output()
+        .expect("hookq show");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        (&shown["state"], &shown["summarized"]),
+        (&json!("delivered"), &json!(true))
+    );
+
+    // Summaries expire with the retention period (3 s, bucket 750 ms).
+    wait_until("the summaries expire", Duration::from_secs(10), || async {
+        get_json(&ok_url).await.0 == 404 && get_json(&url).await.0 == 404
+    })
+    .await;
+    daemon.stop().await.expect("clean stop");
+}
+
+/// `retention.keep_bodies = true` keeps a delivered job whole (url,
+/// headers, body, history), expiring after the retention period.
+#[tokio::test]
+async fn keep_bodies_keeps_finished_jobs_whole() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let mut config = test_config(&redis);
+    config.retention.keep_bodies = true;
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    post_created(
+        &format!("{base}/v1/jobs"),
+        json!({"id": "kept", "url": receiver.url("/k"), "body": {"a": 1}}),
+    )
+    .await;
+    let view = crate::wait_state(&base, "kept", "delivered").await;
+    assert!(view.get("summarized").is_none(), "{view}");
+    assert_eq!(view["body"], json!({"a": 1}));
+    assert_eq!(view["url"], receiver.url("/k"));
+    let keys = hookq::store::Keys::new(&config.redis.namespace, config.redis.partitions);
+    let mut conn = redis.conn().await;
+    let ttl: i64 = conn
+        .pttl(keys.job(keys.partition_of("kept"), "kept"))
+        .await
+        .expect("pttl");
+    assert!(ttl > 0, "the kept record expires (pttl {ttl})");
+    daemon.stop().await.expect("clean stop");
+}
+
+/// Thousands of summaries in one partition split their bucket into shards
+/// (each small enough for Redis's compact encoding); the store finds every
+/// one where the scripts put it, and a listing pages through each once.
+#[tokio::test]
+async fn many_summaries_split_into_shards_and_are_all_found() {
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    config.redis.partitions = 1;
+    let store = hookq::store::Store::connect(&config).await.expect("store");
+    let n = 2_000;
+    let jobs: Vec<hookq::store::NewJob> = (0..n)
+        .map(|i| {
+            let input: hookq::job::JobInput = serde_json::from_value(
+                json!({"id": format!("many-{i:05}"), "url": "http://127.0.0.1:9/", "topic": "t"}),
+            )
+            .expect("input");
+            input.validate(&config).expect("valid").new_job(&config)
+        })
+        .collect();
+    for chunk in jobs.chunks(500) {
+        store.enqueue_many(chunk).await.expect("enqueue");
+    }
+    let mut recorded = 0;
+    while recorded < n {
+        let claimed = store.claim(0, 256).await.expect("claim").jobs;
+        assert!(!claimed.is_empty(), "jobs left to claim");
+        let deliveries: Vec<hookq::store::Delivery> = claimed
+            .iter()
+            .map(|c| {
+                hookq::store::Delivery::from_json(
+                    &c.spec_json,
+                    r#"{"at":1,"duration_ms":2,"status":200}"#,
+                )
+            })
+            .collect();
+        let items: Vec<(&str, u32, &hookq::store::Delivery)> = claimed
+            .iter()
+            .zip(&deliveries)
+            .map(|(c, d)| (c.id.as_str(), c.attempt, d))
+            .collect();
+        let done = store.complete_many(0, &items).await.expect("complete");
+        assert!(done.iter().all(|d| *d));
+        recorded += done.len();
+    }
+    let buckets = store.summary_buckets(0).await.expect("buckets");
+    let shards: u32 = buckets.iter().map(|b| b.shards).sum();
+    assert!(shards >= 40, "2,000 summaries split into {shards} shards");
+    let mut conn = redis.conn().await;
+    let keys = store.keys();
+    for bucket in &buckets {
+        for shard in 0..bucket.shards {
+            let key = keys.done_shard(0, &bucket.start, shard);
+            let encoding: String = redis::cmd("OBJECT")
+                .arg("ENCODING")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .expect("encoding");
+            assert_eq!(encoding, "listpack", "{key}");
+        }
+    }
+    for i in (0..n).step_by(7) {
+        let record = store
+            .get(&format!("many-{i:05}"))
+            .await
+            .expect("get")
+            .expect("found");
+        assert!(record.summarized);
+        assert_eq!(record.state, hookq::job::State::Delivered);
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut cursor = None;
+    loop {
+        let page = store
+            .list_jobs(Some(hookq::job::State::Delivered), None, 333, cursor)
+            .await
+            .expect("page");
+        for record in page.items {
+            assert!(seen.insert(record.id.clone()), "{} listed twice", record.id);
+        }
+        match page.next_cursor {
+            Some(c) => {
+                cursor =
+                    Some(hookq::store::listing::Cursor::parse(&c, 1, "cursor").expect("cursor"))
+            }
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), n, "every summary listed once");
+}
