@@ -1207,7 +1207,12 @@ const STOCK_LISTPACK_VALUE: u32 = 64;
 /// hour. `beyond_body_url` is what SPEC §11.2 bounds. Redis's
 /// `hash-max-listpack-value` is set to `listpack_value` (hookq's records are
 /// strings since layout 2, so it should not matter; shown for comparison).
-async fn memory(redis: &RedisServer, n: usize, listpack_value: u32) -> Res<Figures> {
+async fn memory(
+    redis: &RedisServer,
+    n: usize,
+    listpack_value: u32,
+    mixed_bodies: bool,
+) -> Res<Figures> {
     redis.flush().await?;
     redis
         .config_set("hash-max-listpack-value", &listpack_value.to_string())
@@ -1218,31 +1223,35 @@ async fn memory(redis: &RedisServer, n: usize, listpack_value: u32) -> Res<Figur
     let before = redis.used_memory().await?;
     let first_due = store.redis_time_ms().await? + 3_600_000;
     let spacing = 86_400_000 / n as i64;
-    preload(
-        &store,
-        &cfg,
-        (0..n)
-            .map(|i| {
-                job(
-                    format!("mem-{i:022}"),
-                    "http://sink.example/hook".into(),
-                    first_due + i as i64 * spacing,
-                )
-            })
-            .collect(),
-    )
-    .await?;
+    let url = "http://sink.example/hook";
+    let mut body_bytes = 0usize;
+    let jobs: Vec<JobInput> = (0..n)
+        .map(|i| {
+            let due = first_due + i as i64 * spacing;
+            let mut input = job(format!("mem-{i:022}"), url.into(), due);
+            if mixed_bodies {
+                // Bodies of 30 to 285 bytes, evenly spread, so that the
+                // allocator's size classes average out.
+                let pad = "x".repeat(i % 256);
+                input.body = serde_json::value::RawValue::from_string(format!(
+                    r#"{{"due":{due},"pad":"{pad}"}}"#
+                ))
+                .ok();
+            }
+            body_bytes += input.body.as_ref().map_or(0, |b| b.get().len()) + url.len();
+            input
+        })
+        .collect();
+    preload(&store, &cfg, jobs).await?;
     let after = redis.used_memory().await?;
     // Back to the bench's stock Redis for the scenarios that follow.
     redis
         .config_set("hash-max-listpack-value", &STOCK_LISTPACK_VALUE.to_string())
         .await?;
     let per_job = (after - before) as f64 / n as f64;
-    let body_and_url =
-        (format!("{{\"due\":{first_due}}}").len() + "http://sink.example/hook".len()) as f64;
     Ok(HashMap::from([
         ("bytes_per_job", per_job),
-        ("beyond_body_url", per_job - body_and_url),
+        ("beyond_body_url", per_job - body_bytes as f64 / n as f64),
     ]))
 }
 
@@ -1934,17 +1943,27 @@ async fn bench(opts: &Options) -> Res<Vec<Scenario>> {
     scenario!(
         "memory_10k_scheduled",
         1,
-        memory(&redis, s(10_000, 10_000), STOCK_LISTPACK_VALUE)
+        memory(&redis, s(10_000, 10_000), STOCK_LISTPACK_VALUE, false)
     );
     scenario!(
         "memory_1m_scheduled",
         1,
-        memory(&redis, s(1_000_000, 10_000), STOCK_LISTPACK_VALUE)
+        memory(&redis, s(1_000_000, 10_000), STOCK_LISTPACK_VALUE, false)
+    );
+    scenario!(
+        "memory_1m_scheduled_mixed_bodies",
+        1,
+        memory(&redis, s(1_000_000, 10_000), STOCK_LISTPACK_VALUE, true)
     );
     scenario!(
         "memory_1m_scheduled_tuned_redis",
         1,
-        memory(&redis, s(1_000_000, 10_000), RECOMMENDED_LISTPACK_VALUE)
+        memory(
+            &redis,
+            s(1_000_000, 10_000),
+            RECOMMENDED_LISTPACK_VALUE,
+            false
+        )
     );
     scenario!(
         "memory_100k_finished",
