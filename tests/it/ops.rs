@@ -286,6 +286,13 @@ async fn doctor_reports_and_names_the_fix() {
         "warn",
         "the test Redis keeps Redis's default of 64"
     );
+    assert_eq!(status("memory"), "warn", "the test Redis has no maxmemory");
+    assert!(
+        doctor_check(&report, "memory")["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("no maxmemory set") && d.contains("no jobs")),
+        "{report}"
+    );
 
     let mut conn = redis.conn().await;
     let _: () = redis::cmd("CONFIG")
@@ -301,6 +308,94 @@ async fn doctor_reports_and_names_the_fix() {
     assert!(
         text.contains("FAIL") && text.contains("CONFIG SET maxmemory-policy noeviction"),
         "{text}"
+    );
+}
+
+/// The check called `name` of a `doctor --json` report (Null if absent).
+fn doctor_check(report: &Value, name: &str) -> Value {
+    report["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .find(|c| c["name"] == name)
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// A daemon delivers a steady 100 jobs a second to a loopback receiver;
+/// kept for a day (the default `retention.finished`), their summaries would
+/// take about 860 MB, far past a 32 MB `maxmemory`. (Multi-threaded: the
+/// doctor runs as a blocking child process while the daemon delivers.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_warns_when_the_finish_rate_would_reach_maxmemory() {
+    let redis = RedisServer::start_with(&["--maxmemory", "32mb"]);
+    let receiver = Receiver::ok().await;
+    let config = test_config(&redis);
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    // 3,000 jobs due 10 ms apart: deliveries last about 30 s.
+    for chunk in 0..3 {
+        let jobs: Vec<Value> = (chunk * 1000..(chunk + 1) * 1000)
+            .map(|i| json!({"id": format!("rate-{i}"), "url": receiver.url("/"), "delay": format!("{}ms", i * 10)}))
+            .collect();
+        let (status, _) = post_json(&format!("{base}/v1/jobs/batch"), json!({"jobs": jobs})).await;
+        assert_eq!(status, 200);
+    }
+    receiver.wait_for_count(50, Duration::from_secs(15)).await;
+
+    let out = hookq(&redis, "hookq", &["--json", "doctor"]);
+    let report = stdout_json(&out);
+    assert!(out.status.success(), "a warning is not a failure: {report}");
+    let memory = doctor_check(&report, "memory");
+    assert_eq!(memory["status"], "warn", "{memory}");
+    let detail = memory["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("of maxmemory 32.0 MiB") && !detail.contains("finishing 0.0 jobs/s"),
+        "{memory}"
+    );
+    let fix = memory["fix"].as_str().unwrap_or_default();
+    assert!(
+        fix.contains("CONFIG SET maxmemory") && fix.contains("retention.finished"),
+        "{memory}"
+    );
+    assert!(
+        receiver.count() < 3000,
+        "the doctor ran while jobs were still being delivered"
+    );
+    daemon.stop().await.expect("clean stop");
+}
+
+/// Jobs held but none finishing, and room to spare: ok, with bytes per job.
+#[tokio::test]
+async fn doctor_memory_is_ok_without_a_finish_rate() {
+    let redis = RedisServer::start_with(&["--maxmemory", "1gb"]);
+    let config = test_config(&redis);
+    let store = Store::connect(&config).await.expect("store");
+    store.load_scripts().await.expect("scripts");
+    for i in 0..200 {
+        let input = JobInput {
+            id: Some(format!("idle-{i}")),
+            url: Some("http://127.0.0.1:9/".into()),
+            delay: Some("1h".into()),
+            ..JobInput::default()
+        };
+        crate::enqueue_direct(&store, &config, input).await;
+    }
+    let out = hookq(&redis, "hookq", &["doctor"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains(" memory "))
+        .unwrap_or_else(|| panic!("no memory line in:\n{text}"));
+    assert!(line.starts_with("ok "), "{line}");
+    assert!(
+        line.contains("200 jobs held") && line.contains(" B per job"),
+        "{line}"
+    );
+    assert!(
+        line.contains("finishing 0.0 jobs/s") && line.contains("of maxmemory 1.0 GiB"),
+        "{line}"
     );
 }
 
