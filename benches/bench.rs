@@ -20,6 +20,11 @@
 //! start with A or B (`NAME$`: exactly NAME); `--peers` adds
 //! `peer_bullmq_one_host` (`--peer-concurrency N` sets BullMQ's worker
 //! concurrency).
+//!
+//! `memory_steady_load` runs last, once, and **takes 10 minutes** in the full
+//! run (2,000 jobs/s; `--quick`: 5 s at 200 jobs/s); `--steady-secs N`,
+//! `--steady-rate N`, `--steady-retention N` and `--steady-sample N` change
+//! its length, rate, `retention.finished` and sampling period.
 
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
@@ -1437,6 +1442,368 @@ async fn hanging(redis: &RedisServer, nginx: &Nginx, n: usize) -> Res<Figures> {
     ]))
 }
 
+// ---------------------------------------------------------------- steady load
+
+/// The settings of `memory_steady_load` (defaults by run size, each one
+/// overridable: `--steady-secs`, `--steady-rate`, `--steady-retention`,
+/// `--steady-sample`, all in whole seconds or jobs per second).
+#[derive(Clone, Copy, Debug)]
+struct SteadyLoad {
+    /// Jobs created per second, in a batch every [`STEADY_TICK`].
+    rate: usize,
+    /// How long the load runs.
+    duration: Duration,
+    /// The daemon's `retention.finished`.
+    retention: Duration,
+    /// How often Redis's memory is sampled.
+    sample_every: Duration,
+    /// Jobs are due now or up to this much later (a quarter each at 0, ⅓,
+    /// ⅔ and all of it).
+    max_delay: Duration,
+}
+
+/// How often the steady load generator sends a batch.
+const STEADY_TICK: Duration = Duration::from_millis(50);
+
+/// The size of each steady-load job's JSON body, in bytes.
+const STEADY_BODY_BYTES: usize = 200;
+
+impl SteadyLoad {
+    /// Full run: 2,000 jobs/s for 10 minutes, retention 60 s, a sample every
+    /// 10 s, due within 3 s. Quick: 200 jobs/s for 5 s, retention 2 s, a
+    /// sample every second, due within 600 ms.
+    fn defaults(quick: bool) -> SteadyLoad {
+        let secs = Duration::from_secs;
+        if quick {
+            SteadyLoad {
+                rate: 200,
+                duration: secs(5),
+                retention: secs(2),
+                sample_every: secs(1),
+                max_delay: Duration::from_millis(600),
+            }
+        } else {
+            SteadyLoad {
+                rate: 2000,
+                duration: secs(600),
+                retention: secs(60),
+                sample_every: secs(10),
+                max_delay: secs(3),
+            }
+        }
+    }
+}
+
+/// The body of steady-load job `n`: exactly [`STEADY_BODY_BYTES`] of JSON
+/// (an event name, the job's number as a fixed-width string, padding).
+fn steady_body(n: u64) -> String {
+    let head = format!("{{\"event\":\"order.paid\",\"order\":\"{n:012}\",\"pad\":\"");
+    let pad = STEADY_BODY_BYTES.saturating_sub(head.len() + 2);
+    format!("{head}{}\"}}", "x".repeat(pad))
+}
+
+/// One sample of `memory_steady_load`.
+struct SteadySample {
+    /// Seconds since the load started.
+    at: f64,
+    /// `INFO memory` `used_memory`.
+    used_memory: i64,
+    /// Jobs the generator had created so far (answered 201).
+    created: u64,
+    /// `GET /v1/stats` `delivered`.
+    delivered: u64,
+    /// `GET /v1/stats` scheduled + ready + inflight: the live backlog.
+    live: u64,
+    /// `DBSIZE`: keys in Redis (finished records and histories included
+    /// until they expire, and until Redis reclaims them).
+    keys: i64,
+    /// `INFO stats` `expired_stale_perc`: Redis's running estimate of the
+    /// share of keys with a TTL that have expired but are not reclaimed yet,
+    /// in %. Redis reclaims expired keys in a background sweep, so `keys`
+    /// and `used_memory` hold more than retention alone implies.
+    expired_stale_pct: f64,
+}
+
+/// One [`SteadySample`], `created` being the generator's count so far.
+async fn steady_sample(
+    redis: &RedisServer,
+    mut conn: ::redis::aio::MultiplexedConnection,
+    client: &reqwest::Client,
+    stats_url: &reqwest::Url,
+    start: tokio::time::Instant,
+    created: u64,
+) -> Res<SteadySample> {
+    let at = (start.elapsed().as_secs_f64() * 10.0).round() / 10.0;
+    let used_memory = redis.used_memory().await?;
+    let stats: Value = client.get(stats_url.clone()).send().await?.json().await?;
+    let count = |k: &str| stats[k].as_u64().unwrap_or(0);
+    let keys: i64 = ::redis::cmd("DBSIZE").query_async(&mut conn).await?;
+    let info: String = ::redis::cmd("INFO")
+        .arg("stats")
+        .query_async(&mut conn)
+        .await?;
+    let expired_stale_pct = info
+        .lines()
+        .find_map(|l| l.strip_prefix("expired_stale_perc:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0);
+    Ok(SteadySample {
+        at,
+        used_memory,
+        created,
+        delivered: count("delivered"),
+        live: count("scheduled") + count("ready") + count("inflight"),
+        keys,
+        expired_stale_pct,
+    })
+}
+
+/// `memory_steady_load`: Redis memory under steady load (the issue "at
+/// 2,000 jobs/s for 10 minutes, Redis memory levels off at what retention
+/// implies"). **The full run takes 10 minutes** (plus up to a minute to
+/// drain), and runs once whatever `--runs` says; `--quick` runs 5 s at
+/// 200 jobs/s; `--steady-secs N` and the other `--steady-*` flags change it
+/// (see [`SteadyLoad`]).
+///
+/// The bench's stock Redis and nginx (`return 204`, first host), hookq
+/// in-process with its default config except `retention.finished` (60 s in
+/// the full run, 2 s in `--quick`, short so that the plateau shows within
+/// the run). A generator creates jobs through `POST /v1/jobs/batch`, paced:
+/// every 50 ms a batch of rate / 20 jobs, each with a 26-character id, a
+/// 200-byte JSON body, due now or within a few seconds. Every
+/// `sample_every` (and at the start and end) it samples `used_memory`, the
+/// jobs created and delivered (`GET /v1/stats`), the live backlog and
+/// `DBSIZE`. After the load it waits until nginx has answered every created
+/// job.
+///
+/// Figures: `rate_per_s` (achieved: created / load seconds), `duration_s`,
+/// `retention_s`, `plateau_bytes` (median `used_memory` over the last third
+/// of the load), `peak_bytes`, `growth_last_third_pct` (`used_memory` at the
+/// end of the load against the first sample of the last third, in %; two
+/// samples, so Redis's expiry sawtooth moves it by several %),
+/// `trend_last_third_pct` (the same change read off a least-squares line
+/// through every sample of the last third, in % of the plateau),
+/// `baseline_bytes` (before the load), `retained_jobs_implied` (rate ×
+/// retention: the finished jobs retention keeps), `plateau_bytes_per_retained_job`
+/// ((plateau − baseline) / (rate × retention): what a finished job costs
+/// while it is kept, plus the small live backlog and the partitions' own
+/// structures, which the first jobs create: about 1 MB, most of the figure
+/// at `--quick` sizes, under 10 B per job in the full run), `plateau_keys`,
+/// `redis_cpu_us_per_job` and `script_calls_per_job` (Redis's CPU and
+/// script calls from the load's start until every job was delivered, per
+/// delivered job: creating, delivering and expiring it), `refused_jobs`
+/// (batch items that did not answer 201). Beside the medians, the JSON line
+/// carries `retention` (humantime), `samples` ([seconds, used_memory]) and
+/// `counts` (the columns `counts_columns` names: seconds, created,
+/// delivered, live, keys, expired_stale_pct; see [`SteadySample`]).
+async fn memory_steady_load(
+    redis: &RedisServer,
+    nginx: &Nginx,
+    load: SteadyLoad,
+) -> Res<(Figures, serde_json::Map<String, Value>)> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    redis.flush().await?;
+    nginx.reset().await?;
+    let mut cfg = default_config(redis);
+    cfg.retention.finished = load.retention;
+    let daemon = Daemon::start(cfg).await?;
+    let api = daemon.url();
+    let client = reqwest::Client::new();
+    let batch_url: reqwest::Url = format!("{api}/v1/jobs/batch").parse()?;
+    let stats_url: reqwest::Url = format!("{api}/v1/stats").parse()?;
+    let target = nginx.url(0, "/steady");
+    let per_batch = (load.rate as f64 * STEADY_TICK.as_secs_f64())
+        .round()
+        .max(1.0) as u64;
+    let batches = (load.duration.as_millis() / STEADY_TICK.as_millis()).max(1) as u64;
+    let delays_ms: Vec<u64> = (0..4)
+        .map(|q| load.max_delay.as_millis() as u64 * q / 3)
+        .collect();
+    let created = AtomicU64::new(0);
+    let refused = AtomicU64::new(0);
+
+    let baseline = redis.used_memory().await?;
+    let scripts_before = redis.script_calls().await?;
+    let cpu_before = redis.cpu_seconds().await?;
+    let start = tokio::time::Instant::now();
+    let end = start + load.duration;
+
+    // The generator: a batch every tick; a late tick is caught up at once
+    // (Burst), so the rate holds as long as hookq keeps up.
+    let generate = async {
+        let mut tick = tokio::time::interval_at(start, STEADY_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+        for b in 0..batches {
+            tick.tick().await;
+            let jobs: Vec<String> = (0..per_batch)
+                .map(|i| {
+                    let n = b * per_batch + i;
+                    format!(
+                        "{{\"id\":\"steady{n:020}\",\"url\":\"{target}\",\"delay\":\"{}ms\",\"body\":{}}}",
+                        delays_ms[(n % 4) as usize],
+                        steady_body(n)
+                    )
+                })
+                .collect();
+            let r = client
+                .post(batch_url.clone())
+                .header("content-type", "application/json")
+                .body(format!("{{\"jobs\":[{}]}}", jobs.join(",")))
+                .send()
+                .await?;
+            if r.status() != 200 {
+                let status = r.status();
+                let text = r.text().await.unwrap_or_default();
+                return Err::<(), Box<dyn std::error::Error + Send + Sync>>(
+                    format!("{batch_url} answered {status}: {text}").into(),
+                );
+            }
+            let answer: Value = r.json().await?;
+            let ok = answer["results"]
+                .as_array()
+                .map(|a| a.iter().filter(|r| r["status"] == 201).count() as u64)
+                .unwrap_or(0);
+            created.fetch_add(ok, Ordering::Relaxed);
+            refused.fetch_add(per_batch - ok, Ordering::Relaxed);
+        }
+        tokio::time::sleep_until(end).await;
+        Ok(())
+    };
+
+    // The sampler: at the start, every `sample_every`, and at the end.
+    let conn = redis.conn().await;
+    let sample = || {
+        steady_sample(
+            redis,
+            conn.clone(),
+            &client,
+            &stats_url,
+            start,
+            created.load(Ordering::Relaxed),
+        )
+    };
+    let sampler = async {
+        let mut samples = Vec::new();
+        let mut k = 0u32;
+        loop {
+            let at = (start + load.sample_every * k).min(end);
+            tokio::time::sleep_until(at).await;
+            samples.push(sample().await?);
+            if at >= end {
+                return Ok::<_, Box<dyn std::error::Error + Send + Sync>>(samples);
+            }
+            k += 1;
+        }
+    };
+    let (generated, samples) = tokio::join!(generate, sampler);
+    generated?;
+    let samples = samples?;
+    let load_secs = start.elapsed().as_secs_f64();
+    let created = created.load(Ordering::Relaxed);
+
+    nginx
+        .wait_for(created, Duration::from_secs(60) + load.max_delay)
+        .await?;
+    let redis_cpu = redis.cpu_seconds().await? - cpu_before;
+    let scripts = redis.script_calls().await? - scripts_before;
+    let stats: Value = client.get(stats_url).send().await?.json().await?;
+    let delivered = stats["delivered"].as_u64().unwrap_or(0).max(1) as f64;
+    daemon.stop().await?;
+
+    // The last third of the load: its first sample on.
+    let from = load.duration.as_secs_f64() * 2.0 / 3.0;
+    let last_third: Vec<&SteadySample> = samples.iter().filter(|s| s.at >= from).collect();
+    let plateau = median(last_third.iter().map(|s| s.used_memory as f64).collect());
+    let plateau_keys = median(last_third.iter().map(|s| s.keys as f64).collect());
+    let growth = match (last_third.first(), last_third.last()) {
+        (Some(a), Some(b)) if a.used_memory > 0 => {
+            (b.used_memory - a.used_memory) as f64 / a.used_memory as f64 * 100.0
+        }
+        _ => 0.0,
+    };
+    let trend = {
+        let n = last_third.len() as f64;
+        let mean_x = last_third.iter().map(|s| s.at).sum::<f64>() / n.max(1.0);
+        let mean_y = last_third.iter().map(|s| s.used_memory as f64).sum::<f64>() / n.max(1.0);
+        let (mut sxy, mut sxx) = (0.0, 0.0);
+        for s in &last_third {
+            sxy += (s.at - mean_x) * (s.used_memory as f64 - mean_y);
+            sxx += (s.at - mean_x).powi(2);
+        }
+        let span = match (last_third.first(), last_third.last()) {
+            (Some(a), Some(b)) => b.at - a.at,
+            _ => 0.0,
+        };
+        if sxx > 0.0 && plateau > 0.0 {
+            sxy / sxx * span / plateau * 100.0
+        } else {
+            0.0
+        }
+    };
+    let peak = samples.iter().map(|s| s.used_memory).max().unwrap_or(0);
+    let rate = created as f64 / load_secs;
+    let retention_s = load.retention.as_secs_f64();
+    let figures = HashMap::from([
+        ("rate_per_s", rate),
+        ("duration_s", load_secs),
+        ("retention_s", retention_s),
+        ("baseline_bytes", baseline as f64),
+        ("plateau_bytes", plateau),
+        ("peak_bytes", peak as f64),
+        ("growth_last_third_pct", growth),
+        ("trend_last_third_pct", trend),
+        ("retained_jobs_implied", rate * retention_s),
+        (
+            "plateau_bytes_per_retained_job",
+            (plateau - baseline as f64) / (rate * retention_s).max(1.0),
+        ),
+        ("plateau_keys", plateau_keys),
+        ("redis_cpu_us_per_job", redis_cpu * 1e6 / delivered),
+        ("script_calls_per_job", scripts as f64 / delivered),
+        ("refused_jobs", refused.load(Ordering::Relaxed) as f64),
+    ]);
+    let mut extra = serde_json::Map::new();
+    extra.insert(
+        "retention".into(),
+        json!(humantime::format_duration(load.retention).to_string()),
+    );
+    extra.insert(
+        "samples".into(),
+        json!(samples
+            .iter()
+            .map(|s| json!([s.at, s.used_memory]))
+            .collect::<Vec<_>>()),
+    );
+    extra.insert(
+        "counts".into(),
+        json!(samples
+            .iter()
+            .map(|s| {
+                json!([
+                    s.at,
+                    s.created,
+                    s.delivered,
+                    s.live,
+                    s.keys,
+                    s.expired_stale_pct
+                ])
+            })
+            .collect::<Vec<_>>()),
+    );
+    extra.insert(
+        "counts_columns".into(),
+        json!([
+            "seconds",
+            "created",
+            "delivered",
+            "live",
+            "keys",
+            "expired_stale_pct"
+        ]),
+    );
+    Ok((figures, extra))
+}
+
 // ---------------------------------------------------------------- peers
 
 /// BullMQ's worker concurrency in `peer_bullmq_one_host` unless
@@ -1733,6 +2100,9 @@ mod naive {
 struct Scenario {
     name: String,
     runs: Vec<Figures>,
+    /// Fields printed beside `median` in the JSON line (a series, a setting
+    /// that is not a number); empty for most scenarios.
+    extra: serde_json::Map<String, Value>,
 }
 
 impl Scenario {
@@ -1754,17 +2124,19 @@ impl Scenario {
             .collect()
     }
 
-    /// Prints the scenario's JSON line: `{"scenario", "runs", "median"}`.
+    /// Prints the scenario's JSON line: `{"scenario", "runs", "median"}`
+    /// and its `extra` fields.
     fn report(self) -> Scenario {
         let line: serde_json::Map<String, Value> = self
             .medians()
             .into_iter()
             .map(|(k, v)| (k.to_string(), json!((v * 10.0).round() / 10.0)))
             .collect();
-        println!(
-            "{}",
-            json!({"scenario": self.name, "runs": self.runs.len(), "median": line})
-        );
+        let mut out = json!({"scenario": self.name, "runs": self.runs.len(), "median": line});
+        if let Some(out) = out.as_object_mut() {
+            out.extend(self.extra.clone());
+        }
+        println!("{out}");
         self
     }
 }
@@ -1781,6 +2153,10 @@ struct Options {
     peers: bool,
     /// `--peer-concurrency N`: BullMQ's worker concurrency.
     peer_concurrency: usize,
+    /// `memory_steady_load`'s settings: [`SteadyLoad::defaults`], changed by
+    /// `--steady-secs N`, `--steady-rate N` (jobs/s), `--steady-retention N`
+    /// and `--steady-sample N` (seconds).
+    steady: SteadyLoad,
 }
 
 impl Options {
@@ -1791,6 +2167,21 @@ impl Options {
                 .and_then(|i| args.get(i + 1))
         };
         let quick = args.iter().any(|a| a == "--quick");
+        let number = |flag: &str| value(flag).and_then(|v| v.parse::<u64>().ok());
+        let mut steady = SteadyLoad::defaults(quick);
+        if let Some(secs) = number("--steady-secs") {
+            steady.duration = Duration::from_secs(secs.max(1));
+        }
+        if let Some(rate) = number("--steady-rate") {
+            steady.rate = rate.max(1) as usize;
+        }
+        if let Some(secs) = number("--steady-retention") {
+            // hookq refuses a retention under a second.
+            steady.retention = Duration::from_secs(secs.max(1));
+        }
+        if let Some(secs) = number("--steady-sample") {
+            steady.sample_every = Duration::from_secs(secs.max(1));
+        }
         Options {
             quick,
             runs: value("--runs")
@@ -1803,6 +2194,7 @@ impl Options {
             peer_concurrency: value("--peer-concurrency")
                 .and_then(|c| c.parse().ok())
                 .unwrap_or(BULLMQ_CONCURRENCY),
+            steady,
         }
     }
 
@@ -1835,6 +2227,7 @@ async fn bench(opts: &Options) -> Res<Vec<Scenario>> {
                     Scenario {
                         name: $name.to_string(),
                         runs: figures,
+                        extra: serde_json::Map::new(),
                     }
                     .report(),
                 );
@@ -1883,6 +2276,7 @@ async fn bench(opts: &Options) -> Res<Vec<Scenario>> {
                 Scenario {
                     name: name.into(),
                     runs,
+                    extra: serde_json::Map::new(),
                 }
                 .report(),
             );
@@ -1995,6 +2389,18 @@ async fn bench(opts: &Options) -> Res<Vec<Scenario>> {
         runs,
         hanging(&redis, &nginx, s(100_000, 1_000))
     );
+    // Last, and once whatever --runs says: 10 minutes in the full run.
+    if opts.wanted("memory_steady_load") {
+        let (figures, extra) = memory_steady_load(&redis, &nginx, opts.steady).await?;
+        out.push(
+            Scenario {
+                name: "memory_steady_load".into(),
+                runs: vec![figures],
+                extra,
+            }
+            .report(),
+        );
+    }
     Ok(out)
 }
 

@@ -3,12 +3,17 @@
 # (`return 204`, the reference receiver) and a Rust HTTP sink on loopback,
 # runs every SPEC §10/§11.6 scenario (medians of 3 runs by default) and
 # prints one JSON line per scenario plus a markdown table.
-#   scripts/bench.sh                 # full run (several minutes on 2 cores)
+#   scripts/bench.sh                 # full run (long: memory_steady_load, last,
+#                                    # alone takes 10 minutes)
 #   scripts/bench.sh --quick         # smoke test, tiny sizes, no assertions
 #   scripts/bench.sh --only delivery # scenarios whose name starts with this
 #   scripts/bench.sh --only 'delivery_rate$' # exactly that scenario
 #   scripts/bench.sh --only one_host,many_hosts # several prefixes
 #   scripts/bench.sh --runs 5
+#   scripts/bench.sh --only memory_steady_load  # Redis memory under 2,000 jobs/s
+#                                    # for 10 minutes (runs once, whatever --runs)
+#   scripts/bench.sh --only memory_steady_load --steady-secs 60 --steady-retention 20
+#                                    # shorter (also --steady-rate N, --steady-sample N)
 #   scripts/bench.sh --peers         # also BullMQ on the same Redis and nginx
 #   scripts/bench.sh --peers --only peer --peer-concurrency 512
 set -euo pipefail
