@@ -155,9 +155,6 @@ pub struct NewJob {
     /// [`JobSpec::content_digest`] of the spec (what a finished job's
     /// summary is compared by on a re-create).
     pub digest: [u8; 8],
-    /// [`JobSpec::given_due`]: the due time as given, kept in the record's
-    /// header (the stored spec JSON leaves it out).
-    pub given: u64,
     /// Due time.
     pub due: Due,
     /// Attempts allowed in total.
@@ -284,8 +281,6 @@ pub struct Reschedule<'a> {
     pub max_attempts: u32,
     /// The new spec's own lease, if it has its own timeout.
     pub lease_ms: Option<u64>,
-    /// The new spec's due time as given ([`JobSpec::given_due`]).
-    pub given: u64,
 }
 
 /// What `reschedule` did.
@@ -585,7 +580,7 @@ impl Store {
         p: u16,
         jobs: &[&NewJob],
     ) -> StoreResult<Vec<EnqueueOutcome>> {
-        let mut args = Vec::with_capacity(3 + 8 * jobs.len());
+        let mut args = Vec::with_capacity(3 + 7 * jobs.len());
         args.push(arg(&self.keys.job_prefix(p)));
         args.push(arg(&*self.channel));
         args.push(arg(&p));
@@ -604,7 +599,6 @@ impl Store {
                 .map(|l| l.to_string())
                 .unwrap_or_default()));
             args.push(job.digest.to_vec());
-            args.push(arg(&job.given));
         }
         let reply: Vec<Value> = self
             .invoke(
@@ -655,10 +649,9 @@ impl Store {
     /// re-serializes its body on a retry must still get 200). Read only on
     /// the conflict path, so a normal create pays nothing for it.
     async fn same_as_stored(&self, job: &NewJob) -> StoreResult<bool> {
-        let Ok(mut spec) = serde_json::from_str::<JobSpec>(&job.spec_json) else {
+        let Ok(spec) = serde_json::from_str::<JobSpec>(&job.spec_json) else {
             return Ok(false);
         };
-        spec.restore_given(job.given);
         Ok(self
             .get(&job.id)
             .await?
@@ -794,7 +787,7 @@ impl Store {
             .invoke(
                 &scripts::FAIL_JOB,
                 &[
-                    &self.keys.live_records(p, &job.id),
+                    &self.keys.job(p, &job.id),
                     &self.keys.inflight(p),
                     &self.keys.history(p, &job.id),
                     &self.keys.due(p),
@@ -916,7 +909,7 @@ impl Store {
                 .invoke(
                     &scripts::CANCEL_JOB,
                     &[
-                        &self.keys.live_records(p, id),
+                        &self.keys.job(p, id),
                         &self.keys.due(p),
                         &self.keys.inflight(p),
                         &self.keys.history(p, id),
@@ -961,7 +954,7 @@ impl Store {
             .invoke(
                 &scripts::RESCHEDULE_JOB,
                 &[
-                    &self.keys.live_records(p, id),
+                    &self.keys.job(p, id),
                     &self.keys.due(p),
                     &self.keys.ready(p),
                     &self.keys.seq(p),
@@ -976,7 +969,6 @@ impl Store {
                     arg(&*self.channel),
                     arg(&p),
                     arg(&change.old_spec_json),
-                    arg(&change.given),
                 ],
             )
             .await?;
@@ -1053,38 +1045,32 @@ impl Store {
         }
     }
 
-    /// Reads the header of job `id`'s record in partition `p` (live, or a
-    /// finished one kept whole); None if there is no record.
+    /// Reads only the header of job `id`'s record in partition `p`; None if
+    /// there is no record.
     pub async fn record_header(
         &self,
         p: u16,
         id: &str,
     ) -> StoreResult<Option<record::RecordHeader>> {
         let mut conn = self.conn.clone();
-        let (live, kept): (Vec<u8>, Vec<u8>) = redis::pipe()
-            .hget(self.keys.live_records(p, id), id)
-            .cmd("GETRANGE")
+        let header: Vec<u8> = redis::cmd("GETRANGE")
             .arg(self.keys.job(p, id))
             .arg(0)
             .arg(record::HEADER_LEN - 1)
             .query_async(&mut conn)
             .await?;
-        Ok(record::RecordHeader::parse(&live).or_else(|| record::RecordHeader::parse(&kept)))
+        Ok(record::RecordHeader::parse(&header))
     }
 
-    /// Reads a job record and its history: the live record, else a finished
-    /// one kept whole, else a finished job's summary; None if unknown (or
-    /// expired).
+    /// Reads a job record and its history; None if unknown (or expired).
     pub async fn get(&self, id: &str) -> StoreResult<Option<JobRecord>> {
         let p = self.keys.partition_of(id);
         let mut conn = self.conn.clone();
-        let (live, kept, history): (Vec<u8>, Vec<u8>, Vec<String>) = redis::pipe()
-            .hget(self.keys.live_records(p, id), id)
+        let (value, history): (Vec<u8>, Vec<String>) = redis::pipe()
             .get(self.keys.job(p, id))
             .lrange(self.keys.history(p, id), 0, 19)
             .query_async(&mut conn)
             .await?;
-        let value = if live.is_empty() { kept } else { live };
         match JobRecord::decode(id, &value, history)? {
             Some(record) => Ok(Some(record)),
             None => Ok(self
