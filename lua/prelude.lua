@@ -334,14 +334,16 @@ local function xor_shift(h, n)
 end
 
 -- The 32-bit hash of an id that places it in a summary shard (the store's
--- `id_hash`): a polynomial over its bytes, then murmur3's finaliser, so
--- that ids differing only in their last characters spread over all shards.
+-- `id_hash`): a polynomial over its last 8 bytes (where ids differ; exact
+-- in Lua's doubles), then one round of murmur3's finaliser so that ids
+-- differing only in their last characters spread over every shard. Cheap
+-- on purpose: it runs for every summary written and looked up, and for each
+-- entry a shard split moves.
 local function id_hash(id)
   local h = 0
-  for i = 1, #id do h = (h * 31 + string.byte(id, i)) % 4294967296 end
-  h = mul32(xor_shift(h, 16), 0x85ebca6b)
-  h = mul32(xor_shift(h, 13), 0xc2b2ae35)
-  return xor_shift(h, 16)
+  for _, b in ipairs({string.byte(id, math.max(1, #id - 7), #id)}) do h = h * 31 + b end
+  h = mul32(xor_shift(h % 4294967296, 16), 0x85ebca6b)
+  return xor_shift(h, 13)
 end
 
 -- The shard of hash `h` in a bucket of `n` shards (linear hashing).

@@ -21,15 +21,15 @@ const HEAD_LEN: usize = 17;
 const TAIL_FIXED: usize = 21;
 
 /// The 32-bit hash of an id that places it in a bucket's shard (the
-/// prelude's `id_hash`): a polynomial over its bytes, then murmur3's
-/// finaliser, so ids differing only in their last characters spread evenly.
+/// prelude's `id_hash`): a polynomial over its last 8 bytes, then one round
+/// of murmur3's finaliser, so ids differing only in their last characters
+/// spread evenly. Cheap, since the scripts compute it in Lua.
 pub fn id_hash(id: &str) -> u32 {
-    let mut h = id
-        .bytes()
-        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+    let bytes = id.as_bytes();
+    let tail = &bytes[bytes.len().saturating_sub(8)..];
+    let mut h = tail.iter().fold(0u64, |h, b| h * 31 + u64::from(*b)) as u32;
     h = (h ^ (h >> 16)).wrapping_mul(0x85eb_ca6b);
-    h = (h ^ (h >> 13)).wrapping_mul(0xc2b2_ae35);
-    h ^ (h >> 16)
+    h ^ (h >> 13)
 }
 
 /// The shard of hash `h` in a bucket of `shards` shards (linear hashing;
