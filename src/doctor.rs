@@ -104,13 +104,8 @@ pub async fn run(config: &Config) -> Report {
         format!("connected to {}", config.redis.url),
         None,
     ));
-    let mut conn = store.conn();
 
-    let info: String = redis::cmd("INFO")
-        .arg("server")
-        .query_async(&mut conn)
-        .await
-        .unwrap_or_default();
+    let info = server_info(&store).await.unwrap_or_default();
     let version = info
         .lines()
         .find_map(|l| l.strip_prefix("redis_version:"))
@@ -454,6 +449,20 @@ async fn node_memory(store: &Store) -> StoreResult<Vec<NodeMemory>> {
         }
     }
     Ok(by_run_id.into_iter().map(|(_, node)| node).collect())
+}
+
+/// `INFO server` of the Redis, or on a cluster of the master holding
+/// partition 0 (a cluster connection would answer once per master).
+async fn server_info(store: &Store) -> StoreResult<String> {
+    let mut cmd = redis::cmd("INFO");
+    cmd.arg("server");
+    match store.conn() {
+        RedisConn::Cluster(cluster) => {
+            let value = cluster.on_master_of(&store.keys().due(0), &cmd).await?;
+            Ok(redis::from_redis_value(&value)?)
+        }
+        mut conn => Ok(cmd.query_async(&mut conn).await?),
+    }
 }
 
 /// The value of `name` in an `INFO` reply.

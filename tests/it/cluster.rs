@@ -126,6 +126,16 @@ async fn three_daemons_on_a_cluster_deliver_each_job_once() {
     );
     assert_eq!(deliveries.len(), jobs);
     assert_eq!(doubles, 0, "no job promoted or claimed twice");
+
+    // `hookq doctor` reads a cluster too (each master answers INFO on its
+    // own): no check fails, and the memory check reports the summaries.
+    let report = hookq::doctor::run(&config).await;
+    let failed: Vec<_> = report
+        .checks
+        .iter()
+        .filter(|c| c.status == hookq::doctor::Status::Fail)
+        .collect();
+    assert!(failed.is_empty(), "doctor on a cluster: {failed:?}");
 }
 
 /// A master is killed and its replica promoted while jobs are delivered.
