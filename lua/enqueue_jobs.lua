@@ -17,20 +17,21 @@
     ARGV[1] job key prefix  <ns>:{p}:job:  (same hash tag; records as the prelude lays them out)
     ARGV[2] wake channel
     ARGV[3] partition number
-    ARGV[4] id of the first job; then, for every job, seven arguments:
+    ARGV[4] id of the first job; then, for every job, six arguments:
     ARGV[5] its spec JSON (canonical; compared byte for byte on re-create)
     ARGV[6] its absolute due time in epoch ms, or "" for relative
     ARGV[7] its delay in ms (used when the due time is "")
     ARGV[8] its max attempts (rungs + 1)
     ARGV[9] its lease in ms, or "" for the daemon default
-    ARGV[10] its content digest (8 bytes; compared with a finished job's
-            summary, which no longer holds the spec)
   Reads (keys built here, same hash tag): the records, and the summary
   index and shards `<ns>:{p}:done*` (see the prelude) for ids without one.
   Output:
     {now, code1, state1, due1, code2, ...}, per job in order:
     code 0 created, 1 an identical job exists (nothing changed), 2 the id
-    exists with different content (nothing changed).
+    exists with different content (nothing changed), 3 the id belongs to a
+    finished job's summary (nothing changed): then `due` is the summary's
+    content digest, which the caller compares with the job's own (computed
+    only in this rare case).
     TRYAGAIN, with nothing changed, while the partition's slot is migrating.
 ]]
 local rcall = redis.call
@@ -43,7 +44,7 @@ local seen = {}      -- id -> {spec, state name, due} of jobs created in this ca
 local scheduled = 0
 local prefix = partition_prefix(ARGV[1], 'job:')
 local done_index = nil -- the partition's summary buckets, read once if needed
-for i = 4, #ARGV, 7 do
+for i = 4, #ARGV, 6 do
   local id, spec = ARGV[i], ARGV[i + 1]
   local existing = nil
   local earlier = seen[id]
@@ -59,7 +60,7 @@ for i = 4, #ARGV, 7 do
       done_index = done_index or rcall('HGETALL', prefix .. 'done')
       local s = #done_index > 0 and summary_find(prefix, id, now, done_index)
       if s then
-        existing = {s.digest == ARGV[i + 6], STATE_NAMES[s.state], s.ft}
+        existing = {3, STATE_NAMES[s.state], s.digest}
       elseif slot_moving_once(KEYS[1]) then
         -- The id may exist on the other node of the migration.
         return try_again()
@@ -68,7 +69,7 @@ for i = 4, #ARGV, 7 do
   end
   if existing then
     local code = 2
-    if existing[1] then code = 1 end
+    if existing[1] == 3 then code = 3 elseif existing[1] then code = 1 end
     out[#out + 1] = code
     out[#out + 1] = existing[2]
     out[#out + 1] = existing[3]

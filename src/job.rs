@@ -369,7 +369,6 @@ impl ValidJob {
         crate::store::NewJob {
             id: self.id.clone(),
             spec_json: self.spec.to_json(),
-            digest: self.spec.content_digest(),
             due: self.due,
             max_attempts: self.spec.max_attempts(config),
             lease_ms: self

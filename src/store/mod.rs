@@ -152,9 +152,6 @@ pub struct NewJob {
     pub id: String,
     /// Canonical spec JSON.
     pub spec_json: String,
-    /// [`JobSpec::content_digest`] of the spec (what a finished job's
-    /// summary is compared by on a re-create).
-    pub digest: [u8; 8],
     /// Due time.
     pub due: Due,
     /// Attempts allowed in total.
@@ -580,7 +577,7 @@ impl Store {
         p: u16,
         jobs: &[&NewJob],
     ) -> StoreResult<Vec<EnqueueOutcome>> {
-        let mut args = Vec::with_capacity(3 + 7 * jobs.len());
+        let mut args = Vec::with_capacity(3 + 6 * jobs.len());
         args.push(arg(&self.keys.job_prefix(p)));
         args.push(arg(&*self.channel));
         args.push(arg(&p));
@@ -598,7 +595,6 @@ impl Store {
                 .lease_ms
                 .map(|l| l.to_string())
                 .unwrap_or_default()));
-            args.push(job.digest.to_vec());
         }
         let reply: Vec<Value> = self
             .invoke(
@@ -618,7 +614,8 @@ impl Store {
         let now: i64 = redis::from_redis_value(&reply[0])?;
         let mut outcomes = reply[1..]
             .chunks_exact(3)
-            .map(|c| {
+            .zip(jobs)
+            .map(|(c, job)| {
                 let code: i64 = redis::from_redis_value(&c[0])?;
                 match code {
                     0 => {
@@ -632,6 +629,17 @@ impl Store {
                     }
                     1 => Ok(EnqueueOutcome::Identical),
                     2 => Ok(EnqueueOutcome::Conflict),
+                    3 => {
+                        // A finished job's summary: compare content digests.
+                        let stored: Vec<u8> = redis::from_redis_value(&c[2])?;
+                        let spec: Option<JobSpec> = serde_json::from_str(&job.spec_json).ok();
+                        let same = spec.is_some_and(|s| s.content_digest()[..] == stored[..]);
+                        Ok(if same {
+                            EnqueueOutcome::Identical
+                        } else {
+                            EnqueueOutcome::Conflict
+                        })
+                    }
                     other => Err(bad(format!("code {other}"))),
                 }
             })

@@ -44,8 +44,8 @@ macro_rules! script {
 }
 
 /// `enqueue_jobs`: create jobs of one partition (each idempotent by id),
-/// seven ARGV per job.
-pub const ENQUEUE_JOBS: ScriptDef = script!("enqueue_jobs", 3, 3, repeat 7);
+/// six ARGV per job.
+pub const ENQUEUE_JOBS: ScriptDef = script!("enqueue_jobs", 3, 3, repeat 6);
 /// `promote_due`: move due jobs to the ready list.
 pub const PROMOTE_DUE: ScriptDef = script!("promote_due", 3, 4);
 /// `claim_ready`: lease ready jobs to workers.
