@@ -419,6 +419,7 @@ local function summaries_plan(prefix, ids, now, retention)
   local meta = redis.call('HGET', prefix .. 'done', plan.bucket)
   local n, count, expires = summary_bucket_meta(meta)
   if n then
+    plan.extended = plan.expires > expires
     plan.n, plan.count, plan.expires = n, count, math.max(expires, plan.expires)
   else
     plan.new = true
@@ -456,13 +457,15 @@ local function summary_split(prefix, bucket, n, expires)
     into[#into + 1] = all[i]
     into[#into + 1] = all[i + 1]
   end
-  if #move == 0 then return end
+  -- Every shard below the bucket's count exists and has its expiry, so a
+  -- write never needs to set one: an empty half keeps a placeholder field
+  -- (an empty value, which no reader takes for a summary).
+  if #keep == 0 then keep = {'', ''} end
+  if #move == 0 then move = {'', ''} end
   redis.call('DEL', src)
   for _, half in ipairs({{src, keep}, {dst, move}}) do
-    if #half[2] > 0 then
-      redis.call('HSET', half[1], unpack(half[2]))
-      redis.call('PEXPIREAT', half[1], string.format('%d', expires))
-    end
+    redis.call('HSET', half[1], unpack(half[2]))
+    redis.call('PEXPIREAT', half[1], string.format('%d', expires))
   end
 end
 
@@ -491,9 +494,15 @@ local function summaries_write(prefix, plan, ids, values, now)
   end
   local expires = string.format('%d', plan.expires)
   for _, s in ipairs(order) do
-    local key = summary_key(prefix, plan.bucket, s)
-    redis.call('HSET', key, unpack(by_shard[s]))
-    redis.call('PEXPIREAT', key, expires)
+    redis.call('HSET', summary_key(prefix, plan.bucket, s), unpack(by_shard[s]))
+  end
+  -- Shards get their expiry when they are made (a new bucket's shard 0
+  -- here, split halves in summary_split), or all again when a longer
+  -- retention extends the bucket's: not on every write.
+  if plan.new then
+    redis.call('PEXPIREAT', summary_key(prefix, plan.bucket, 0), expires)
+  elseif plan.extended then
+    for s = 0, plan.n - 1 do redis.call('PEXPIREAT', summary_key(prefix, plan.bucket, s), expires) end
   end
   for n = plan.n, plan.n_after - 1 do summary_split(prefix, plan.bucket, n, plan.expires) end
   redis.call('HSET', meta, plan.bucket,

@@ -390,6 +390,8 @@ async fn many_summaries_split_into_shards_and_are_all_found() {
                 .await
                 .expect("encoding");
             assert_eq!(encoding, "listpack", "{key}");
+            let ttl: i64 = conn.pttl(&key).await.expect("PTTL");
+            assert!(ttl > 0, "{key} expires with its bucket (pttl {ttl})");
         }
     }
     for i in (0..n).step_by(7) {
