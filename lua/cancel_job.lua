@@ -71,8 +71,7 @@ if keep then
   rcall('PEXPIRE', KEYS[1], ARGV[2])
   rcall('PEXPIRE', KEYS[4], ARGV[2])
 else
-  local summary = struct.pack(SUMMARY_HEAD, 'c', r.att, r.max, r.ct, now)
-    .. summary_tail(r.spec, ARGV[5], rcall('LINDEX', KEYS[4], 0))
+  local summary = summary_of('c', r, now, summary_tail(r.spec, ARGV[5], rcall('LINDEX', KEYS[4], 0)))
   rcall('DEL', KEYS[1], KEYS[4])
   summaries_write(prefix, plan, {ARGV[1]}, {summary}, now)
 end

@@ -63,7 +63,7 @@ for i = 5, #ARGV, 3 do
   elseif r then
     gone[#gone + 1] = ARGV[1] .. id
     gone[#gone + 1] = ARGV[2] .. id
-    summaries[#summaries + 1] = struct.pack(SUMMARY_HEAD, 'd', r.att, r.max, r.ct, now) .. ARGV[i + 2]
+    summaries[#summaries + 1] = summary_of('d', r, now, ARGV[i + 2])
   end
   out[#out + 1] = r and 1 or 0
 end

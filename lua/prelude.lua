@@ -318,6 +318,8 @@ end
   The Rust store computes the same id hash and shard address to read one.
 ]]
 local SUMMARY_HEAD = '>c1I2I2I6I6'
+local SUMMARY_HEAD_LEN = 17   -- bytes of SUMMARY_HEAD
+local SUMMARY_TAIL_FIXED = 21 -- digest 8, last attempt 12, topic length 1
 local SUMMARY_LOAD = 40
 local SUMMARY_MAX = 64
 
@@ -346,13 +348,30 @@ local function id_hash(id)
   return xor_shift(h, 13)
 end
 
--- The shard of hash `h` in a bucket of `n` shards (linear hashing).
-local function summary_shard(h, n)
+-- The largest power of two not above `n`: a bucket of `n` shards has
+-- split its first `n - base` shards into those and `base` .. `n - 1`.
+local function split_base(n)
   local base = 1
   while base * 2 <= n do base = base * 2 end
+  return base
+end
+
+-- The shard of hash `h` in a bucket of `n` shards (linear hashing).
+local function summary_shard(h, n)
+  local base = split_base(n)
   local a = h % (base * 2)
   if a >= n then a = h % base end
   return a
+end
+
+local function summary_key(prefix, bucket, shard)
+  return prefix .. 'done:' .. bucket .. ':' .. shard
+end
+
+-- A summary: its head, for record `r` finished (state `state`) at `now`,
+-- then the tail.
+local function summary_of(state, r, now, tail)
+  return struct.pack(SUMMARY_HEAD, state, r.att, r.max, r.ct, now) .. tail
 end
 
 local function summary_bucket_meta(value)
@@ -370,11 +389,11 @@ local function summary_find(prefix, id, now, meta)
   for i = 1, #meta, 2 do
     local n, _, expires = summary_bucket_meta(meta[i + 1])
     if n and expires > now then
-      local v = redis.call('HGET', prefix .. 'done:' .. meta[i] .. ':' .. summary_shard(h, n), id)
-      if v and #v >= 25 then
+      local v = redis.call('HGET', summary_key(prefix, meta[i], summary_shard(h, n)), id)
+      if v and #v >= SUMMARY_HEAD_LEN + 8 then
         local s = {}
         s.state, s.att, s.max, s.ct, s.ft = struct.unpack(SUMMARY_HEAD, v)
-        s.digest = string.sub(v, 18, 25)
+        s.digest = string.sub(v, SUMMARY_HEAD_LEN + 1, SUMMARY_HEAD_LEN + 8)
         if not best or s.ft > best.ft then best = s end
       end
     end
@@ -396,13 +415,9 @@ local function summary_tail(spec, digest, last_attempt)
       if type(a.message) == 'string' then err = err .. ': ' .. a.message end
     end
   end
-  local room = math.max(0, SUMMARY_MAX - 17 - 21 - #topic)
+  local room = math.max(0, SUMMARY_MAX - SUMMARY_HEAD_LEN - SUMMARY_TAIL_FIXED - #topic)
   return digest .. struct.pack('>I6I4I2I1', at, took, status, math.min(#topic, 255))
     .. topic .. string.sub(err, 1, room)
-end
-
-local function summary_key(prefix, bucket, shard)
-  return prefix .. 'done:' .. bucket .. ':' .. shard
 end
 
 --[[
@@ -431,9 +446,7 @@ local function summaries_plan(prefix, ids, now, retention)
     local keys = {prefix .. 'done'}
     for _, s in ipairs(plan.shards) do keys[#keys + 1] = summary_key(prefix, plan.bucket, s) end
     for k = plan.n, plan.n_after - 1 do
-      local base = 1
-      while base * 2 <= k do base = base * 2 end
-      keys[#keys + 1] = summary_key(prefix, plan.bucket, k - base)
+      keys[#keys + 1] = summary_key(prefix, plan.bucket, k - split_base(k))
       keys[#keys + 1] = summary_key(prefix, plan.bucket, k)
     end
     for _, key in ipairs(keys) do
@@ -446,8 +459,7 @@ end
 -- Splits shard n - base of a bucket of n shards into it and shard n. Both
 -- are rewritten, so a shard that outgrew the listpack encoding regains it.
 local function summary_split(prefix, bucket, n, expires)
-  local base = 1
-  while base * 2 <= n do base = base * 2 end
+  local base = split_base(n)
   local src, dst = summary_key(prefix, bucket, n - base), summary_key(prefix, bucket, n)
   local all = redis.call('HGETALL', src)
   local keep, move = {}, {}
