@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::config::Config;
+use crate::store::listing::Stats;
 use crate::store::{RedisConn, Store, StoreResult};
 
 /// How a check came out.
@@ -105,12 +106,9 @@ pub async fn run(config: &Config) -> Report {
         None,
     ));
 
-    let info = server_info(&store).await.unwrap_or_default();
-    let version = info
-        .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
+    let info = info_of(&store, 0, &["server"]).await.unwrap_or_default();
+    let version = info_field(&info, "redis_version")
         .unwrap_or("unknown")
-        .trim()
         .to_string();
     let major: u32 = version
         .split('.')
@@ -371,41 +369,23 @@ async fn memory_check(store: &Store, config: &Config) -> Check {
 async fn measure_memory(store: &Store, config: &Config) -> StoreResult<MemoryFigures> {
     let started = tokio::time::Instant::now();
     let t0 = store.redis_time_ms().await?;
-    let finished0 = finished_total(store).await?;
     let stats = store.stats().await?;
     let summaries = retained_summaries(store, t0).await?;
     let nodes = node_memory(store).await?;
     tokio::time::sleep_until(started + RATE_SAMPLE).await;
     let t1 = store.redis_time_ms().await?;
-    let finished1 = finished_total(store).await?;
+    let later = store.stats().await?;
+    let finished = |s: &Stats| s.delivered + s.dead_lettered;
     let seconds = (t1 - t0).max(1) as f64 / 1000.0;
     Ok(MemoryFigures {
         nodes,
         partitions: store.keys().partitions(),
         live_and_dead: stats.scheduled + stats.ready + stats.inflight + stats.dead,
         summaries,
-        finish_rate: finished1.saturating_sub(finished0) as f64 / seconds,
+        finish_rate: finished(&later).saturating_sub(finished(&stats)) as f64 / seconds,
         retention: config.retention.finished,
         keep_bodies: config.retention.keep_bodies,
     })
-}
-
-/// Jobs delivered or dead-lettered so far: the `delivered` and
-/// `dead_lettered` counters of every partition's stats hash (one call per
-/// partition, as a cluster pipeline must stay on one node).
-async fn finished_total(store: &Store) -> StoreResult<u64> {
-    let mut conn = store.conn();
-    let mut total = 0;
-    for p in 0..store.keys().partitions() {
-        let counts: Vec<Option<u64>> = redis::cmd("HMGET")
-            .arg(store.keys().stats(p))
-            .arg("delivered")
-            .arg("dead_lettered")
-            .query_async(&mut conn)
-            .await?;
-        total += counts.into_iter().flatten().sum::<u64>();
-    }
-    Ok(total)
 }
 
 /// Summaries in buckets that have not expired at `now_ms` (Redis time).
@@ -427,21 +407,13 @@ async fn retained_summaries(store: &Store, now_ms: i64) -> StoreResult<u64> {
 /// partition (asked through a key of each partition, grouped by `run_id`).
 async fn node_memory(store: &Store) -> StoreResult<Vec<NodeMemory>> {
     let all: Vec<u16> = (0..store.keys().partitions()).collect();
-    let conn = store.conn();
-    let RedisConn::Cluster(cluster) = &conn else {
-        let mut conn = conn.clone();
-        let info: String = redis::cmd("INFO")
-            .arg("memory")
-            .query_async(&mut conn)
-            .await?;
+    if !matches!(store.conn(), RedisConn::Cluster(_)) {
+        let info = info_of(store, 0, &["memory"]).await?;
         return Ok(vec![parse_node_memory(&info, all)]);
-    };
+    }
     let mut by_run_id: Vec<(String, NodeMemory)> = Vec::new();
-    let mut cmd = redis::cmd("INFO");
-    cmd.arg("server").arg("memory");
     for p in all {
-        let value = cluster.on_master_of(&store.keys().due(p), &cmd).await?;
-        let info: String = redis::from_redis_value(&value)?;
+        let info = info_of(store, p, &["server", "memory"]).await?;
         let run_id = info_field(&info, "run_id").unwrap_or_default().to_string();
         match by_run_id.iter_mut().find(|(id, _)| *id == run_id) {
             Some((_, node)) => node.partitions.push(p),
@@ -451,14 +423,16 @@ async fn node_memory(store: &Store) -> StoreResult<Vec<NodeMemory>> {
     Ok(by_run_id.into_iter().map(|(_, node)| node).collect())
 }
 
-/// `INFO server` of the Redis, or on a cluster of the master holding
-/// partition 0 (a cluster connection would answer once per master).
-async fn server_info(store: &Store) -> StoreResult<String> {
+/// `INFO <sections>` of the Redis holding partition `p`: on a cluster its
+/// master (a cluster connection would answer once per master).
+async fn info_of(store: &Store, p: u16, sections: &[&str]) -> StoreResult<String> {
     let mut cmd = redis::cmd("INFO");
-    cmd.arg("server");
+    for section in sections {
+        cmd.arg(*section);
+    }
     match store.conn() {
         RedisConn::Cluster(cluster) => {
-            let value = cluster.on_master_of(&store.keys().due(0), &cmd).await?;
+            let value = cluster.on_master_of(&store.keys().due(p), &cmd).await?;
             Ok(redis::from_redis_value(&value)?)
         }
         mut conn => Ok(cmd.query_async(&mut conn).await?),
