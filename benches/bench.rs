@@ -1206,6 +1206,16 @@ const RECOMMENDED_LISTPACK_VALUE: u32 = 1024;
 /// Redis's own default.
 const STOCK_LISTPACK_VALUE: u32 = 64;
 
+/// Empties the bench's Redis and sets its `hash-max-listpack-value` (the
+/// memory scenarios compare stock and tuned; each leaves it stock again).
+async fn empty_redis_with_listpack_value(redis: &RedisServer, value: u32) -> Res<()> {
+    redis.flush().await?;
+    redis
+        .config_set("hash-max-listpack-value", &value.to_string())
+        .await?;
+    Ok(())
+}
+
 /// Redis memory per scheduled job, as a user's jobs look: a 26-character id
 /// (a generated ULID is as long), URL `http://sink.example/hook` (24 bytes),
 /// body `{"due":<13 digits>}` (22 bytes), due over the day after the next
@@ -1218,10 +1228,7 @@ async fn memory(
     listpack_value: u32,
     mixed_bodies: bool,
 ) -> Res<Figures> {
-    redis.flush().await?;
-    redis
-        .config_set("hash-max-listpack-value", &listpack_value.to_string())
-        .await?;
+    empty_redis_with_listpack_value(redis, listpack_value).await?;
     let cfg = config(redis);
     let store = Store::connect(&cfg).await?;
     store.load_scripts().await?;
@@ -1250,9 +1257,7 @@ async fn memory(
     preload(&store, &cfg, jobs).await?;
     let after = redis.used_memory().await?;
     // Back to the bench's stock Redis for the scenarios that follow.
-    redis
-        .config_set("hash-max-listpack-value", &STOCK_LISTPACK_VALUE.to_string())
-        .await?;
+    empty_redis_with_listpack_value(redis, STOCK_LISTPACK_VALUE).await?;
     let per_job = (after - before) as f64 / n as f64;
     Ok(HashMap::from([
         ("bytes_per_job", per_job),
@@ -1271,10 +1276,7 @@ async fn memory_finished(
     listpack_value: u32,
     keep_bodies: bool,
 ) -> Res<Figures> {
-    redis.flush().await?;
-    redis
-        .config_set("hash-max-listpack-value", &listpack_value.to_string())
-        .await?;
+    empty_redis_with_listpack_value(redis, listpack_value).await?;
     let mut cfg = config(redis);
     cfg.retention.keep_bodies = keep_bodies;
     let store = Store::connect(&cfg).await?;
@@ -1306,7 +1308,7 @@ async fn memory_finished(
                         r#"{{"attempt":1,"at":{},"duration_ms":12,"status":204}}"#,
                         c.claimed_at
                     );
-                    hookq::store::Delivery::from_json(&c.spec_json, &record)
+                    store.delivery_from_json(&c.spec_json, &record)
                 })
                 .collect();
             let items: Vec<(&str, u32, &hookq::store::Delivery)> = claimed
@@ -1318,9 +1320,7 @@ async fn memory_finished(
         }
     }
     let after = redis.used_memory().await?;
-    redis
-        .config_set("hash-max-listpack-value", &STOCK_LISTPACK_VALUE.to_string())
-        .await?;
+    empty_redis_with_listpack_value(redis, STOCK_LISTPACK_VALUE).await?;
     if recorded != n {
         return Err(format!("recorded {recorded} of {n} jobs").into());
     }

@@ -32,7 +32,7 @@ use crate::job::JobSpec;
 use crate::retry::{next_delay, FailureKind};
 use crate::store::hosts::HostState;
 use crate::store::summary::LastAttempt;
-use crate::store::{Claimed, Delivery, FailAction, Failure, Store};
+use crate::store::{Claimed, FailAction, Failure, Store};
 use crate::wake::Signals;
 
 /// Claimed jobs held in memory per worker (in flight or waiting for a host).
@@ -486,9 +486,9 @@ impl WorkerPool {
 
     async fn record_success(&self, job: &Claimed, spec: &JobSpec, record: &AttemptRecord) {
         let error = record.last_error();
-        let delivery = Delivery::new(
+        let delivery = self.store.delivery(
             spec,
-            record.to_json(),
+            || record.to_json(),
             &LastAttempt {
                 at: record.at,
                 duration_ms: record.duration_ms,

@@ -5,7 +5,8 @@
 //!
 //! Cursors are `<partition>:<position>`, where the position is an index into
 //! the partition's zset or list, a `SCAN` cursor (with the keys of its step
-//! already listed), or a stream entry id.
+//! already listed), a place among the finished-job summaries
+//! (`s<bucket>.<shard>.<skip>`), or a stream entry id.
 
 use std::collections::HashMap;
 
@@ -167,7 +168,11 @@ enum Source {
 impl Store {
     /// Reads job records (without history) of partition `p`, one per id in
     /// order (None where the record is gone).
-    async fn records(&self, p: u16, ids: &[String]) -> StoreResult<Vec<Option<JobRecord>>> {
+    pub(super) async fn records(
+        &self,
+        p: u16,
+        ids: &[String],
+    ) -> StoreResult<Vec<Option<JobRecord>>> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }

@@ -748,11 +748,16 @@ impl Store {
         for (id, attempt, delivery) in jobs {
             args.push(arg(id));
             args.push(arg(attempt));
-            if self.settings.keep_bodies {
-                args.push(arg(&delivery.record));
-            } else {
-                args.push(delivery.summary_tail.clone());
-            }
+            args.push(match (delivery, self.settings.keep_bodies) {
+                (Delivery::Whole(record), true) => arg(record),
+                (Delivery::Summarized(tail), false) => tail.clone(),
+                _ => {
+                    return Err(StoreError::reply(
+                        "complete_jobs",
+                        "a delivery prepared for the other retention mode",
+                    ))
+                }
+            });
         }
         let done: Vec<i64> = self
             .invoke(
@@ -768,6 +773,24 @@ impl Store {
             ));
         }
         Ok(done.into_iter().map(|d| d == 1).collect())
+    }
+
+    /// Prepares a 2xx attempt of the job with `spec` for [`Store::complete`]:
+    /// what this store's retention mode keeps, the attempt record JSON
+    /// (`record`, built only then) or the summary tail.
+    pub fn delivery(
+        &self,
+        spec: &JobSpec,
+        record: impl FnOnce() -> String,
+        last: &summary::LastAttempt<'_>,
+    ) -> Delivery {
+        Delivery::new(self.settings.keep_bodies, spec, record, last)
+    }
+
+    /// [`Store::delivery`] from a stored spec JSON and an attempt record
+    /// JSON (for tools and tests that hold no parsed job).
+    pub fn delivery_from_json(&self, spec_json: &str, record: &str) -> Delivery {
+        Delivery::from_json(self.settings.keep_bodies, spec_json, record)
     }
 
     /// How the finishing scripts keep a finished job: `keep` (the whole
@@ -901,17 +924,24 @@ impl Store {
     /// Cancels a job that has not finished.
     pub async fn cancel(&self, id: &str) -> StoreResult<CancelOutcome> {
         let p = self.keys.partition_of(id);
-        // The summary keeps the content's digest, computed here from the
-        // spec as read; the script checks the spec is still that one.
+        // A summary keeps the content's digest, computed here from the spec
+        // as read; the script checks the spec is still that one. A record
+        // kept whole needs neither.
+        let ids = [id.to_string()];
         for _ in 0..5 {
-            let (digest, spec_sha1) = match self.get(id).await? {
-                Some(record) if !record.summarized => {
+            let read = if self.settings.keep_bodies {
+                None
+            } else {
+                self.records(p, &ids).await?.pop().flatten()
+            };
+            let (digest, spec_sha1) = match read {
+                Some(record) => {
                     use sha1::Digest;
                     let sha1 = sha1::Sha1::digest(record.spec_json.as_bytes());
                     let hex: String = sha1.iter().map(|b| format!("{b:02x}")).collect();
                     (record.spec.content_digest().to_vec(), hex)
                 }
-                _ => (Vec::new(), String::new()),
+                None => (Vec::new(), String::new()),
             };
             let code: i64 = self
                 .invoke(

@@ -112,30 +112,37 @@ pub fn summary_tail(digest: [u8; 8], topic: &str, last: &LastAttempt<'_>) -> Vec
     tail
 }
 
-/// A 2xx attempt to record, as the daemon prepares it: the attempt record
-/// JSON (pushed to the job's history under `retention.keep_bodies`) and the
-/// summary tail (kept otherwise). The store sends the one its mode needs.
+/// A 2xx attempt to record, prepared for the store's retention mode: only
+/// what that mode keeps is built (see [`super::Store::delivery`]).
 #[derive(Debug, Clone)]
-pub struct Delivery {
-    /// The attempt record JSON.
-    pub record: String,
-    /// [`summary_tail`] for the job.
-    pub summary_tail: Vec<u8>,
+pub enum Delivery {
+    /// `retention.keep_bodies`: the attempt record JSON, pushed to the
+    /// job's history.
+    Whole(String),
+    /// The default: the job's [`summary_tail`].
+    Summarized(Vec<u8>),
 }
 
 impl Delivery {
-    /// A delivery of the job with `spec`, its attempt record JSON and that
-    /// attempt's summary fields.
-    pub fn new(spec: &JobSpec, record: String, last: &LastAttempt<'_>) -> Delivery {
-        Delivery {
-            summary_tail: summary_tail(spec.content_digest(), &spec.topic, last),
-            record,
+    /// A delivery of the job with `spec`: under `keep_bodies` its attempt
+    /// record JSON (`record`, built only then), else its summary tail from
+    /// the attempt's summary fields.
+    pub fn new(
+        keep_bodies: bool,
+        spec: &JobSpec,
+        record: impl FnOnce() -> String,
+        last: &LastAttempt<'_>,
+    ) -> Delivery {
+        if keep_bodies {
+            Delivery::Whole(record())
+        } else {
+            Delivery::Summarized(summary_tail(spec.content_digest(), &spec.topic, last))
         }
     }
 
     /// A delivery read from a stored spec JSON and an attempt record JSON
     /// (fields it lacks count as absent).
-    pub fn from_json(spec_json: &str, record: &str) -> Delivery {
+    pub fn from_json(keep_bodies: bool, spec_json: &str, record: &str) -> Delivery {
         let spec = serde_json::from_str::<JobSpec>(spec_json)
             .unwrap_or_else(|_| JobSpec::summary_of(crate::job::DEFAULT_TOPIC.into()));
         let attempt: serde_json::Value = serde_json::from_str(record).unwrap_or_default();
@@ -152,7 +159,7 @@ impl Delivery {
             status: number("status").and_then(|s| u16::try_from(s).ok()),
             error: &error,
         };
-        Delivery::new(&spec, record.to_string(), &last)
+        Delivery::new(keep_bodies, &spec, || record.to_string(), &last)
     }
 }
 

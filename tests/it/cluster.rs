@@ -18,7 +18,7 @@ use crate::support::redis::RedisServer;
 use crate::support::wait_until;
 use crate::{post_json, start_daemon, test_config};
 use hookq::job::JobInput;
-use hookq::store::{Delivery, Store};
+use hookq::store::Store;
 
 fn cluster_jobs() -> usize {
     crate::env_count("HOOKQ_CLUSTER_JOBS", 3000)
@@ -335,7 +335,7 @@ async fn scripts_change_nothing_while_their_slot_is_half_moved() {
     assert!(store
         .complete(
             &claimed[1],
-            &Delivery::from_json(&claimed[1].spec_json, "{}")
+            &store.delivery_from_json(&claimed[1].spec_json, "{}")
         )
         .await
         .expect("complete"));
@@ -382,7 +382,10 @@ async fn scripts_change_nothing_while_their_slot_is_half_moved() {
                 (
                     "complete",
                     store
-                        .complete(&claimed, &Delivery::from_json(&claimed.spec_json, "{}"))
+                        .complete(
+                            &claimed,
+                            &store.delivery_from_json(&claimed.spec_json, "{}"),
+                        )
                         .await
                         .err(),
                 ),

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use hookq::carrier::Carrier;
 use hookq::clock::RedisClock;
 use hookq::job::JobInput;
-use hookq::store::{Delivery, Store};
+use hookq::store::Store;
 use hookq::wake::Signals;
 use redis::AsyncCommands;
 use serde_json::json;
@@ -252,7 +252,7 @@ async fn an_expired_lease_returns_the_job_and_fences_the_late_outcome() {
     let applied = store
         .complete(
             &lost_attempt,
-            &Delivery::from_json(&lost_attempt.spec_json, "{}"),
+            &store.delivery_from_json(&lost_attempt.spec_json, "{}"),
         )
         .await
         .expect("complete");
@@ -313,7 +313,7 @@ async fn a_stale_outcome_is_discarded_while_the_next_attempt_is_in_flight() {
 
     // Attempt 1's outcome arrives now.
     let applied = store
-        .complete(&stale, &Delivery::from_json(&stale.spec_json, "{}"))
+        .complete(&stale, &store.delivery_from_json(&stale.spec_json, "{}"))
         .await
         .expect("complete");
     let failure = hookq::store::Failure {
@@ -876,7 +876,7 @@ async fn late_moves_change_nothing() {
     assert_eq!(deferred, 0, "a cancelled job was deferred back to life");
     assert!(
         !store
-            .complete(&claim, &Delivery::from_json(&claim.spec_json, "{}"))
+            .complete(&claim, &store.delivery_from_json(&claim.spec_json, "{}"))
             .await
             .expect("complete"),
         "a cancelled job was recorded as delivered"
@@ -887,7 +887,7 @@ async fn late_moves_change_nothing() {
     enqueue_unreached(&store, &config, "done", None).await;
     let claim = crate::claim_direct(&store, "done").await;
     assert!(store
-        .complete(&claim, &Delivery::from_json(&claim.spec_json, "{}"))
+        .complete(&claim, &store.delivery_from_json(&claim.spec_json, "{}"))
         .await
         .expect("complete"));
     assert_eq!(

@@ -272,17 +272,11 @@ async fn finished_jobs_leave_summaries_that_still_answer() {
     assert_eq!(page["jobs"], json!([]), "{page}");
 
     // `hookq show` reads the summary too.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookq"))
-        .args(["show", "sum-ok", "--json"])
-        .env("HOOKQ_REDIS__URL", redis.url())
-        .env("HOOKQ_REDIS__NAMESPACE", &config.redis.namespace)
-        .env(
-            "HOOKQ_REDIS__PARTITIONS",
-            config.redis.partitions.to_string(),
-        )
-        .env_remove("HOOKQ_CONFIG")
-        .output()
-        .expect("hookq show");
+    let out = crate::ops::hookq(
+        &redis,
+        &config.redis.namespace,
+        &["show", "sum-ok", "--json"],
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -360,10 +354,7 @@ async fn many_summaries_split_into_shards_and_are_all_found() {
         let deliveries: Vec<hookq::store::Delivery> = claimed
             .iter()
             .map(|c| {
-                hookq::store::Delivery::from_json(
-                    &c.spec_json,
-                    r#"{"at":1,"duration_ms":2,"status":200}"#,
-                )
+                store.delivery_from_json(&c.spec_json, r#"{"at":1,"duration_ms":2,"status":200}"#)
             })
             .collect();
         let items: Vec<(&str, u32, &hookq::store::Delivery)> = claimed
@@ -422,4 +413,11 @@ async fn many_summaries_split_into_shards_and_are_all_found() {
         }
     }
     assert_eq!(seen.len(), n, "every summary listed once");
+
+    // A delivery prepared for the other retention mode is refused whole.
+    let whole = hookq::store::Delivery::Whole("{}".into());
+    assert!(store
+        .complete_many(0, &[("many-00000", 1, &whole)])
+        .await
+        .is_err());
 }

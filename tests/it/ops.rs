@@ -19,8 +19,9 @@ use crate::{get_json, metric_sum, post_created, post_json, start_daemon, test_co
 
 const BIN: &str = env!("CARGO_BIN_EXE_hookq");
 
-/// Runs `hookq <args>` against `redis` with namespace `ns`.
-fn hookq(redis: &RedisServer, ns: &str, args: &[&str]) -> Output {
+/// Runs `hookq <args>` against `redis` with namespace `ns` (and the 4
+/// partitions of `test_config`).
+pub(crate) fn hookq(redis: &RedisServer, ns: &str, args: &[&str]) -> Output {
     let mut command = Command::new(BIN);
     command
         .args(args)
