@@ -5,11 +5,13 @@
   a tombstone that claim_ready skips (no LREM on a long list).
 
   By default the record and history are then deleted and a summary remains
-  (see the prelude); with `retention.keep_bodies` the record stays, marked
-  cancelled, and it and its history expire after the retention period.
+  (see the prelude); with `retention.keep_bodies` the record moves, marked
+  cancelled, to its kept key, and it and its history expire after the
+  retention period.
 
   Input:
-    KEYS[1] job record      <ns>:{p}:job:<id>
+    KEYS[1] record hash     <ns>:{p}:jobs:<shard>  (the job's live record; a
+            finished one is looked for at <ns>:{p}:job:<id> and in the summaries)
     KEYS[2] due zset        <ns>:{p}:due
     KEYS[3] inflight zset   <ns>:{p}:inflight
     KEYS[4] history list    <ns>:{p}:hist:<id>
@@ -32,14 +34,19 @@
 ]]
 local rcall = redis.call
 local prefix = partition_prefix(KEYS[2], 'due')
-local r = rec_get(KEYS[1])
+local at = {h = KEYS[1], id = ARGV[1]}
+local r = rec_get(at)
 local now = now_ms()
 if not r then
-  local summary = summary_find(prefix, ARGV[1], now)
-  if summary and summary.state == 'c' then return 0 end
-  if summary then return -2 end
-  if slot_moving_once(KEYS[1]) then return try_again() end
-  return -1
+  -- A finished job: kept whole, or summarised.
+  r = rec_get(kept(prefix, ARGV[1]))
+  if not r then
+    local summary = summary_find(prefix, ARGV[1], now)
+    if summary and summary.state == 'c' then return 0 end
+    if summary then return -2 end
+    if slot_moving_once(KEYS[1]) then return try_again() end
+    return -1
+  end
 end
 local state = r.state
 if state == 'c' then return 0 end
@@ -64,15 +71,15 @@ elseif state == 'i' then
 end
 -- A parked job's parking entry is skipped when its host drains (its
 -- sequence no longer matches); so is a ready job's tombstone, whose record
--- is gone or cancelled.
+-- is gone or no longer live.
 if keep then
   r.state, r.seq, r.ut = 'c', 0, now
-  rec_put(KEYS[1], r)
-  rcall('PEXPIRE', KEYS[1], ARGV[2])
+  rec_keep(prefix, ARGV[1], r, ARGV[2])
   rcall('PEXPIRE', KEYS[4], ARGV[2])
 else
   local summary = summary_of('c', r, now, summary_tail(r.spec, ARGV[5], rcall('LINDEX', KEYS[4], 0)))
-  rcall('DEL', KEYS[1], KEYS[4])
+  rec_delete(at)
+  rcall('DEL', KEYS[4])
   summaries_write(prefix, plan, {ARGV[1]}, {summary}, now)
 end
 return 1

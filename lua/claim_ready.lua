@@ -9,7 +9,8 @@
     KEYS[1] ready list      <ns>:{p}:ready
     KEYS[2] inflight zset   <ns>:{p}:inflight
     ARGV[1] N, the most jobs to claim
-    ARGV[2] job key prefix  <ns>:{p}:job:  (job records of the same hash tag)
+    ARGV[2] job key prefix  <ns>:{p}:job:  (its partition's live record hashes
+            `<ns>:{p}:jobs:*` are built from it)
     ARGV[3] default lease in ms
   Output:
     {now, more, id1, attempt1, due1, spec1, id2, ...}: `more` is 1 when N ids
@@ -28,9 +29,11 @@ if #ids == 0 then return out end
 if #ids == want then out[2] = 1 end
 
 -- Read pass: every job record before the first write (see the prelude).
+local prefix = partition_prefix(ARGV[2], 'job:')
 local records = {}
 for i, id in ipairs(ids) do
-  local v = rcall('GET', ARGV[2] .. id)
+  local at = live(prefix, id)
+  local v = rcall('HGET', at.h, id)
   if not v and slot_moving_once(KEYS[1]) then return try_again() end
   records[i] = v or false
 end
@@ -38,23 +41,25 @@ rcall('LTRIM', KEYS[1], #ids, -1)
 
 local leases = {}
 for i, id in ipairs(ids) do
-  local key = ARGV[2] .. id
+  local at = live(prefix, id)
   local v = records[i]
   local r = v and rec_unpack(v)
   if v and not r then
     -- A bare record (its job was deleted by hand): nothing to deliver.
-    rcall('DEL', key)
+    rec_delete(at)
   elseif r and r.state == 'r' then
     local attempt = r.att + 1
     local lease = r.lease
     if lease == 0 then lease = tonumber(ARGV[3]) end
-    rcall('SETRANGE', key, 0, struct.pack('>c1I6I2', 'i', now, attempt))
+    r.spec = string.sub(v, REC_HEADER + 1)
+    r.att = attempt
+    rec_set_state(at, r, 'i', now)
     leases[#leases + 1] = now + lease
     leases[#leases + 1] = id
     out[#out + 1] = id
     out[#out + 1] = attempt
     out[#out + 1] = r.due
-    out[#out + 1] = string.sub(v, REC_HEADER + 1)
+    out[#out + 1] = r.spec
   end
 end
 if #leases > 0 then rcall('ZADD', KEYS[2], unpack(leases)) end

@@ -2,15 +2,17 @@
   Record successful attempts of one partition in one call: each job whose
   lease is still current becomes delivered and leaves the in-flight set.
   By default its record and history are deleted and a summary remains (see
-  the prelude); with `retention.keep_bodies` the record stays, marked
-  delivered, and it and its history expire after the retention period.
+  the prelude); with `retention.keep_bodies` the record moves, marked
+  delivered, to its kept key, and it and its history expire after the
+  retention period.
   Batching is what lets a busy daemon record thousands of deliveries a
   second without one script call (and one TIME, ZREM, HINCRBY) per job.
 
   Input:
     KEYS[1] inflight zset   <ns>:{p}:inflight
     KEYS[2] stats hash      <ns>:{p}:stats
-    ARGV[1] job key prefix      <ns>:{p}:job:   (same hash tag)
+    ARGV[1] job key prefix      <ns>:{p}:job:   (same hash tag; the live record
+            hashes, kept records and summaries are built from it)
     ARGV[2] history key prefix  <ns>:{p}:hist:  (same hash tag)
     ARGV[3] retention in ms
     ARGV[4] "keep" to keep records (keep_bodies), "summary" to summarise
@@ -29,12 +31,12 @@ local keep = ARGV[4] == 'keep'
 
 -- Read pass: every key to be written, before the first write (see the
 -- prelude). A history list may rightly be absent (a first attempt).
+local prefix = partition_prefix(ARGV[1], 'job:')
 local current = {}
 local done = {}
 for i = 5, #ARGV, 3 do
-  local key, hist = ARGV[1] .. ARGV[i], ARGV[2] .. ARGV[i]
-  local r = rec_header(key)
-  if IN_CLUSTER and (not r or rcall('EXISTS', hist) == 0) and slot_moving_once(KEYS[1]) then
+  local r = rec_get(live(prefix, ARGV[i]))
+  if IN_CLUSTER and (not r or rcall('EXISTS', ARGV[2] .. ARGV[i]) == 0) and slot_moving_once(KEYS[1]) then
     return try_again()
   end
   if r ~= nil and r.state == 'i' and r.att == tonumber(ARGV[i + 1]) then
@@ -42,7 +44,6 @@ for i = 5, #ARGV, 3 do
     done[#done + 1] = ARGV[i]
   end
 end
-local prefix = partition_prefix(KEYS[2], 'stats')
 local plan = nil
 if not keep and #done > 0 then
   plan = summaries_plan(prefix, done, now, retention)
@@ -55,13 +56,13 @@ for i = 5, #ARGV, 3 do
   local id = ARGV[i]
   local r = current[i]
   if r and keep then
-    local key, hist = ARGV[1] .. id, ARGV[2] .. id
-    rec_set_state(key, 'd', now)
+    local hist = ARGV[2] .. id
+    r.state, r.ut = 'd', now
+    rec_keep(prefix, id, r, retention)
     history_push(hist, ARGV[i + 2])
-    rcall('PEXPIRE', key, retention)
     rcall('PEXPIRE', hist, retention)
   elseif r then
-    gone[#gone + 1] = ARGV[1] .. id
+    rec_delete(live(prefix, id))
     gone[#gone + 1] = ARGV[2] .. id
     summaries[#summaries + 1] = summary_of('d', r, now, ARGV[i + 2])
   end

@@ -10,7 +10,7 @@
     KEYS[1] inflight zset   <ns>:{p}:inflight
     KEYS[2] due zset        <ns>:{p}:due
     KEYS[3] sequence        <ns>:{p}:seq
-    ARGV[1] job key prefix  <ns>:{p}:job:  (job records of the same hash tag)
+    ARGV[1] job key prefix  <ns>:{p}:job:  (the live record hashes are built from it)
     ARGV[2] wake channel
     ARGV[3] partition number
     ARGV[4] id, ARGV[5] fencing token (the attempt number the lease was
@@ -22,9 +22,10 @@ local rcall = redis.call
 local now = now_ms()
 
 -- Read pass: every job record before the first write (see the prelude).
+local prefix = partition_prefix(ARGV[1], 'job:')
 local records = {}
 for i = 4, #ARGV, 3 do
-  local r = rec_header(ARGV[1] .. ARGV[i])
+  local r = rec_get(live(prefix, ARGV[i]))
   if not r and slot_moving_once(KEYS[1]) then return try_again() end
   records[i] = r or false
 end
@@ -40,7 +41,7 @@ for i = 4, #ARGV, 3 do
     local seq = rcall('INCR', KEYS[3])
     rcall('ZREM', KEYS[1], id)
     r.state, r.att, r.due, r.seq, r.ut = 's', token - 1, due, seq, now
-    rec_put(ARGV[1] .. id, r)
+    rec_put(live(prefix, id), r)
     rcall('ZADD', KEYS[2], string.format('%d', due), due_member(seq, id))
     if not earliest or due < earliest then earliest = due end
     given = given + 1

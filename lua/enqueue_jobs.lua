@@ -17,14 +17,18 @@
     ARGV[1] job key prefix  <ns>:{p}:job:  (same hash tag; records as the prelude lays them out)
     ARGV[2] wake channel
     ARGV[3] partition number
-    ARGV[4] id of the first job; then, for every job, six arguments:
+    ARGV[4] id of the first job; then, for every job, seven arguments:
     ARGV[5] its spec JSON (canonical; compared byte for byte on re-create)
     ARGV[6] its absolute due time in epoch ms, or "" for relative
     ARGV[7] its delay in ms (used when the due time is "")
     ARGV[8] its max attempts (rungs + 1)
     ARGV[9] its lease in ms, or "" for the daemon default
-  Reads (keys built here, same hash tag): the records, and the summary
-  index and shards `<ns>:{p}:done*` (see the prelude) for ids without one.
+    ARGV[10] its given due time, as the record header keeps it (see the
+            prelude; the spec JSON leaves run_at and delay out)
+  Keys built here (same hash tag): the live record hashes `<ns>:{p}:jobs:*`
+  and kept records `<ns>:{p}:job:<id>`, read, and for ids with neither the
+  summary index and shards `<ns>:{p}:done*` (see the prelude); new records
+  are written to the live hashes.
   Output:
     {now, code1, state1, due1, code2, ...}, per job in order:
     code 0 created, 1 an identical job exists (nothing changed), 2 the id
@@ -44,16 +48,17 @@ local seen = {}      -- id -> {spec, state name, due} of jobs created in this ca
 local scheduled = 0
 local prefix = partition_prefix(ARGV[1], 'job:')
 local done_index = nil -- the partition's summary buckets, read once if needed
-for i = 4, #ARGV, 6 do
+for i = 4, #ARGV, 7 do
   local id, spec = ARGV[i], ARGV[i + 1]
   local existing = nil
   local earlier = seen[id]
   if earlier then
-    existing = {earlier[1] == spec, earlier[2], earlier[3]}
+    existing = {earlier[1] == spec .. ARGV[i + 6], earlier[2], earlier[3]}
   else
-    local r = rec_get(ARGV[1] .. id)
+    local r = rec_get(live(prefix, id)) or rec_get(kept(prefix, id))
     if r then
-      existing = {r.spec == spec, STATE_NAMES[r.state] or r.state, r.due}
+      existing = {r.spec == spec and r.given == tonumber(ARGV[i + 6]), STATE_NAMES[r.state] or r.state,
+        r.due}
     else
       -- A finished job may live on as a summary, which knows only its
       -- content's digest.
@@ -81,7 +86,7 @@ for i = 4, #ARGV, 6 do
       state = 's'
       scheduled = scheduled + 1
     end
-    seen[id] = {spec, STATE_NAMES[state], due}
+    seen[id] = {spec .. ARGV[i + 6], STATE_NAMES[state], due}
     created[#created + 1] = {i, state, due}
     out[#out + 1] = 0
     out[#out + 1] = STATE_NAMES[state]
@@ -101,7 +106,7 @@ for _, c in ipairs(created) do
   local i, state, due = c[1], c[2], c[3]
   local id = ARGV[i]
   local r = {state = state, ut = now, att = 0, max = tonumber(ARGV[i + 4]), due = due,
-    seq = 0, ct = now, lease = tonumber(ARGV[i + 5]) or 0}
+    seq = 0, ct = now, lease = tonumber(ARGV[i + 5]) or 0, given = tonumber(ARGV[i + 6])}
   if state == 'r' then
     ready[#ready + 1] = id
   else
@@ -120,7 +125,7 @@ for _, c in ipairs(created) do
       if not wake or due < wake then wake = due end
     end
   end
-  rec_create(ARGV[1] .. id, r, ARGV[i + 1])
+  rec_create(live(prefix, id), r, ARGV[i + 1])
 end
 local opens = wheel_batch_push(prefix, to_wheel)
 if opens and (not wake or opens < wake) then wake = opens end

@@ -5,7 +5,8 @@
   in this same atomic step).
 
   Input:
-    KEYS[1] job record      <ns>:{p}:job:<id>
+    KEYS[1] record hash     <ns>:{p}:jobs:<shard>  (the job's live record;
+            a dead job's record moves to <ns>:{p}:job:<id>)
     KEYS[2] inflight zset   <ns>:{p}:inflight
     KEYS[3] history list    <ns>:{p}:hist:<id>
     KEYS[4] due zset        <ns>:{p}:due
@@ -29,7 +30,7 @@
     {0}             stale: the lease was taken over or the job was cancelled
 ]]
 local rcall = redis.call
-local r = rec_get(KEYS[1])
+local r = rec_get({h = KEYS[1], id = ARGV[1]})
 if not r or r.state ~= 'i' or r.att ~= tonumber(ARGV[2]) then return {0} end
 
 local now = now_ms()
@@ -47,15 +48,16 @@ rcall('HINCRBY', KEYS[7], 'failed_attempts', 1)
 if delay >= 0 then
   local before = next_wake(prefix, KEYS[4])
   r.due, r.seq, r.ut = now + delay, rcall('INCR', KEYS[5]), now
-  local wake = schedule(prefix, KEYS[4], KEYS[1], ARGV[1], r, now)
+  local wake = schedule(prefix, KEYS[4], ARGV[1], r, now)
   if r.state == 'w' then wheel_count(prefix, 1) end
   if wake and (not before or wake < before) then wake_due(ARGV[10], ARGV[11], wake) end
   return {1, r.due}
 end
 
-local entry = dead_letter(KEYS[6], ARGV[9], ARGV[1], ARGV[8], r.att, ARGV[6], ARGV[7], r.spec, now)
-rec_set_dead(KEYS[1], r, entry, now)
-rcall('PEXPIRE', KEYS[1], ARGV[5])
+local entry = dead_letter(KEYS[6], ARGV[9], ARGV[1], ARGV[8], r.att, ARGV[6], ARGV[7], r.spec, now,
+  r.given)
+rec_set_dead(r, entry, now)
+rec_keep(prefix, ARGV[1], r, ARGV[5])
 rcall('PEXPIRE', KEYS[3], ARGV[5])
 rcall('HINCRBY', KEYS[7], 'dead_lettered', 1)
 return {2, entry}

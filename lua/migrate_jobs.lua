@@ -1,10 +1,11 @@
 --[[
   Convert job records of one partition from layout 1 (a hash per job) to
-  layout 2 (one string: the prelude's header, then the spec JSON), keeping
-  each record's time to live. Keys already converted, or gone, are skipped,
+  layout 3 (the prelude's header, then the spec JSON: a live job's as a
+  field of its record hash, a finished job's as a string keeping its time to
+  live). Keys already converted, or gone, are skipped,
   so a migration that was interrupted is resumed by running it again. A
   parked job gets a parking sequence and its parking entry is renamed to
-  match (layout 2 parks `<seq><id>`, as the due set does). A hash without a
+  match (layouts 2 and 3 park `<seq><id>`, as the due set does). A hash without a
   spec (a bare record left by hand) is deleted.
 
   Input:
@@ -34,7 +35,7 @@ for i = 3, #ARGV do
     if f.job and state then
       local r = {state = state, ut = tonumber(f.ut) or 0, att = tonumber(f.att) or 0,
         max = tonumber(f.max) or 1, due = tonumber(f.due) or 0, seq = 0,
-        ct = tonumber(f.ct) or 0, lease = tonumber(f.lease) or 0}
+        ct = tonumber(f.ct) or 0, lease = tonumber(f.lease) or 0, given = given_of_spec(f.job)}
       if state == 's' and f.park then
         local park = ARGV[2] .. 'park:' .. f.park
         r.state, r.seq = 'p', rcall('INCR', KEYS[1])
@@ -44,13 +45,14 @@ for i = 3, #ARGV do
       elseif state == 's' and f.seq then
         r.seq = tonumber(f.seq, 16) or 0
       end
-      if state == 'x' and f.dl then
-        rec_create(key, r, f.job)
-        rec_set_dead(key, r, f.dl, r.ut)
+      if state == 'x' and f.dl then rec_set_dead(r, f.dl, r.ut) end
+      if state == 'd' or state == 'x' or state == 'c' then
+        -- Finished: kept whole until it expires, as layout 1 kept it.
+        rec_create(kept(ARGV[2], id), r, f.job)
+        if ttl > 0 then rcall('PEXPIRE', key, ttl) end
       else
-        rec_create(key, r, f.job)
+        rec_create(live(ARGV[2], id), r, f.job)
       end
-      if ttl > 0 then rcall('PEXPIRE', key, ttl) end
     end
     converted = converted + 1
   end

@@ -12,7 +12,7 @@
     KEYS[2] parking zset      <ns>:{p}:park:<host>
     KEYS[3] parked-hosts set  <ns>:{p}:parked
     KEYS[4] sequence          <ns>:{p}:seq
-    ARGV[1] job key prefix    <ns>:{p}:job:  (job records of the same hash tag)
+    ARGV[1] job key prefix    <ns>:{p}:job:  (the live record hashes are built from it)
     ARGV[2] host              scheme://host:port
     ARGV[3] id, ARGV[4] fencing token (the attempt the lease was granted
     for); repeated per job
@@ -23,9 +23,10 @@ local rcall = redis.call
 local now = now_ms()
 
 -- Read pass: every job record before the first write (see the prelude).
+local prefix = partition_prefix(ARGV[1], 'job:')
 local records = {}
 for i = 3, #ARGV, 2 do
-  local r = rec_header(ARGV[1] .. ARGV[i])
+  local r = rec_get(live(prefix, ARGV[i]))
   if not r and slot_moving_once(KEYS[1]) then return try_again() end
   records[i] = r or false
 end
@@ -38,7 +39,7 @@ for i = 3, #ARGV, 2 do
     local seq = rcall('INCR', KEYS[4])
     rcall('ZREM', KEYS[1], id)
     r.state, r.att, r.seq, r.ut = 'p', token - 1, seq, now
-    rec_put(ARGV[1] .. id, r)
+    rec_put(live(prefix, id), r)
     rcall('ZADD', KEYS[2], string.format('%d', r.due), due_member(seq, id))
     parked = parked + 1
   end

@@ -52,12 +52,14 @@ local function now_ms()
 end
 
 --[[
-  Job records. A job is one STRING: a fixed 33-byte header, then its spec
-  JSON. One string instead of a many-field hash is what keeps a job small on
-  Redis's stock settings (a hash whose spec exceeds `hash-max-listpack-value`
-  costs several hundred bytes of bookkeeping). Header, big-endian, in the
-  order the hot paths write it (state and update time first, so a promotion
-  or a claim is one SETRANGE):
+  Job records. A job's record is one value: a fixed 33-byte header, then its
+  spec JSON. A live job's record (scheduled, ready, in flight) is a field of
+  one of the partition's 64 record hashes, `<ns>:{p}:jobs:<shard>`, chosen
+  by the id's last characters: a hash field costs ~32 bytes less than a key
+  of its own (no object header, no key prefix). A finished job kept whole
+  (dead, or `retention.keep_bodies`) moves to a STRING `<ns>:{p}:job:<id>`
+  that expires after the retention period; by default a delivered or
+  cancelled job keeps only a summary (below). Header, big-endian:
 
     offset  0  state      1 byte   s scheduled (in the due set), w
                                    scheduled (in the timing wheel, below),
@@ -72,59 +74,116 @@ end
                                    the job is scheduled; 0 = none
     offset 23  created    6 bytes  ms
     offset 29  lease      4 bytes  ms; 0 = the daemon's default
+    offset 33  given      6 bytes  the due time as the job was created or
+                                   last changed with: `run_at` ms, or
+                                   2^47 + `delay` ms, or 2^46 for neither
+                                   (the spec JSON leaves both out; a
+                                   re-create compares them through this)
 
   A dead job (x) keeps its dead letter's stream entry id `<ms>-<n>` in seq
   (ms) and lease (n), which mean nothing once it is dead.
+
+  A record's place is a table: {h = hash, id = id} for a live record,
+  {k = key} for a kept one; the helpers below read and write either.
 ]]
-local REC_FMT = '>c1I6I2I2I6I6I6I4'
-local REC_HEADER = 33
+local REC_FMT = '>c1I6I2I2I6I6I6I4I6'
+local REC_HEADER = 39
+local JOB_SHARDS = 64
+local GIVEN_DELAY = 140737488355328  -- 2^47
+local GIVEN_NEITHER = 70368744177664 -- 2^46
 local STATE_NAMES = {s = 'scheduled', w = 'scheduled', p = 'scheduled', r = 'ready', i = 'inflight',
   d = 'delivered', x = 'dead', c = 'cancelled'}
+
+-- The record hash of job `id`: a polynomial of its last four bytes (the
+-- store's `job_shard`; cheap, and ids differ most at the end).
+local function job_shard(id)
+  local h = 0
+  for i = math.max(1, #id - 3), #id do h = h * 31 + string.byte(id, i) end
+  return h % JOB_SHARDS
+end
+
+-- Where job `id`'s live record is, from the partition prefix `<ns>:{p}:`.
+local function live(prefix, id)
+  return {h = prefix .. 'jobs:' .. job_shard(id), id = id}
+end
+
+-- Where job `id`'s kept (finished, whole) record is.
+local function kept(prefix, id)
+  return {k = prefix .. 'job:' .. id}
+end
 
 local function rec_unpack(v)
   if not v or #v < REC_HEADER then return nil end
   local r = {}
-  r.state, r.ut, r.att, r.max, r.due, r.seq, r.ct, r.lease = struct.unpack(REC_FMT, v)
+  r.state, r.ut, r.att, r.max, r.due, r.seq, r.ct, r.lease, r.given = struct.unpack(REC_FMT, v)
   return r
 end
 
--- The header of the record at `key` (no spec), or nil when there is none.
-local function rec_header(key)
-  return rec_unpack(redis.call('GETRANGE', key, 0, REC_HEADER - 1))
-end
-
--- The header of the record at `key` with its spec in `.spec`, or nil.
-local function rec_get(key)
-  local v = redis.call('GET', key)
+-- The record at `at` with its spec in `.spec`, or nil when there is none.
+local function rec_get(at)
+  local v
+  if at.h then v = redis.call('HGET', at.h, at.id) else v = redis.call('GET', at.k) end
   local r = rec_unpack(v)
   if r then r.spec = string.sub(v, REC_HEADER + 1) end
   return r
 end
 
 local function rec_pack(r)
-  return struct.pack(REC_FMT, r.state, r.ut, r.att, r.max, r.due, r.seq, r.ct, r.lease)
+  return struct.pack(REC_FMT, r.state, r.ut, r.att, r.max, r.due, r.seq, r.ct, r.lease,
+    r.given or GIVEN_NEITHER)
 end
 
--- Rewrites the whole header of an existing record (the spec stays).
-local function rec_put(key, r)
-  redis.call('SETRANGE', key, 0, rec_pack(r))
+-- Writes a whole record (header and spec) at `at`.
+local function rec_create(at, r, spec)
+  local v = rec_pack(r) .. spec
+  if at.h then redis.call('HSET', at.h, at.id, v) else redis.call('SET', at.k, v) end
 end
 
--- Sets only the state and the update time (one SETRANGE).
-local function rec_set_state(key, state, now)
-  redis.call('SETRANGE', key, 0, struct.pack('>c1I6', state, now))
+-- Rewrites a record read with rec_get (its header, and its spec).
+local function rec_put(at, r)
+  rec_create(at, r, r.spec)
 end
 
--- Writes a whole record (header and spec).
-local function rec_create(key, r, spec)
-  redis.call('SET', key, rec_pack(r) .. spec)
+-- Sets a record's state and update time.
+local function rec_set_state(at, r, state, now)
+  r.state, r.ut = state, now
+  rec_put(at, r)
+end
+
+-- Whether a live record exists (without reading it).
+local function rec_exists(at)
+  return redis.call('HEXISTS', at.h, at.id) == 1
+end
+
+-- Deletes the live record of job `id`.
+local function rec_delete(at)
+  redis.call('HDEL', at.h, at.id)
+end
+
+-- Moves live record `r` of job `id` to its kept place, expiring after
+-- `ttl` ms (a finished job kept whole).
+local function rec_keep(prefix, id, r, ttl)
+  local at = kept(prefix, id)
+  rec_put(at, r)
+  redis.call('PEXPIRE', at.k, ttl)
+  rec_delete(live(prefix, id))
+end
+
+-- The `given` header field for a spec JSON that still holds `run_at` or
+-- `delay_ms` (records of layouts 1 and 2).
+local function given_of_spec(spec)
+  local ok, s = pcall(cjson.decode, spec)
+  if ok and type(s) == 'table' then
+    if type(s.run_at) == 'number' then return s.run_at end
+    if type(s.delay_ms) == 'number' then return GIVEN_DELAY + s.delay_ms end
+  end
+  return GIVEN_NEITHER
 end
 
 -- Marks a record dead, pointing at its dead letter (stream entry id).
-local function rec_set_dead(key, r, entry, now)
+local function rec_set_dead(r, entry, now)
   local ms, n = string.match(entry, '^(%d+)-(%d+)$')
   r.state, r.ut, r.seq, r.lease = 'x', now, tonumber(ms) or 0, tonumber(n) or 0
-  rec_put(key, r)
 end
 
 -- The due-set (and parking) member of a job: its sequence as 12 hex digits,
@@ -138,11 +197,14 @@ local function history_push(key, record)
   if redis.call('LPUSH', key, record) > 20 then redis.call('LTRIM', key, 0, 19) end
 end
 
--- Appends a job's dead letter to the partition's stream; returns its entry id.
-local function dead_letter(stream, max_len, id, topic, attempts, last_error, last_status, spec, now)
+-- Appends a job's dead letter to the partition's stream; returns its entry
+-- id. `given` is the record's (the spec JSON leaves the due time out).
+local function dead_letter(stream, max_len, id, topic, attempts, last_error, last_status, spec, now,
+    given)
   return redis.call('XADD', stream, 'MAXLEN', '~', max_len, '*',
     'id', id, 'topic', topic, 'attempts', attempts, 'last_error', last_error,
-    'last_status', last_status, 'job', spec, 'dead_at', string.format('%d', now))
+    'last_status', last_status, 'job', spec, 'dead_at', string.format('%d', now),
+    'given', string.format('%d', given or GIVEN_NEITHER))
 end
 
 -- The topic in a spec JSON ('default' when absent or unreadable).
@@ -272,20 +334,21 @@ end
 --[[
   Schedules the record `r` of job `id` (its due, seq set) for its due time:
   into the wheel (state w) when far ahead, else into the due set (state s).
-  Writes the header. Returns the time the carrier must act for it when that
+  Writes the record (live). Returns the time the carrier must act for it when that
   may be earlier than before (its due time, or a new bucket's opening), else
   nil. The caller counts a record entering the wheel (r.state == 'w').
 ]]
-local function schedule(prefix, due_key, key, id, r, now)
+local function schedule(prefix, due_key, id, r, now)
+  local at = live(prefix, id)
   local slot, opens = wheel_slot(r.due, now)
   if slot then
     r.state = 'w'
-    rec_put(key, r)
+    rec_put(at, r)
     if wheel_push(prefix, slot, opens, {id}) then return opens end
     return nil
   end
   r.state = 's'
-  rec_put(key, r)
+  rec_put(at, r)
   redis.call('ZADD', due_key, string.format('%d', r.due), due_member(r.seq, id))
   return r.due
 end

@@ -9,7 +9,8 @@
     KEYS[2] ready list      <ns>:{p}:ready
     KEYS[3] wheel index     <ns>:{p}:wheel
     ARGV[1] batch size (at most this many jobs are moved)
-    ARGV[2] job key prefix  <ns>:{p}:job:  (job records of the same hash tag)
+    ARGV[2] job key prefix  <ns>:{p}:job:  (unused: records are found from KEYS[1]'s
+            prefix, in the live record hashes)
     ARGV[3] wake channel
     ARGV[4] partition number
   Output:
@@ -47,14 +48,14 @@ local to_due, moved_on, left_wheel = {}, wheel_batch(), 0
 for _, o in ipairs(opening) do
   local slot, bucket, ids = o[1], o[2], o[3]
   for _, id in ipairs(ids) do
-    local key = ARGV[2] .. id
-    local r = rec_header(key)
+    local at = live(prefix, id)
+    local r = rec_get(at)
     if r and r.state == 'w' then
       local next_slot, opens = wheel_slot(r.due, now)
       if next_slot then
         wheel_batch_add(moved_on, next_slot, opens, id)
       else
-        rec_set_state(key, 's', now)
+        rec_set_state(at, r, 's', now)
         to_due[#to_due + 1] = string.format('%d', r.due)
         to_due[#to_due + 1] = due_member(r.seq, id)
         left_wheel = left_wheel + 1
@@ -69,22 +70,24 @@ wheel_count(prefix, -left_wheel)
 if #to_due > 0 then rcall('ZADD', KEYS[1], unpack(to_due)) end
 
 local members = rcall('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, batch)
--- Read pass (in a cluster): every job record must be here before anything
--- is written. A member whose record is gone outside a migration (deleted by
--- hand) is only dropped from the due set.
-local ids = {}
+-- Read pass: every job record must be here before anything is written. A
+-- member whose record is gone outside a migration (deleted by hand) is only
+-- dropped from the due set.
+local ids, records = {}, {}
 for _, member in ipairs(members) do
   local id = string.sub(member, 13)
-  if not IN_CLUSTER or rcall('EXISTS', ARGV[2] .. id) == 1 then
+  local r = rec_get(live(prefix, id))
+  if r then
     ids[#ids + 1] = id
+    records[#ids] = r
   elseif slot_moving_once(KEYS[1]) then
     return try_again()
   end
 end
 local moved = #ids
-for _, id in ipairs(ids) do
+for i, id in ipairs(ids) do
   -- `seq` stays: it only means something while the state is scheduled.
-  rec_set_state(ARGV[2] .. id, 'r', now)
+  rec_set_state(live(prefix, id), records[i], 'r', now)
 end
 if #members > 0 then rcall('ZREM', KEYS[1], unpack(members)) end
 if moved > 0 and rcall('RPUSH', KEYS[2], unpack(ids)) == moved then

@@ -10,7 +10,8 @@
     KEYS[3] dead stream     <ns>:{p}:dead
     KEYS[4] stats hash      <ns>:{p}:stats
     ARGV[1] batch size
-    ARGV[2] job key prefix      <ns>:{p}:job:   (same hash tag)
+    ARGV[2] job key prefix      <ns>:{p}:job:   (same hash tag; live record
+            hashes and a dead job's kept record are built from it)
     ARGV[3] history key prefix  <ns>:{p}:hist:  (same hash tag)
     ARGV[4] retention in ms
     ARGV[5] dead-letter stream cap (approximate MAXLEN)
@@ -27,9 +28,10 @@ local now = now_ms()
 local ids = rcall('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[1]))
 -- Read pass: every key to be written, before the first write (see the
 -- prelude). A history list may rightly be absent (a first attempt).
+local prefix = partition_prefix(ARGV[2], 'job:')
 local records = {}
 for i, id in ipairs(ids) do
-  local r = rec_get(ARGV[2] .. id)
+  local r = rec_get(live(prefix, id))
   if IN_CLUSTER and (not r or rcall('EXISTS', ARGV[3] .. id) == 0)
     and slot_moving_once(KEYS[1]) then
     return try_again()
@@ -40,19 +42,18 @@ end
 local lost = 'the attempt lease expired before an outcome was recorded'
 local requeued, dead = 0, 0
 for i, id in ipairs(ids) do
-  local key = ARGV[2] .. id
   local r = records[i]
   if r and r.state == 'i' then
     history_push(ARGV[3] .. id, cjson.encode({at = now, error = 'lease_expired', message = lost}))
     if r.att >= r.max then
       local entry = dead_letter(KEYS[3], ARGV[5], id, spec_topic(r.spec), r.att,
-        'lease_expired: ' .. lost, '', r.spec, now)
-      rec_set_dead(key, r, entry, now)
-      rcall('PEXPIRE', key, ARGV[4])
+        'lease_expired: ' .. lost, '', r.spec, now, r.given)
+      rec_set_dead(r, entry, now)
+      rec_keep(prefix, id, r, ARGV[4])
       rcall('PEXPIRE', ARGV[3] .. id, ARGV[4])
       dead = dead + 1
     else
-      rec_set_state(key, 'r', now)
+      rec_set_state(live(prefix, id), r, 'r', now)
       if rcall('RPUSH', KEYS[2], id) == 1 then wake_ready(ARGV[6], ARGV[7]) end
       requeued = requeued + 1
     end

@@ -6,7 +6,8 @@
   twice: its stale entry is only deleted.
 
   Input:
-    KEYS[1] job record       <ns>:{p}:job:<id>
+    KEYS[1] kept record      <ns>:{p}:job:<id>  (the dead job's; deleted on
+            revival, the live record going to <ns>:{p}:jobs:<shard>)
     KEYS[2] ready list      <ns>:{p}:ready
     KEYS[3] dead stream     <ns>:{p}:dead
     KEYS[4] history list    <ns>:{p}:hist:<id>
@@ -25,7 +26,9 @@ local rcall = redis.call
 local entry = rcall('XRANGE', KEYS[3], ARGV[2], ARGV[2])
 if #entry == 0 then return -1 end
 
-local r = rec_header(KEYS[1])
+local prefix = partition_prefix(KEYS[2], 'ready')
+local at = live(prefix, ARGV[1])
+local r = rec_get(at)
 if r and (r.state == 's' or r.state == 'w' or r.state == 'p' or r.state == 'r' or r.state == 'i') then
   rcall('XDEL', KEYS[3], ARGV[2])
   return 0
@@ -33,9 +36,11 @@ end
 
 local now = now_ms()
 local created = now
-if r then created = r.ct end
-rec_create(KEYS[1], {state = 'r', ut = now, att = 0, max = tonumber(ARGV[4]), due = now,
-  seq = 0, ct = created, lease = 0}, ARGV[3])
+local dead = rec_get({k = KEYS[1]})
+if dead then created = dead.ct end
+rec_create(at, {state = 'r', ut = now, att = 0, max = tonumber(ARGV[4]), due = now,
+  seq = 0, ct = created, lease = 0, given = GIVEN_NEITHER}, ARGV[3])
+rcall('DEL', KEYS[1])
 rcall('PERSIST', KEYS[4])
 if rcall('RPUSH', KEYS[2], ARGV[1]) == 1 then wake_ready(ARGV[5], ARGV[6]) end
 rcall('XDEL', KEYS[3], ARGV[2])

@@ -4,7 +4,7 @@
   finished) the answer is a conflict and nothing changes.
 
   Input:
-    KEYS[1] job record       <ns>:{p}:job:<id>
+    KEYS[1] record hash      <ns>:{p}:jobs:<shard>  (the job's live record)
     KEYS[2] due zset        <ns>:{p}:due
     KEYS[3] ready list      <ns>:{p}:ready
     KEYS[4] sequence        <ns>:{p}:seq
@@ -17,6 +17,7 @@
     ARGV[7] wake channel
     ARGV[8] partition number
     ARGV[9] the spec JSON the change was computed from (optimistic check)
+    ARGV[10] the given due time the header keeps (see the prelude)
   Output:
     {1, state, due, now}   changed
     {-1}                   no such job
@@ -24,7 +25,8 @@
     {-3, state}            changed by someone else since it was read (nothing changed)
 ]]
 local rcall = redis.call
-local r = rec_get(KEYS[1])
+local at = {h = KEYS[1], id = ARGV[1]}
+local r = rec_get(at)
 if not r then return {-1} end
 if r.state ~= 's' and r.state ~= 'w' and r.state ~= 'p' then
   return {-2, STATE_NAMES[r.state] or r.state}
@@ -54,19 +56,19 @@ if r.state == 's' and r.seq > 0 then rcall('ZREM', KEYS[2], due_member(r.seq, AR
 local wheel_delta = 0
 if r.state == 'w' then wheel_delta = -1 end
 r.max, r.due, r.ut, r.lease = tonumber(ARGV[5]), due, now, tonumber(ARGV[6]) or 0
+r.given = tonumber(ARGV[10])
 
 local state
 if due <= now then
   state = 'ready'
-  r.state, r.seq = 'r', 0
-  rec_create(KEYS[1], r, ARGV[2])
+  r.state, r.seq, r.spec = 'r', 0, ARGV[2]
+  rec_put(at, r)
   if rcall('RPUSH', KEYS[3], ARGV[1]) == 1 then wake_ready(ARGV[7], ARGV[8]) end
 else
   state = 'scheduled'
   local before = next_wake(prefix, KEYS[2])
-  r.state, r.seq = 's', rcall('INCR', KEYS[4])
-  rec_create(KEYS[1], r, ARGV[2])
-  local wake = schedule(prefix, KEYS[2], KEYS[1], ARGV[1], r, now)
+  r.seq, r.spec = rcall('INCR', KEYS[4]), ARGV[2]
+  local wake = schedule(prefix, KEYS[2], ARGV[1], r, now)
   if r.state == 'w' then wheel_delta = wheel_delta + 1 end
   if wake and (not before or wake < before) then wake_due(ARGV[7], ARGV[8], wake) end
 end

@@ -10,7 +10,7 @@
     KEYS[2] parked-hosts set  <ns>:{p}:parked
     KEYS[3] due zset          <ns>:{p}:due
     KEYS[4] sequence          <ns>:{p}:seq
-    ARGV[1] job key prefix    <ns>:{p}:job:
+    ARGV[1] job key prefix    <ns>:{p}:job:  (the live record hashes are built from it)
     ARGV[2] host
     ARGV[3] N, the most jobs to move
     ARGV[4] wake channel
@@ -21,9 +21,10 @@
 local rcall = redis.call
 local head = rcall('ZRANGE', KEYS[1], 0, tonumber(ARGV[3]) - 1, 'WITHSCORES')
 -- Read pass: every job record before the first write (see the prelude).
+local prefix = partition_prefix(ARGV[1], 'job:')
 local records = {}
 for i = 1, #head, 2 do
-  local r = rec_header(ARGV[1] .. string.sub(head[i], 13))
+  local r = rec_get(live(prefix, string.sub(head[i], 13)))
   if not r and slot_moving_once(KEYS[1]) then return try_again() end
   records[i] = r or false
 end
@@ -38,7 +39,7 @@ for i = 1, #head, 2 do
   if r and r.state == 'p' and r.seq == tonumber(string.sub(head[i], 1, 12), 16) then
     local seq = rcall('INCR', KEYS[4])
     r.state, r.seq, r.ut = 's', seq, now
-    rec_put(ARGV[1] .. id, r)
+    rec_put(live(prefix, id), r)
     rcall('ZADD', KEYS[3], string.format('%d', r.due), due_member(seq, id))
     if not earliest or r.due < earliest then earliest = r.due end
     moved = moved + 1

@@ -31,6 +31,7 @@ GUARDS=(
   "reschedule: only scheduled jobs|lua/reschedule_job.lua|if r.state ~= 's' and r.state ~= 'w' and r.state ~= 'p' then|if false then"
   "reschedule: spec unchanged since read|lua/reschedule_job.lua|if r.spec ~= ARGV[9] then return {-3, 'scheduled'} end|"
   "enqueue: an existing id is not overwritten|lua/enqueue_jobs.lua|    if r then|    if false then"
+  "enqueue: a re-create with another due time conflicts|lua/enqueue_jobs.lua|r.spec == spec and r.given == tonumber(ARGV[i + 7])|r.spec == spec"
   "enqueue: a finished job's summary counts as existing|lua/enqueue_jobs.lua|      if s then|      if false then"
   "cancel: a finished job's summary stays finished|lua/cancel_job.lua|  if summary then return -2 end|"
   "wheel: tombstones skipped when a bucket opens|lua/promote_due.lua|    if r and r.state == 'w' then|    if r then"

@@ -92,6 +92,11 @@ impl Method {
     }
 }
 
+/// `given` flag of a due time given as `delay` (see [`JobSpec::given_due`]).
+pub const GIVEN_DELAY: u64 = 1 << 47;
+/// `given` of a job created with neither `run_at` nor `delay` (due now).
+pub const GIVEN_NEITHER: u64 = 1 << 46;
+
 /// The stored content of a job (everything but its id and its live state).
 /// Serialized compactly, defaults omitted. When a job is created again with
 /// the same id, the store compares the JSON byte for byte (the fast path) and
@@ -142,7 +147,42 @@ fn is_default_topic(t: &String) -> bool {
 }
 
 impl JobSpec {
-    /// The canonical JSON stored in Redis.
+    /// The JSON a record stores: the canonical JSON without `run_at` and
+    /// `delay_ms`, which the record's header keeps as [`JobSpec::given_due`].
+    pub fn stored_json(&self) -> String {
+        JobSpec {
+            run_at: None,
+            delay_ms: None,
+            ..self.clone()
+        }
+        .to_json()
+    }
+
+    /// The due time as given (`run_at`, `delay_ms` or neither), packed as the
+    /// record header's `given` field: `run_at` ms, 2^47 + `delay_ms`, or
+    /// 2^46 for neither.
+    pub fn given_due(&self) -> u64 {
+        match (self.run_at, self.delay_ms) {
+            (Some(ms), _) => ms.max(0) as u64,
+            (None, Some(ms)) => GIVEN_DELAY | ms,
+            (None, None) => GIVEN_NEITHER,
+        }
+    }
+
+    /// Restores `run_at` and `delay_ms` from a record header's `given`
+    /// field, where a stored spec leaves them out.
+    pub fn restore_given(&mut self, given: u64) {
+        if self.run_at.is_some() || self.delay_ms.is_some() || given == GIVEN_NEITHER {
+            return;
+        }
+        if given & GIVEN_DELAY != 0 {
+            self.delay_ms = Some(given & !GIVEN_DELAY);
+        } else if given & GIVEN_NEITHER == 0 {
+            self.run_at = Some(given as i64);
+        }
+    }
+
+    /// The canonical JSON (every field).
     pub fn to_json(&self) -> String {
         // A struct of strings, numbers and already-valid raw JSON cannot fail to serialize.
         serde_json::to_string(self).unwrap_or_default()
@@ -188,13 +228,20 @@ impl JobSpec {
     }
 
     /// An 8-byte digest of the content, equal for two specs exactly when
-    /// [`JobSpec::same_content`] holds (up to SHA-1 collisions): the SHA-1
-    /// of the spec as a JSON value (object keys sorted, `body` parsed). A
-    /// finished job's summary keeps it in place of the spec, so an identical
-    /// re-create is still known as one.
+    /// [`JobSpec::same_content`] holds but for the due time (up to SHA-1
+    /// collisions): the SHA-1 of the spec as a JSON value (object keys
+    /// sorted, `body` parsed), without `run_at` and `delay_ms`. A finished
+    /// job's summary keeps it in place of the spec, so an identical re-create
+    /// is still known as one (a finished job's due time is no longer
+    /// compared).
     pub fn content_digest(&self) -> [u8; 8] {
         use sha1::Digest;
-        let value = serde_json::to_value(self).unwrap_or_default();
+        let undated = JobSpec {
+            run_at: None,
+            delay_ms: None,
+            ..self.clone()
+        };
+        let value = serde_json::to_value(&undated).unwrap_or_default();
         let digest = sha1::Sha1::digest(value.to_string().as_bytes());
         let mut out = [0u8; 8];
         out.copy_from_slice(&digest[..8]);
@@ -368,7 +415,8 @@ impl ValidJob {
     pub fn new_job(&self, config: &Config) -> crate::store::NewJob {
         crate::store::NewJob {
             id: self.id.clone(),
-            spec_json: self.spec.to_json(),
+            spec_json: self.spec.stored_json(),
+            given: self.spec.given_due(),
             due: self.due,
             max_attempts: self.spec.max_attempts(config),
             lease_ms: self
@@ -942,6 +990,35 @@ mod tests {
         let text = spec(r#"{"url":"https://a.example/","body_text":"a=1&b=2"}"#);
         let spaced = spec(r#"{"url":"https://a.example/","body_text":"a=1& b=2"}"#);
         assert!(!text.same_content(&spaced));
+    }
+
+    #[test]
+    fn the_given_due_time_leaves_the_stored_json_for_the_header() {
+        let spec = |json: &str| input(json).expect("valid").spec;
+        for json in [
+            r#"{"url":"https://a.example/","delay":"90s"}"#,
+            r#"{"url":"https://a.example/","run_at":1893456000000}"#,
+            r#"{"url":"https://a.example/"}"#,
+            r#"{"url":"https://a.example/","delay":"0s"}"#,
+        ] {
+            let given = spec(json);
+            let stored = given.stored_json();
+            assert!(
+                !stored.contains("run_at") && !stored.contains("delay"),
+                "{stored}"
+            );
+            let mut read: JobSpec = serde_json::from_str(&stored).expect("stored JSON");
+            read.restore_given(given.given_due());
+            assert_eq!(
+                (read.run_at, read.delay_ms),
+                (given.run_at, given.delay_ms),
+                "{json}"
+            );
+        }
+        // The digest leaves the due time out too: a finished job's is history.
+        let later = spec(r#"{"url":"https://a.example/","delay":"2h"}"#);
+        let sooner = spec(r#"{"url":"https://a.example/","delay":"1h"}"#);
+        assert_eq!(later.content_digest(), sooner.content_digest());
     }
 
     #[test]

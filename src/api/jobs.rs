@@ -276,6 +276,7 @@ pub(super) async fn patch_job(
         due: reschedules.then_some(job.due),
         max_attempts: new_job.max_attempts,
         lease_ms: new_job.lease_ms,
+        given: new_job.given,
     };
     match state.store.reschedule(&change).await? {
         RescheduleOutcome::Changed { .. } => match state.store.get(&id).await? {

@@ -5,6 +5,19 @@
 //! partition) runs on one Redis Cluster slot, while the partitions spread over
 //! the cluster's shards. A job's partition is a stable hash of its id.
 
+/// Record hashes per partition (the prelude's `JOB_SHARDS`).
+pub const JOB_SHARDS: u32 = 64;
+
+/// The record hash of job `id` (the prelude's `job_shard`): a polynomial of
+/// its last four bytes, where ids differ most.
+pub fn job_shard_of(id: &str) -> u32 {
+    let bytes = id.as_bytes();
+    bytes[bytes.len().saturating_sub(4)..]
+        .iter()
+        .fold(0u32, |h, b| h * 31 + u32::from(*b))
+        % JOB_SHARDS
+}
+
 /// Builds key names for one namespace.
 #[derive(Debug, Clone)]
 pub struct Keys {
@@ -45,14 +58,28 @@ impl Keys {
         self.prefix(p)
     }
 
-    /// STRING `<ns>:{p}:job:<id>`: the job record, a fixed binary header
-    /// (state, times, attempts = fencing token, due-set sequence, lease)
-    /// followed by the spec JSON; see [`super::record`].
+    /// STRING `<ns>:{p}:job:<id>`: a finished job's record kept whole (dead,
+    /// or `retention.keep_bodies`), expiring after the retention period: a
+    /// fixed binary header (state, times, attempts = fencing token, due-set
+    /// sequence, lease) followed by the spec JSON; see [`super::record`].
     pub fn job(&self, p: u16, id: &str) -> String {
         format!("{}job:{id}", self.prefix(p))
     }
 
-    /// Prefix of job hashes in partition `p` (scripts append the id).
+    /// HASH `<ns>:{p}:jobs:<shard>`: live job records (scheduled, ready, in
+    /// flight), id -> header and spec (see `lua/prelude.lua`); the one that
+    /// holds job `id`.
+    pub fn live_records(&self, p: u16, id: &str) -> String {
+        self.live_shard(p, job_shard_of(id))
+    }
+
+    /// The record hash `shard` (0..[`JOB_SHARDS`]) of partition `p`.
+    pub fn live_shard(&self, p: u16, shard: u32) -> String {
+        format!("{}jobs:{shard}", self.prefix(p))
+    }
+
+    /// Prefix of kept (finished, whole) job records in partition `p`
+    /// (scripts append the id; they derive the partition's other keys from it).
     pub fn job_prefix(&self, p: u16) -> String {
         format!("{}job:", self.prefix(p))
     }
@@ -159,7 +186,7 @@ impl Keys {
     }
 
     /// STRING `<ns>:schema`: the layout version of this namespace's data
-    /// (`2`; `1>2` while a migration runs or after one was interrupted).
+    /// (`3`; `<from>>3` while a migration runs or after one was interrupted).
     pub fn schema(&self) -> String {
         format!("{}:schema", self.namespace)
     }

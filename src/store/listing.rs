@@ -151,7 +151,14 @@ impl DeadLetter {
             dead_at: crate::job::format_ms(dead_at_ms),
             dead_at_ms,
             job: serde_json::from_str::<crate::job::JobSpec>(&job_json)
-                .map(|spec| spec.to_input_json())
+                .map(|mut spec| {
+                    // The due time the job was created with (its record's
+                    // header kept it; the spec JSON leaves it out).
+                    if let Some(given) = text("given").and_then(|g| g.parse().ok()) {
+                        spec.restore_given(given);
+                    }
+                    spec.to_input_json()
+                })
                 .unwrap_or(serde_json::Value::Null),
             job_json,
         })
@@ -166,8 +173,8 @@ enum Source {
 }
 
 impl Store {
-    /// Reads job records (without history) of partition `p`, one per id in
-    /// order (None where the record is gone).
+    /// Reads live job records (without history) of partition `p`, one per id
+    /// in order (None where there is none).
     pub(super) async fn records(
         &self,
         p: u16,
@@ -178,7 +185,7 @@ impl Store {
         }
         let mut pipe = redis::pipe();
         for id in ids {
-            pipe.get(self.keys.job(p, id));
+            pipe.hget(self.keys.live_records(p, id), id);
         }
         let mut conn = self.conn.clone();
         let all: Vec<Vec<u8>> = pipe.query_async(&mut conn).await?;
@@ -197,18 +204,19 @@ impl Store {
         limit: usize,
         cursor: Option<Cursor>,
     ) -> StoreResult<Page<JobRecord>> {
-        // Scheduled jobs wait in three places (the due set, the timing
-        // wheel, a host's parking): their records are walked instead.
         let source = match state {
             Some(State::Ready) => Source::Ready,
             Some(State::Inflight) => Source::Inflight,
             _ => Source::Scan,
         };
         let initial = "0";
-        // Finished jobs may be summaries rather than records.
-        let with_summaries = matches!(
+        // Scheduled jobs wait in three places, and every live job is a
+        // field of a record hash: the Scan source walks the record hashes
+        // (position `<shard>.<HSCAN cursor>.<skip>`), then finished jobs
+        // kept whole (`k<SCAN cursor>.<skip>`), then summaries (`s...`).
+        let with_kept = !matches!(
             state,
-            None | Some(State::Delivered) | Some(State::Cancelled)
+            Some(State::Scheduled) | Some(State::Ready) | Some(State::Inflight)
         );
         let partitions = self.keys.partitions();
         let mut cursor = cursor.unwrap_or_else(|| Cursor::start(0, initial));
@@ -254,43 +262,17 @@ impl Store {
                     items.extend(found);
                     resume
                 }
-                Source::Scan => {
-                    // Position `<scan cursor>` or `<scan cursor>.<keys to
-                    // skip>`: a page that fills up within one SCAN step
-                    // resumes inside that step. Once the records are done,
-                    // the partition's finished-job summaries follow
-                    // (position `s...`).
-                    let (scan_cursor, skip) = match cursor.position.split_once('.') {
-                        Some((c, n)) => (c.to_string(), n.parse().unwrap_or(0)),
-                        None => (cursor.position.clone(), 0usize),
-                    };
-                    let (next_scan, keys) = conn
-                        .scan_near(
-                            &self.keys.due(p),
-                            &scan_cursor,
-                            &format!("{}*", self.keys.job_prefix(p)),
-                            want.max(100),
-                        )
+                Source::Scan if cursor.position.starts_with('k') => {
+                    let (found, resume) = self
+                        .kept_page(p, &cursor.position[1..], want, &keep)
                         .await?;
-                    let prefix_len = self.keys.job_prefix(p).len();
-                    let ids: Vec<String> = keys
-                        .iter()
-                        .skip(skip)
-                        .map(|k| k[prefix_len..].to_string())
-                        .collect();
-                    let mut resume = None;
-                    for (i, record) in self.records(p, &ids).await?.into_iter().enumerate() {
-                        if items.len() == limit {
-                            resume = Some(format!("{scan_cursor}.{}", skip + i));
-                            break;
-                        }
-                        if let Some(record) = record.filter(|r| keep(r)) {
-                            items.push(record);
-                        }
-                    }
-                    resume
-                        .or_else(|| (next_scan != "0").then_some(next_scan))
-                        .or_else(|| with_summaries.then(|| "s".to_string()))
+                    items.extend(found);
+                    resume.or_else(|| with_kept.then(|| "s".to_string()))
+                }
+                Source::Scan => {
+                    let (found, resume) = self.live_page(p, &cursor.position, want, &keep).await?;
+                    items.extend(found);
+                    resume.or_else(|| with_kept.then(|| "k0".to_string()))
                 }
             };
             cursor = match next {
@@ -305,6 +287,106 @@ impl Store {
             items,
             next_cursor: (cursor.partition < partitions).then(|| cursor.encode()),
         })
+    }
+
+    /// A page of partition `p`'s live records that `keep` accepts, from
+    /// `position` (`<shard>.<HSCAN cursor>.<entries to skip>`, or `0`): the
+    /// items and the position to resume at, None once every record hash of
+    /// the partition has been read.
+    async fn live_page(
+        &self,
+        p: u16,
+        position: &str,
+        want: usize,
+        keep: &(dyn Fn(&JobRecord) -> bool + Sync),
+    ) -> StoreResult<(Vec<JobRecord>, Option<String>)> {
+        let mut parts = position.splitn(3, '.');
+        let mut shard: u32 = parts.next().and_then(|n| n.parse().ok()).unwrap_or(0);
+        let mut scan = parts.next().unwrap_or("0").to_string();
+        let mut skip: usize = parts.next().and_then(|n| n.parse().ok()).unwrap_or(0);
+        let mut items = Vec::new();
+        let mut conn = self.conn.clone();
+        while shard < super::keys::JOB_SHARDS {
+            let (next, entries): (String, Vec<(String, Vec<u8>)>) = redis::cmd("HSCAN")
+                .arg(self.keys.live_shard(p, shard))
+                .arg(&scan)
+                .arg("COUNT")
+                .arg(want.max(100))
+                .query_async(&mut conn)
+                .await?;
+            for (i, (id, value)) in entries.iter().enumerate().skip(skip) {
+                if items.len() == want {
+                    return Ok((items, Some(format!("{shard}.{scan}.{i}"))));
+                }
+                if let Some(record) = JobRecord::decode(id, value, Vec::new())?.filter(|r| keep(r))
+                {
+                    items.push(record);
+                }
+            }
+            skip = 0;
+            if next == "0" {
+                shard += 1;
+                scan = "0".into();
+            } else {
+                scan = next;
+            }
+            if items.len() == want {
+                let resume = (shard < super::keys::JOB_SHARDS).then(|| format!("{shard}.{scan}.0"));
+                return Ok((items, resume));
+            }
+        }
+        Ok((items, None))
+    }
+
+    /// A page of partition `p`'s finished records kept whole (strings
+    /// `<ns>:{p}:job:<id>`) that `keep` accepts, from `position` (`<SCAN
+    /// cursor>.<keys to skip>`): a page that fills up within one SCAN step
+    /// resumes inside that step.
+    async fn kept_page(
+        &self,
+        p: u16,
+        position: &str,
+        want: usize,
+        keep: &(dyn Fn(&JobRecord) -> bool + Sync),
+    ) -> StoreResult<(Vec<JobRecord>, Option<String>)> {
+        let (scan_cursor, skip) = match position.split_once('.') {
+            Some((c, n)) => (c.to_string(), n.parse().unwrap_or(0)),
+            None => (position.to_string(), 0usize),
+        };
+        let mut conn = self.conn.clone();
+        let (next_scan, keys) = conn
+            .scan_near(
+                &self.keys.due(p),
+                &scan_cursor,
+                &format!("{}*", self.keys.job_prefix(p)),
+                want.max(100),
+            )
+            .await?;
+        let prefix_len = self.keys.job_prefix(p).len();
+        let ids: Vec<String> = keys
+            .iter()
+            .skip(skip)
+            .map(|k| k[prefix_len..].to_string())
+            .collect();
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            pipe.get(self.keys.job(p, id));
+        }
+        let values: Vec<Vec<u8>> = if ids.is_empty() {
+            Vec::new()
+        } else {
+            pipe.query_async(&mut conn).await?
+        };
+        let mut items = Vec::new();
+        for (i, (id, value)) in ids.iter().zip(values).enumerate() {
+            if items.len() == want {
+                return Ok((items, Some(format!("k{scan_cursor}.{}", skip + i))));
+            }
+            if let Some(record) = JobRecord::decode(id, &value, Vec::new())?.filter(|r| keep(r)) {
+                items.push(record);
+            }
+        }
+        Ok((items, (next_scan != "0").then(|| format!("k{next_scan}"))))
     }
 
     /// A page of partition `p`'s finished-job summaries that `keep`

@@ -152,6 +152,9 @@ pub struct NewJob {
     pub id: String,
     /// Canonical spec JSON.
     pub spec_json: String,
+    /// [`JobSpec::given_due`]: the due time as given, kept in the record's
+    /// header (the stored spec JSON leaves it out).
+    pub given: u64,
     /// Due time.
     pub due: Due,
     /// Attempts allowed in total.
@@ -278,6 +281,8 @@ pub struct Reschedule<'a> {
     pub max_attempts: u32,
     /// The new spec's own lease, if it has its own timeout.
     pub lease_ms: Option<u64>,
+    /// The new spec's due time as given ([`JobSpec::given_due`]).
+    pub given: u64,
 }
 
 /// What `reschedule` did.
@@ -577,7 +582,7 @@ impl Store {
         p: u16,
         jobs: &[&NewJob],
     ) -> StoreResult<Vec<EnqueueOutcome>> {
-        let mut args = Vec::with_capacity(3 + 6 * jobs.len());
+        let mut args = Vec::with_capacity(3 + 7 * jobs.len());
         args.push(arg(&self.keys.job_prefix(p)));
         args.push(arg(&*self.channel));
         args.push(arg(&p));
@@ -595,6 +600,7 @@ impl Store {
                 .lease_ms
                 .map(|l| l.to_string())
                 .unwrap_or_default()));
+            args.push(arg(&job.given));
         }
         let reply: Vec<Value> = self
             .invoke(
@@ -657,9 +663,10 @@ impl Store {
     /// re-serializes its body on a retry must still get 200). Read only on
     /// the conflict path, so a normal create pays nothing for it.
     async fn same_as_stored(&self, job: &NewJob) -> StoreResult<bool> {
-        let Ok(spec) = serde_json::from_str::<JobSpec>(&job.spec_json) else {
+        let Ok(mut spec) = serde_json::from_str::<JobSpec>(&job.spec_json) else {
             return Ok(false);
         };
+        spec.restore_given(job.given);
         Ok(self
             .get(&job.id)
             .await?
@@ -818,7 +825,7 @@ impl Store {
             .invoke(
                 &scripts::FAIL_JOB,
                 &[
-                    &self.keys.job(p, &job.id),
+                    &self.keys.live_records(p, &job.id),
                     &self.keys.inflight(p),
                     &self.keys.history(p, &job.id),
                     &self.keys.due(p),
@@ -947,7 +954,7 @@ impl Store {
                 .invoke(
                     &scripts::CANCEL_JOB,
                     &[
-                        &self.keys.job(p, id),
+                        &self.keys.live_records(p, id),
                         &self.keys.due(p),
                         &self.keys.inflight(p),
                         &self.keys.history(p, id),
@@ -992,7 +999,7 @@ impl Store {
             .invoke(
                 &scripts::RESCHEDULE_JOB,
                 &[
-                    &self.keys.job(p, id),
+                    &self.keys.live_records(p, id),
                     &self.keys.due(p),
                     &self.keys.ready(p),
                     &self.keys.seq(p),
@@ -1007,6 +1014,7 @@ impl Store {
                     arg(&*self.channel),
                     arg(&p),
                     arg(&change.old_spec_json),
+                    arg(&change.given),
                 ],
             )
             .await?;
@@ -1083,32 +1091,38 @@ impl Store {
         }
     }
 
-    /// Reads only the header of job `id`'s record in partition `p`; None if
-    /// there is no record.
+    /// Reads the header of job `id`'s record in partition `p` (live, or a
+    /// finished one kept whole); None if there is no record.
     pub async fn record_header(
         &self,
         p: u16,
         id: &str,
     ) -> StoreResult<Option<record::RecordHeader>> {
         let mut conn = self.conn.clone();
-        let header: Vec<u8> = redis::cmd("GETRANGE")
+        let (live, kept): (Vec<u8>, Vec<u8>) = redis::pipe()
+            .hget(self.keys.live_records(p, id), id)
+            .cmd("GETRANGE")
             .arg(self.keys.job(p, id))
             .arg(0)
             .arg(record::HEADER_LEN - 1)
             .query_async(&mut conn)
             .await?;
-        Ok(record::RecordHeader::parse(&header))
+        Ok(record::RecordHeader::parse(&live).or_else(|| record::RecordHeader::parse(&kept)))
     }
 
-    /// Reads a job record and its history; None if unknown (or expired).
+    /// Reads a job record and its history: the live record, else a finished
+    /// one kept whole, else a finished job's summary; None if unknown (or
+    /// expired).
     pub async fn get(&self, id: &str) -> StoreResult<Option<JobRecord>> {
         let p = self.keys.partition_of(id);
         let mut conn = self.conn.clone();
-        let (value, history): (Vec<u8>, Vec<String>) = redis::pipe()
+        let (live, kept, history): (Vec<u8>, Vec<u8>, Vec<String>) = redis::pipe()
+            .hget(self.keys.live_records(p, id), id)
             .get(self.keys.job(p, id))
             .lrange(self.keys.history(p, id), 0, 19)
             .query_async(&mut conn)
             .await?;
+        let value = if live.is_empty() { kept } else { live };
         match JobRecord::decode(id, &value, history)? {
             Some(record) => Ok(Some(record)),
             None => Ok(self

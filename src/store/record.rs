@@ -1,5 +1,7 @@
-//! A job record as Redis holds it, read on the Rust side: one string, a fixed
-//! 33-byte binary header followed by the job's spec JSON. The scripts write
+//! A job record as Redis holds it, read on the Rust side: one value (a field
+//! of a record hash while the job is live, a string once it finished and is
+//! kept whole), a fixed 39-byte binary header followed by the job's spec
+//! JSON. The scripts write
 //! it (`lua/prelude.lua` documents the same layout and owns every change);
 //! this module only decodes it for views, listings and `hookq show`.
 
@@ -7,7 +9,7 @@ use super::{StoreError, StoreResult};
 use crate::job::{JobSpec, JobView, State};
 
 /// Bytes of the header before the spec JSON.
-pub const HEADER_LEN: usize = 33;
+pub const HEADER_LEN: usize = 39;
 
 /// The fixed header of a job record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +36,8 @@ pub struct RecordHeader {
     /// Lease in ms (0: the daemon's default); for a dead job, its dead
     /// letter's entry id's sequence part.
     pub lease: u32,
+    /// The due time as given ([`crate::job::JobSpec::given_due`]).
+    pub given: u64,
 }
 
 fn be(bytes: &[u8]) -> u64 {
@@ -65,6 +69,7 @@ impl RecordHeader {
             seq: be(&h[17..23]),
             created: be(&h[23..29]) as i64,
             lease: be(&h[29..33]) as u32,
+            given: be(&h[33..39]),
         })
     }
 
@@ -115,8 +120,9 @@ impl JobRecord {
         let spec_json = std::str::from_utf8(&value[HEADER_LEN..])
             .map_err(|e| bad(format!("spec: {e}")))?
             .to_string();
-        let spec: JobSpec =
+        let mut spec: JobSpec =
             serde_json::from_str(&spec_json).map_err(|e| bad(format!("spec: {e}")))?;
+        spec.restore_given(header.given);
         Ok(Some(JobRecord {
             id: id.to_string(),
             spec_json,
@@ -192,6 +198,7 @@ mod tests {
         v.extend_from_slice(&1_700_000_000_200u64.to_be_bytes()[2..]);
         v.extend_from_slice(&1_600_000_000_000u64.to_be_bytes()[2..]);
         v.extend_from_slice(&7u32.to_be_bytes());
+        v.extend_from_slice(&(crate::job::GIVEN_DELAY | 5000).to_be_bytes()[2..]);
         v.extend_from_slice(br#"{"url":"http://a/"}"#);
         let h = RecordHeader::parse(&v).expect("header");
         assert_eq!(h.state, State::Dead);
@@ -204,6 +211,7 @@ mod tests {
             .expect("decodes")
             .expect("some");
         assert_eq!(r.spec.url, "http://a/");
+        assert_eq!((r.spec.delay_ms, r.spec.run_at), (Some(5000), None));
         assert!(RecordHeader::parse(&v[..20]).is_none());
         v[0] = b'?';
         assert!(RecordHeader::parse(&v).is_none());

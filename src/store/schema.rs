@@ -1,20 +1,23 @@
 //! The layout version of a namespace's data (`<ns>:schema`) and the one
 //! migration between layouts (`hookq migrate`).
 //!
-//! Layout 1 kept each job in a many-field hash; layout 2 keeps it in one
-//! string (see [`super::record`]). A daemon meets the version at start: on a
-//! Redis with no hookq data it writes its own; on older data it refuses to
-//! start and names `hookq migrate`, which converts every record in place,
-//! one batch per script call. Each batch is atomic and converted records are
+//! Layout 1 kept each job in a many-field hash; layout 2 in one string per
+//! job (see [`super::record`]); layout 3 keeps a live job's record as a
+//! field of one of its partition's record hashes and only finished records
+//! kept whole as strings. A daemon meets the version at start: on a Redis
+//! with no hookq data it writes its own; on older data it refuses to start
+//! and names `hookq migrate`, which converts every record in place, one
+//! batch per script call. Each batch is atomic and converted records are
 //! skipped, so a migration that was killed is finished by running it again;
-//! the version says `1>2` until the last batch is done.
+//! the version says `<from>>3` until the last batch is done.
 
 use super::{arg, scripts, Store, StoreError, StoreResult};
 
 /// The layout this hookq reads and writes.
-pub const SCHEMA_VERSION: &str = "2";
-/// The version a migration writes before its first change.
-const MIGRATING: &str = "1>2";
+pub const SCHEMA_VERSION: &str = "3";
+/// Versions a migration starts from: layouts 1 and 2, and migrations that
+/// were interrupted (`1>2` was written by the hookq of layout 2).
+const MIGRATES_FROM: &[&str] = &["1", "2", "1>2", "1>3", "2>3"];
 /// Job records converted per script call.
 const MIGRATE_BATCH: usize = 200;
 
@@ -108,21 +111,28 @@ impl Store {
             ));
         }
         let mut report = MigrateReport::default();
-        match self.schema_version().await?.as_deref() {
-            Some(SCHEMA_VERSION) | None => return Ok(report),
-            Some("1") | Some(MIGRATING) => {}
+        let from = match self.schema_version().await? {
+            None => return Ok(report),
+            Some(v) if v == SCHEMA_VERSION => return Ok(report),
+            Some(v) if MIGRATES_FROM.contains(&v.as_str()) => v,
             Some(other) => {
                 return Err(StoreError::reply(
                     "migrate",
                     format!(
-                    "layout `{other}` is unknown to this hookq (it migrates 1 to {SCHEMA_VERSION})"
-                ),
+                        "layout `{other}` is unknown to this hookq (it migrates 1 and 2 to {SCHEMA_VERSION})"
+                    ),
                 ))
             }
-        }
+        };
+        // `1>2` and `1>3` may hold records of both older layouts: each batch
+        // goes through both conversions, each skipping what is not its own.
+        let start = from
+            .split_once('>')
+            .map_or(from.as_str(), |(start, _)| start);
+        let migrating = format!("{start}>{SCHEMA_VERSION}");
         let _: () = redis::cmd("SET")
             .arg(self.keys.schema())
-            .arg(MIGRATING)
+            .arg(&migrating)
             .query_async(&mut conn)
             .await?;
         for p in 0..self.keys.partitions() {
@@ -134,13 +144,19 @@ impl Store {
                     .scan_near(&self.keys.seq(p), &cursor, &pattern, 1000)
                     .await?;
                 for chunk in keys.chunks(MIGRATE_BATCH) {
+                    let ids = chunk.iter().map(|k| arg(&&k[prefix.len()..]));
                     let mut args = vec![arg(&prefix), arg(&self.keys.partition_prefix(p))];
-                    args.extend(chunk.iter().map(|k| arg(&&k[prefix.len()..])));
-                    let (converted, skipped): (u64, u64) = self
+                    args.extend(ids.clone());
+                    let (from_hashes, _): (u64, u64) = self
                         .invoke(&scripts::MIGRATE_JOBS, &[&self.keys.seq(p)], &args)
                         .await?;
-                    report.converted += converted;
-                    report.skipped += skipped;
+                    let mut args = vec![arg(&prefix)];
+                    args.extend(ids);
+                    let (from_strings, left): (u64, u64) = self
+                        .invoke(&scripts::MIGRATE_RECORDS, &[&self.keys.stats(p)], &args)
+                        .await?;
+                    report.converted += from_hashes + from_strings;
+                    report.skipped += left;
                 }
                 if next == "0" {
                     break;

@@ -44,8 +44,8 @@ macro_rules! script {
 }
 
 /// `enqueue_jobs`: create jobs of one partition (each idempotent by id),
-/// six ARGV per job.
-pub const ENQUEUE_JOBS: ScriptDef = script!("enqueue_jobs", 3, 3, repeat 6);
+/// seven ARGV per job.
+pub const ENQUEUE_JOBS: ScriptDef = script!("enqueue_jobs", 3, 3, repeat 7);
 /// `promote_due`: move due jobs to the ready list.
 pub const PROMOTE_DUE: ScriptDef = script!("promote_due", 3, 4);
 /// `claim_ready`: lease ready jobs to workers.
@@ -59,7 +59,7 @@ pub const RECLAIM_EXPIRED: ScriptDef = script!("reclaim_expired", 4, 7);
 /// `cancel_job`: cancel an unfinished job.
 pub const CANCEL_JOB: ScriptDef = script!("cancel_job", 4, 6);
 /// `reschedule_job`: change a scheduled job.
-pub const RESCHEDULE_JOB: ScriptDef = script!("reschedule_job", 4, 9);
+pub const RESCHEDULE_JOB: ScriptDef = script!("reschedule_job", 4, 10);
 
 /// `replay_dead`: revive a dead letter.
 pub const REPLAY_DEAD: ScriptDef = script!("replay_dead", 4, 6);
@@ -90,8 +90,11 @@ pub const HOST_RESUME: ScriptDef = script!("host_resume", 3, 3);
 pub const HOST_DRAIN: ScriptDef = script!("host_drain", 2, 3);
 
 /// `migrate_jobs`: convert job records of one partition from layout 1 to
-/// layout 2, one ARGV per job.
+/// layout 3, one ARGV per job.
 pub const MIGRATE_JOBS: ScriptDef = script!("migrate_jobs", 1, 2, repeat 1);
+/// `migrate_records`: convert job records of one partition from layout 2 to
+/// layout 3, one ARGV per job.
+pub const MIGRATE_RECORDS: ScriptDef = script!("migrate_records", 1, 1, repeat 1);
 
 /// Every script, for loading at start-up and for the header check.
 pub const ALL: &[&ScriptDef] = &[
@@ -115,6 +118,7 @@ pub const ALL: &[&ScriptDef] = &[
     &HOST_RESUME,
     &HOST_DRAIN,
     &MIGRATE_JOBS,
+    &MIGRATE_RECORDS,
 ];
 
 /// Shared Lua helpers prepended to every script (`slot_moving`, `try_again`:

@@ -408,7 +408,11 @@ async fn scripts_change_nothing_while_their_slot_is_half_moved() {
     };
 
     // Phase 1: the job records of f-1, r-1 and d-1 have left the source.
-    let moved_jobs = [keys.job(0, "f-1"), keys.job(0, "r-1"), keys.job(0, "d-1")];
+    let moved_jobs = [
+        keys.live_records(0, "f-1"),
+        keys.live_records(0, "r-1"),
+        keys.live_records(0, "d-1"),
+    ];
     migrate_keys(
         from,
         to,
@@ -417,7 +421,7 @@ async fn scripts_change_nothing_while_their_slot_is_half_moved() {
     all_fail_unchanged("job records on the target").await;
 
     // Phase 2: everything but the records of r-2 and d-2 is on the target.
-    let stay = [keys.job(0, "r-2"), keys.job(0, "d-2")];
+    let stay = [keys.live_records(0, "r-2"), keys.live_records(0, "d-2")];
     let rest: Vec<String> = keys_in_slot(from, slot, 1000)
         .into_iter()
         .filter(|k| !stay.contains(k))

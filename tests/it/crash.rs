@@ -236,12 +236,21 @@ async fn redis_at_maxmemory_answers_503_and_resumes() {
     // Nothing half-written: job records match due-set members and wheel
     // entries one to one.
     let mut conn = redis.conn().await;
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("hookq:*:job:*")
-        .query_async(&mut conn)
-        .await
-        .expect("KEYS");
     let ns_keys = hookq::store::keys::Keys::new(&config.redis.namespace, config.redis.partitions);
+    // Every live record, as `<partition>/<id>` -> record.
+    let mut records = std::collections::BTreeMap::new();
+    for p in 0..config.redis.partitions {
+        for shard in 0..hookq::store::keys::JOB_SHARDS {
+            let fields: Vec<(String, Vec<u8>)> = redis::cmd("HGETALL")
+                .arg(ns_keys.live_shard(p, shard))
+                .query_async(&mut conn)
+                .await
+                .expect("HGETALL");
+            for (id, value) in fields {
+                records.insert(format!("{p}/{id}"), value);
+            }
+        }
+    }
     let mut members = 0usize;
     let mut wheel_entries = std::collections::HashSet::new();
     for p in 0..config.redis.partitions {
@@ -266,19 +275,12 @@ async fn redis_at_maxmemory_answers_503_and_resumes() {
                 .query_async(&mut conn)
                 .await
                 .expect("LRANGE");
-            wheel_entries.extend(ids.into_iter().map(|id| ns_keys.job(p, &id)));
+            wheel_entries.extend(ids.into_iter().map(|id| format!("{p}/{id}")));
         }
     }
     let (mut scheduled, mut in_wheel) = (0usize, 0usize);
-    for key in &keys {
-        let header: Vec<u8> = redis::cmd("GETRANGE")
-            .arg(key)
-            .arg(0)
-            .arg(hookq::store::record::HEADER_LEN - 1)
-            .query_async(&mut conn)
-            .await
-            .expect("GETRANGE");
-        let header = hookq::store::record::RecordHeader::parse(&header).expect("a job record");
+    for (key, value) in &records {
+        let header = hookq::store::record::RecordHeader::parse(value).expect("a job record");
         if header.state != hookq::job::State::Scheduled {
             continue;
         }
@@ -292,9 +294,10 @@ async fn redis_at_maxmemory_answers_503_and_resumes() {
         }
         scheduled += 1;
         let seq = format!("{:012x}", header.seq);
-        let (prefix, id) = key.split_once(":job:").expect("job key");
+        let (p, id) = key.split_once('/').expect("partition/id");
+        let p: u16 = p.parse().expect("partition");
         let score: Option<f64> = redis::cmd("ZSCORE")
-            .arg(format!("{prefix}:due"))
+            .arg(ns_keys.due(p))
             .arg(format!("{seq}{id}"))
             .query_async(&mut conn)
             .await
@@ -306,21 +309,18 @@ async fn redis_at_maxmemory_answers_503_and_resumes() {
         in_wheel,
         "no wheel entry without its record"
     );
-    let key_of = |id: &str| {
-        let k = hookq::store::keys::Keys::new(&config.redis.namespace, config.redis.partitions);
-        k.job(k.partition_of(id), id)
-    };
+    let key_of = |id: &str| format!("{}/{id}", ns_keys.partition_of(id));
     for id in &singles_accepted {
         assert!(
-            keys.contains(&key_of(id)),
+            records.contains_key(&key_of(id)),
             "{id} was acknowledged but has no record"
         );
     }
     assert!(
-        !keys.contains(&key_of(&single_refused)),
+        !records.contains_key(&key_of(&single_refused)),
         "{single_refused} was refused with 503 but its record was written"
     );
-    assert_eq!(keys.len(), accepted, "one record per acknowledged job");
+    assert_eq!(records.len(), accepted, "one record per acknowledged job");
     assert_eq!(members, scheduled, "no due-set member without its record");
 
     // Free memory: creates work again and the early jobs get delivered.
@@ -413,11 +413,12 @@ async fn redis_kill_loss(fsync: &str) -> (usize, usize, Duration) {
     let mut missing = Vec::new();
     let mut last_kept = None;
     for (id, at) in &acked {
-        let exists: bool = redis::cmd("EXISTS")
-            .arg(keys.job(keys.partition_of(id), id))
+        let exists: bool = redis::cmd("HEXISTS")
+            .arg(keys.live_records(keys.partition_of(id), id))
+            .arg(id)
             .query_async(&mut conn)
             .await
-            .expect("EXISTS");
+            .expect("HEXISTS");
         if exists {
             last_kept = Some(*at);
         } else {

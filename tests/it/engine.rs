@@ -716,9 +716,15 @@ async fn records_deleted_by_hand_do_not_wedge_the_partition() {
     }
     let keys = store.keys().clone();
     let mut conn = redis.conn().await;
-    let _: () = conn.del(keys.job(0, "gone-1")).await.expect("DEL");
+    let _: () = conn
+        .hdel(keys.live_records(0, "gone-1"), "gone-1")
+        .await
+        .expect("HDEL");
     // A bare record on the ready list, as an old promote would have left.
-    let _: () = conn.set(keys.job(0, "bare-1"), "r").await.expect("SET");
+    let _: () = conn
+        .hset(keys.live_records(0, "bare-1"), "bare-1", "r")
+        .await
+        .expect("HSET");
     let _: () = conn.rpush(keys.ready(0), "bare-1").await.expect("RPUSH");
     tokio::time::sleep(Duration::from_millis(100)).await;
 
@@ -740,11 +746,13 @@ async fn records_deleted_by_hand_do_not_wedge_the_partition() {
         .await
         .expect("ZCARD, LLEN");
     assert_eq!((due, ready), (0, 0), "nothing left behind");
-    let bare: usize = conn
-        .exists(&[keys.job(0, "gone-1"), keys.job(0, "bare-1")])
-        .await
-        .expect("EXISTS");
-    assert_eq!(bare, 0, "bare records are deleted");
+    for id in ["gone-1", "bare-1"] {
+        let left: bool = conn
+            .hexists(keys.live_records(0, id), id)
+            .await
+            .expect("HEXISTS");
+        assert!(!left, "{id}: bare records are deleted");
+    }
 }
 
 /// A claim for no jobs claims none (the script reads the ready list with
@@ -817,6 +825,7 @@ fn redirect<'a>(id: &'a str, old_spec_json: &'a str) -> hookq::store::Reschedule
         due: Some(hookq::job::Due::After(10)),
         max_attempts: 3,
         lease_ms: None,
+        given: hookq::job::GIVEN_DELAY | 10,
     }
 }
 

@@ -201,13 +201,13 @@ async fn finished_jobs_leave_summaries_that_still_answer() {
         assert!(view.get(gone).is_none(), "{gone} in {view}");
     }
     let p = keys.partition_of("sum-ok");
-    let left: i64 = redis::cmd("EXISTS")
-        .arg(keys.job(p, "sum-ok"))
-        .arg(keys.history(p, "sum-ok"))
+    let (live, kept): (bool, i64) = redis::pipe()
+        .hexists(keys.live_records(p, "sum-ok"), "sum-ok")
+        .exists(&[keys.job(p, "sum-ok"), keys.history(p, "sum-ok")])
         .query_async(&mut conn)
         .await
         .expect("exists");
-    assert_eq!(left, 0, "the record and history are gone");
+    assert_eq!((live, kept), (false, 0), "the record and history are gone");
 
     // The failing job waits an hour for its retry; cancelling it keeps its
     // last failure in the summary.

@@ -188,7 +188,7 @@ async fn a_daemon_refuses_data_of_another_layout_naming_migrate() {
     let mut conn = fresh.conn().await;
     assert_eq!(schema(&mut conn).await, None);
     let daemon = start_daemon(&test_config(&fresh)).await;
-    assert_eq!(schema(&mut conn).await.as_deref(), Some("2"));
+    assert_eq!(schema(&mut conn).await.as_deref(), Some("3"));
     // While a daemon runs (subscribed to the wake channel), the migration
     // refuses to start.
     wait_until(
@@ -561,19 +561,19 @@ async fn migrate_converts_layout_1_in_place_and_resumes_after_kill_9() {
     let version = schema(&mut conn).await;
     assert_ne!(
         version.as_deref(),
-        Some("2"),
+        Some("3"),
         "hookq migrate finished before it was killed (the kill came too late to test a \
          resume); stderr: {lines:?}"
     );
     assert_eq!(
         version.as_deref(),
-        Some("1>2"),
+        Some("1>3"),
         "schema after a killed migration"
     );
     let halfway = job_key_types(&mut conn).await;
+    let unconverted = halfway.get("hash").copied().unwrap_or(0);
     assert!(
-        halfway.get("string").copied().unwrap_or(0) > 0
-            && halfway.get("hash").copied().unwrap_or(0) > 0,
+        unconverted > 0 && unconverted < jobs.len() + 1,
         "a migration killed after partition 1 should leave both layouts: {halfway:?}"
     );
 
@@ -604,20 +604,21 @@ async fn migrate_converts_layout_1_in_place_and_resumes_after_kill_9() {
         );
     }
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
-    assert_eq!(report["schema"], "2", "{report}");
+    assert_eq!(report["schema"], "3", "{report}");
     let converted = report["converted"].as_u64().expect("converted");
     let already = report["already_converted"].as_u64().expect("already");
     assert!(
         already > 0 && converted > 0 && converted < jobs.len() as u64 + 1,
         "the second run should resume, not start over: {report}"
     );
-    assert_eq!(schema(&mut conn).await.as_deref(), Some("2"));
+    assert_eq!(schema(&mut conn).await.as_deref(), Some("3"));
 
-    // Every job key is a record string now; the bare hash is gone.
+    // Finished jobs are kept as record strings, live ones moved into the
+    // record hashes; the bare hash is gone.
     let types = job_key_types(&mut conn).await;
     assert_eq!(
         types,
-        BTreeMap::from([("string".to_string(), jobs.len())]),
+        BTreeMap::from([("string".to_string(), 3 * EACH)]),
         "job key types after the migration"
     );
     let bare_key = keys.job(keys.partition_of("bare-1"), "bare-1");
@@ -681,9 +682,12 @@ async fn migrate_converts_layout_1_in_place_and_resumes_after_kill_9() {
     for chunk in scheduled.chunks(20_000) {
         let mut pipe = redis::pipe();
         for job in chunk {
-            pipe.getrange(keys.job(keys.partition_of(&job.id), &job.id), 0, 32);
+            pipe.hget(
+                keys.live_records(keys.partition_of(&job.id), &job.id),
+                &job.id,
+            );
         }
-        let headers: Vec<Vec<u8>> = pipe.query_async(&mut conn).await.expect("GETRANGE");
+        let headers: Vec<Vec<u8>> = pipe.query_async(&mut conn).await.expect("HGET");
         for (job, header) in chunk.iter().zip(headers) {
             let h = RecordHeader::parse(&header)
                 .unwrap_or_else(|| panic!("{}: no record header", job.id));
@@ -701,10 +705,7 @@ async fn migrate_converts_layout_1_in_place_and_resumes_after_kill_9() {
 
     for id in &kinds["parked"] {
         let p = keys.partition_of(id);
-        let header: Vec<u8> = conn
-            .getrange(keys.job(p, id), 0, 32)
-            .await
-            .expect("GETRANGE");
+        let header: Vec<u8> = conn.hget(keys.live_records(p, id), id).await.expect("HGET");
         let h = RecordHeader::parse(&header).expect("parked record header");
         assert!(h.parked && h.state == State::Scheduled, "{id}: {h:?}");
         assert!(h.seq > 0, "{id} has no parking sequence: {h:?}");
@@ -748,7 +749,7 @@ async fn migrate_converts_layout_1_in_place_and_resumes_after_kill_9() {
     for job in jobs.iter().filter(|j| j.state == "dead") {
         let dl = job.dl.as_deref().expect("dl");
         let header: Vec<u8> = conn
-            .getrange(keys.job(keys.partition_of(&job.id), &job.id), 0, 32)
+            .getrange(keys.job(keys.partition_of(&job.id), &job.id), 0, 38)
             .await
             .expect("GETRANGE");
         let h = RecordHeader::parse(&header).expect("dead record header");
@@ -815,4 +816,96 @@ async fn migrate_converts_layout_1_in_place_and_resumes_after_kill_9() {
         .expect("record");
     assert_eq!(inflight.attempts, 2, "the lost attempt and the delivery");
     eprintln!("migrate test took {:?}", started.elapsed());
+}
+
+/// A layout-2 record: the 33-byte header of layout 2, then the spec JSON.
+fn layout2_record(state: u8, due: i64, seq: u64, created: i64, spec: &str) -> Vec<u8> {
+    let mut v = vec![state];
+    v.extend_from_slice(&(created as u64).to_be_bytes()[2..]);
+    v.extend_from_slice(&0u16.to_be_bytes());
+    v.extend_from_slice(&3u16.to_be_bytes());
+    v.extend_from_slice(&(due as u64).to_be_bytes()[2..]);
+    v.extend_from_slice(&seq.to_be_bytes()[2..]);
+    v.extend_from_slice(&(created as u64).to_be_bytes()[2..]);
+    v.extend_from_slice(&0u32.to_be_bytes());
+    v.extend_from_slice(spec.as_bytes());
+    v
+}
+
+/// Layout 2 (a string per job) converts to layout 3: a scheduled job moves
+/// into its record hash and is delivered on time by a daemon afterwards,
+/// keeping the due time it was given; a finished record stays a string
+/// with its time to live; a second run changes nothing.
+#[tokio::test]
+async fn migrate_converts_layout_2_records() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let partitions = 2;
+    let keys = Keys::new(NS, partitions);
+    let mut conn = redis.conn().await;
+    let now = now_ms();
+    let due = now + 1_500;
+    let sched = "l2-sched";
+    let p = keys.partition_of(sched);
+    let spec = format!(r#"{{"url":"{}","delay_ms":1500}}"#, receiver.url("/l2"));
+    let _: () = redis::pipe()
+        .set(keys.job(p, sched), layout2_record(b's', due, 1, now, &spec))
+        .zadd(keys.due(p), format!("{:012x}{sched}", 1), due)
+        .set(keys.seq(p), 1)
+        .query_async(&mut conn)
+        .await
+        .expect("seed layout 2");
+    let done = "l2-done";
+    let q = keys.partition_of(done);
+    let done_spec = r#"{"url":"http://127.0.0.1:9/","run_at":1700000000000}"#;
+    let _: () = redis::pipe()
+        .set(
+            keys.job(q, done),
+            layout2_record(b'd', now, 0, now, done_spec),
+        )
+        .pexpire(keys.job(q, done), 3_600_000)
+        .set(format!("{NS}:schema"), "2")
+        .query_async(&mut conn)
+        .await
+        .expect("seed layout 2");
+
+    let out = hookq(&redis, partitions, &["--json", "migrate"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(schema(&mut conn).await.as_deref(), Some("3"));
+    let (live, left): (bool, bool) = redis::pipe()
+        .hexists(keys.live_records(p, sched), sched)
+        .exists(keys.job(p, sched))
+        .query_async(&mut conn)
+        .await
+        .expect("HEXISTS");
+    assert_eq!((live, left), (true, false), "the scheduled record moved");
+    let ttl: i64 = conn.pttl(keys.job(q, done)).await.expect("PTTL");
+    assert!(
+        ttl > 0,
+        "the finished record keeps its time to live ({ttl})"
+    );
+    let again = hookq(&redis, partitions, &["--json", "migrate"]);
+    assert!(again.status.success());
+
+    let mut config = test_config(&redis);
+    config.redis.partitions = partitions;
+    let store = Store::connect(&config).await.expect("store");
+    let finished = store.get(done).await.expect("get").expect("kept record");
+    assert_eq!(finished.spec.run_at, Some(1_700_000_000_000));
+    let scheduled = store.get(sched).await.expect("get").expect("live record");
+    assert_eq!((scheduled.spec.delay_ms, scheduled.due), (Some(1_500), due));
+    let daemon = start_daemon(&config).await;
+    let got = receiver.wait_for_count(1, Duration::from_secs(10)).await;
+    let received = got[0]
+        .received_at
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as i64;
+    assert!(received >= due, "delivered {} ms early", due - received);
+    assert_eq!(got[0].path, "/l2");
+    daemon.stop().await.expect("clean stop");
 }
