@@ -1,7 +1,9 @@
 --[[
   Claim up to N ready jobs for attempts: each gets a lease in the in-flight set
   and its attempt counter (which is also the lease's fencing token) goes up.
-  Ids whose job is no longer `ready` (cancelled while queued, or expired), or
+  A job is ready when its record says so or, promoted by promote_due (which
+  leaves the record alone), says `scheduled` with its due time passed. Ids
+  whose job is no longer ready (cancelled while queued, or expired), or
   whose record has no spec (a bare record left by hand; it is deleted), are
   dropped from the list without being claimed.
 
@@ -39,7 +41,7 @@ for i, id in ipairs(ids) do
 end
 rcall('LTRIM', KEYS[1], #ids, -1)
 
-local leases = {}
+local leases, taken = {}, {}
 for i, id in ipairs(ids) do
   local at = live(prefix, id)
   local v = records[i]
@@ -47,19 +49,18 @@ for i, id in ipairs(ids) do
   if v and not r then
     -- A bare record (its job was deleted by hand): nothing to deliver.
     rec_delete(at)
-  elseif r and r.state == 'r' then
+  elseif r and rec_ready(r, now) and not taken[id] then
+    taken[id] = true
     local attempt = r.att + 1
     local lease = r.lease
     if lease == 0 then lease = tonumber(ARGV[3]) end
-    r.spec = string.sub(v, REC_HEADER + 1)
-    r.att = attempt
-    rec_set_state(at, r, 'i', now)
+    rec_patch(at, v, struct.pack('>c1I6I2', 'i', now, attempt))
     leases[#leases + 1] = now + lease
     leases[#leases + 1] = id
     out[#out + 1] = id
     out[#out + 1] = attempt
     out[#out + 1] = r.due
-    out[#out + 1] = r.spec
+    out[#out + 1] = string.sub(v, REC_HEADER + 1)
   end
 end
 if #leases > 0 then rcall('ZADD', KEYS[2], unpack(leases)) end

@@ -57,7 +57,7 @@ for i = 4, #ARGV, 7 do
   else
     local r = rec_get(live(prefix, id)) or rec_get(kept(prefix, id))
     if r then
-      existing = {r.spec == spec and r.given == tonumber(ARGV[i + 6]), STATE_NAMES[r.state] or r.state,
+      existing = {r.spec == spec and r.given == tonumber(ARGV[i + 6]), state_name(r, now),
         r.due}
     else
       -- A finished job may live on as a summary, which knows only its

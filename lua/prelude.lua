@@ -150,6 +150,27 @@ local function rec_set_state(at, r, state, now)
   rec_put(at, r)
 end
 
+-- Rewrites the leading header bytes of live record value `v` (read at
+-- `at`) with `head` (the state and update time, and for a claim the attempt
+-- counter): a hash field cannot be written in place, but splicing the bytes
+-- costs less than rec_put's unpacking and packing of every field.
+local function rec_patch(at, v, head)
+  redis.call('HSET', at.h, at.id, head .. string.sub(v, #head + 1))
+end
+
+-- Whether record `r` waits to be claimed: `ready`, or `scheduled` and due
+-- (promote_due moves a due job's id to the ready list without writing its
+-- record, so a scheduled record whose time has come reads as ready).
+local function rec_ready(r, now)
+  return r.state == 'r' or (r.state == 's' and r.due <= now)
+end
+
+-- The API name of record `r`'s state at time `now`.
+local function state_name(r, now)
+  if rec_ready(r, now) then return 'ready' end
+  return STATE_NAMES[r.state] or r.state
+end
+
 -- Whether a live record exists (without reading it).
 local function rec_exists(at)
   return redis.call('HEXISTS', at.h, at.id) == 1

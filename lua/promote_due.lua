@@ -69,27 +69,14 @@ wheel_batch_push(prefix, moved_on)
 wheel_count(prefix, -left_wheel)
 if #to_due > 0 then rcall('ZADD', KEYS[1], unpack(to_due)) end
 
+-- Due jobs move by id alone: their records are neither read nor written
+-- (a scheduled record whose time has come reads as ready; claim_ready
+-- checks each record, and drops an id whose job is gone).
 local members = rcall('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, batch)
--- Read pass: every job record must be here before anything is written. A
--- member whose record is gone outside a migration (deleted by hand) is only
--- dropped from the due set.
-local ids, records = {}, {}
-for _, member in ipairs(members) do
-  local id = string.sub(member, 13)
-  local r = rec_get(live(prefix, id))
-  if r then
-    ids[#ids + 1] = id
-    records[#ids] = r
-  elseif slot_moving_once(KEYS[1]) then
-    return try_again()
-  end
-end
+local ids = {}
+for i, member in ipairs(members) do ids[i] = string.sub(member, 13) end
 local moved = #ids
-for i, id in ipairs(ids) do
-  -- `seq` stays: it only means something while the state is scheduled.
-  rec_set_state(live(prefix, id), records[i], 'r', now)
-end
-if #members > 0 then rcall('ZREM', KEYS[1], unpack(members)) end
+if moved > 0 then rcall('ZREM', KEYS[1], unpack(members)) end
 if moved > 0 and rcall('RPUSH', KEYS[2], unpack(ids)) == moved then
   wake_ready(ARGV[3], ARGV[4])
 end

@@ -28,12 +28,13 @@ local rcall = redis.call
 local at = {h = KEYS[1], id = ARGV[1]}
 local r = rec_get(at)
 if not r then return {-1} end
-if r.state ~= 's' and r.state ~= 'w' and r.state ~= 'p' then
-  return {-2, STATE_NAMES[r.state] or r.state}
+local now = now_ms()
+-- (A scheduled record whose time has come is ready: promoted, or about to be.)
+if (r.state ~= 's' and r.state ~= 'w' and r.state ~= 'p') or rec_ready(r, now) then
+  return {-2, state_name(r, now)}
 end
 if r.spec ~= ARGV[9] then return {-3, 'scheduled'} end
 
-local now = now_ms()
 local due
 if ARGV[3] == 'keep' then
   due = r.due

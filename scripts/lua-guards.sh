@@ -22,7 +22,7 @@ GUARDS=(
   "unpark: cancelled or changed jobs stay out|lua/unpark_jobs.lua|  if r and r.state == 'p' and r.seq == tonumber(string.sub(head[i], 1, 12), 16) then|  if r then"
   "probe: one probe at a time|lua/host_probe.lua|if state == 'half_open' and now >= (tonumber(f[3]) or 0) then|if state == 'half_open' then"
   "breaker: opens only at the threshold|lua/host_failure.lua|if state == 'closed' and threshold > 0 and fails >= threshold then|if state == 'closed' and threshold > 0 then"
-  "claim: only ready jobs (tombstones skipped)|lua/claim_ready.lua|  elseif r and r.state == 'r' then|  elseif r then"
+  "claim: only ready jobs (tombstones skipped)|lua/claim_ready.lua|  elseif r and rec_ready(r, now) and not taken[id] then|  elseif r and not taken[id] then"
   "reclaim: only inflight jobs|lua/reclaim_expired.lua|  if r and r.state == 'i' then|  if r then"
   "reclaim: last attempt dead-letters|lua/reclaim_expired.lua|    if r.att >= r.max then|    if r.att > r.max then"
   "cancel: finished jobs stay finished|lua/cancel_job.lua|if state == 'd' or state == 'x' then return -2 end|"

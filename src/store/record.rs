@@ -46,10 +46,14 @@ fn be(bytes: &[u8]) -> u64 {
 
 impl RecordHeader {
     /// Decodes the header at the start of `value`; None when it is too short
-    /// or its state byte is unknown (not a record hookq wrote).
+    /// or its state byte is unknown (not a record hookq wrote). A scheduled
+    /// record whose due time has passed reads as ready: `promote_due` moves
+    /// its id to the ready list without writing the record.
     pub fn parse(value: &[u8]) -> Option<RecordHeader> {
         let h = value.get(..HEADER_LEN)?;
+        let due = be(&h[11..17]) as i64;
         let state = match h[0] {
+            b's' if due <= crate::job::now_ms() => State::Ready,
             b's' | b'w' | b'p' => State::Scheduled,
             b'r' => State::Ready,
             b'i' => State::Inflight,
@@ -65,7 +69,7 @@ impl RecordHeader {
             updated: be(&h[1..7]) as i64,
             attempts: be(&h[7..9]) as u32,
             max_attempts: be(&h[9..11]) as u32,
-            due: be(&h[11..17]) as i64,
+            due,
             seq: be(&h[17..23]),
             created: be(&h[23..29]) as i64,
             lease: be(&h[29..33]) as u32,
