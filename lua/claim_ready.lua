@@ -32,9 +32,10 @@ if #ids == want then out[2] = 1 end
 
 -- Read pass: every job record before the first write (see the prelude).
 local prefix = partition_prefix(ARGV[2], 'job:')
-local records = {}
+local records, places = {}, {}
 for i, id in ipairs(ids) do
   local at = live(prefix, id)
+  places[i] = at
   local v = rcall('HGET', at.h, id)
   if not v and slot_moving_once(KEYS[1]) then return try_again() end
   records[i] = v or false
@@ -43,7 +44,7 @@ rcall('LTRIM', KEYS[1], #ids, -1)
 
 local leases, taken = {}, {}
 for i, id in ipairs(ids) do
-  local at = live(prefix, id)
+  local at = places[i]
   local v = records[i]
   local r = v and rec_unpack(v)
   if v and not r then

@@ -32,10 +32,14 @@ local keep = ARGV[4] == 'keep'
 -- Read pass: every key to be written, before the first write (see the
 -- prelude). A history list may rightly be absent (a first attempt).
 local prefix = partition_prefix(ARGV[1], 'job:')
-local current = {}
+local current, places = {}, {}
 local done = {}
 for i = 5, #ARGV, 3 do
-  local r = rec_get(live(prefix, ARGV[i]))
+  local at = live(prefix, ARGV[i])
+  places[i] = at
+  -- The spec is needed only to keep the record whole.
+  local r
+  if keep then r = rec_get(at) else r = rec_unpack(rcall('HGET', at.h, at.id)) end
   if IN_CLUSTER and (not r or rcall('EXISTS', ARGV[2] .. ARGV[i]) == 0) and slot_moving_once(KEYS[1]) then
     return try_again()
   end
@@ -62,7 +66,7 @@ for i = 5, #ARGV, 3 do
     history_push(hist, ARGV[i + 2])
     rcall('PEXPIRE', hist, retention)
   elseif r then
-    rec_delete(live(prefix, id))
+    rec_delete(places[i])
     gone[#gone + 1] = ARGV[2] .. id
     summaries[#summaries + 1] = summary_of('d', r, now, ARGV[i + 2])
   end
