@@ -24,12 +24,13 @@
     ARGV[6] the SHA-1 (hex) of that spec JSON: the digest is the record's
             only while the stored spec is still this one
   Output:
-     1 cancelled now
-     0 was already cancelled (nothing changed)
-    -1 no such job
-    -2 already delivered or dead (nothing changed)
-    -3 the spec changed since the caller read it (nothing changed; read
-       again and retry)
+    DONE         cancelled now
+    UNCHANGED    was already cancelled
+    NOT_FOUND    no such job
+    WRONG_STATE  already delivered or dead (nothing changed)
+    CHANGED      the spec changed since the caller read it (nothing changed;
+                 read again and retry)
+    (the codes of the prelude)
     TRYAGAIN, with nothing changed, while the partition's slot is migrating.
 ]]
 local rcall = redis.call
@@ -42,20 +43,20 @@ if not r then
   r = rec_get(kept(prefix, ARGV[1]))
   if not r then
     local summary = summary_find(prefix, ARGV[1], now)
-    if summary and summary.state == 'c' then return 0 end
-    if summary then return -2 end
+    if summary and summary.state == 'c' then return UNCHANGED end
+    if summary then return WRONG_STATE end
     if slot_moving_once(KEYS[1]) then return try_again() end
-    return -1
+    return NOT_FOUND
   end
 end
 local state = r.state
-if state == 'c' then return 0 end
-if state == 'd' or state == 'x' then return -2 end
+if state == 'c' then return UNCHANGED end
+if state == 'd' or state == 'x' then return WRONG_STATE end
 
 local keep = ARGV[4] == 'keep'
 local plan = nil
 if not keep then
-  if redis.sha1hex(r.spec) ~= ARGV[6] then return -3 end
+  if redis.sha1hex(r.spec) ~= ARGV[6] then return CHANGED end
   plan = summaries_plan(prefix, {ARGV[1]}, now, tonumber(ARGV[2]))
   if not plan then return try_again() end
 end
@@ -82,4 +83,4 @@ else
   rcall('DEL', KEYS[4])
   summaries_write(prefix, plan, {ARGV[1]}, {summary}, now)
 end
-return 1
+return DONE

@@ -20,8 +20,9 @@
     ARGV[6] its fencing token (the attempt number the lease was granted for)
     ARGV[7] keep: its attempt record JSON; summary: its summary's tail
   Output:
-    {r1, r2, ...} one per job, in order: 1 recorded, 0 stale (the lease was
-    taken over or the job was cancelled; nothing changed for that job).
+    {r1, r2, ...} one per job, in order: DONE recorded, UNCHANGED stale (the
+    lease was taken over or the job was cancelled; nothing changed for that
+    job). (The codes of the prelude.)
     TRYAGAIN, with nothing changed, while the partition's slot is migrating.
 ]]
 local rcall = redis.call
@@ -70,7 +71,7 @@ for i = 5, #ARGV, 3 do
     gone[#gone + 1] = ARGV[2] .. id
     summaries[#summaries + 1] = summary_of('d', r, now, ARGV[i + 2])
   end
-  out[#out + 1] = r and 1 or 0
+  out[#out + 1] = r and DONE or UNCHANGED
 end
 if #done > 0 then
   if #gone > 0 then

@@ -31,11 +31,11 @@
   are written to the live hashes.
   Output:
     {now, code1, state1, due1, code2, ...}, per job in order:
-    code 0 created, 1 an identical job exists (nothing changed), 2 the id
-    exists with different content (nothing changed), 3 the id belongs to a
-    finished job's summary (nothing changed): then `due` is the summary's
-    content digest, which the caller compares with the job's own (computed
-    only in this rare case).
+    code (of the prelude) DONE created, UNCHANGED an identical job exists,
+    CHANGED the id exists with different content (nothing changed),
+    SUMMARIZED the id belongs to a finished job's summary (nothing changed):
+    then `due` is the summary's content digest, which the caller compares
+    with the job's own (computed only in this rare case).
     TRYAGAIN, with nothing changed, while the partition's slot is migrating.
 ]]
 local rcall = redis.call
@@ -73,8 +73,8 @@ for i = 4, #ARGV, 7 do
     end
   end
   if existing then
-    local code = 2
-    if existing[1] == 3 then code = 3 elseif existing[1] then code = 1 end
+    local code = CHANGED
+    if existing[1] == 3 then code = SUMMARIZED elseif existing[1] then code = UNCHANGED end
     out[#out + 1] = code
     out[#out + 1] = existing[2]
     out[#out + 1] = existing[3]
@@ -88,7 +88,7 @@ for i = 4, #ARGV, 7 do
     end
     seen[id] = {spec .. ARGV[i + 6], STATE_NAMES[state], due}
     created[#created + 1] = {i, state, due}
-    out[#out + 1] = 0
+    out[#out + 1] = DONE
     out[#out + 1] = STATE_NAMES[state]
     out[#out + 1] = due
   end

@@ -25,13 +25,15 @@
     ARGV[10] wake channel
     ARGV[11] partition number
   Output:
-    {1, next_due}   retry scheduled at next_due (epoch ms)
-    {2, entry_id}   dead-lettered as stream entry entry_id
-    {0}             stale: the lease was taken over or the job was cancelled
+    {DONE, next_due}           retry scheduled at next_due (epoch ms)
+    {DEAD_LETTERED, entry_id}  dead-lettered as stream entry entry_id
+    {UNCHANGED}                stale: the lease was taken over or the job
+                               was cancelled
+    (the codes of the prelude)
 ]]
 local rcall = redis.call
 local r = rec_get({h = KEYS[1], id = ARGV[1]})
-if not r or r.state ~= 'i' or r.att ~= tonumber(ARGV[2]) then return {0} end
+if not r or r.state ~= 'i' or r.att ~= tonumber(ARGV[2]) then return {UNCHANGED} end
 
 local now = now_ms()
 local delay = tonumber(ARGV[4])
@@ -51,7 +53,7 @@ if delay >= 0 then
   local wake = schedule(prefix, KEYS[4], ARGV[1], r, now)
   if r.state == 'w' then wheel_count(prefix, 1) end
   if wake and (not before or wake < before) then wake_due(ARGV[10], ARGV[11], wake) end
-  return {1, r.due}
+  return {DONE, r.due}
 end
 
 local entry = dead_letter(KEYS[6], ARGV[9], ARGV[1], ARGV[8], r.att, ARGV[6], ARGV[7], r.spec, now,
@@ -60,4 +62,4 @@ rec_set_dead(r, entry, now)
 rec_keep(prefix, ARGV[1], r, ARGV[5])
 rcall('PEXPIRE', KEYS[3], ARGV[5])
 rcall('HINCRBY', KEYS[7], 'dead_lettered', 1)
-return {2, entry}
+return {DEAD_LETTERED, entry}

@@ -15,7 +15,7 @@
     ARGV[2] "take", "done" or "note"
     ARGV[3] lease in ms
   Output:
-    1 granted / removed / put back, 0 not
+    DONE granted / removed / put back, UNCHANGED not (codes of the prelude)
 ]]
 local rcall = redis.call
 local t = rcall('TIME')
@@ -23,15 +23,15 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local state = rcall('HGET', KEYS[1], 'state') or 'closed'
 local score = tonumber(rcall('ZSCORE', KEYS[2], ARGV[1]))
 if ARGV[2] == 'note' then
-  if score then return 0 end
+  if score then return UNCHANGED end
   rcall('ZADD', KEYS[2], now, ARGV[1])
-  return 1
+  return DONE
 end
-if state ~= 'closed' or not score then return 0 end
+if state ~= 'closed' or not score then return UNCHANGED end
 if ARGV[2] == 'take' then
-  if score > now then return 0 end
+  if score > now then return UNCHANGED end
   rcall('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
-  return 1
+  return DONE
 end
 rcall('ZREM', KEYS[2], ARGV[1])
-return 1
+return DONE

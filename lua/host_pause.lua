@@ -13,7 +13,7 @@
     ARGV[3] reason ("operator", "retry_after")
     ARGV[4] wake channel
   Output:
-    1 paused now (or extended), 0 unchanged
+    DONE paused now (or extended), UNCHANGED not (codes of the prelude)
 ]]
 local rcall = redis.call
 local t = rcall('TIME')
@@ -22,9 +22,9 @@ local f = rcall('HMGET', KEYS[1], 'state', 'next_probe_at')
 local till = tonumber(ARGV[2])
 if f[1] == 'paused' then
   local current = tonumber(f[2]) or 0
-  if current == 0 and till ~= 0 then return 0 end
-  if till ~= 0 and current >= till then return 0 end
-  if till == 0 and current == 0 then return 0 end
+  if current == 0 and till ~= 0 then return UNCHANGED end
+  if till ~= 0 and current >= till then return UNCHANGED end
+  if till == 0 and current == 0 then return UNCHANGED end
 end
 -- A paused host with no end is listed last among the blocked (score +inf).
 local score = till
@@ -34,4 +34,4 @@ rcall('HSET', KEYS[1], 'state', 'paused', 'next_probe_at', till, 'probe_until', 
 rcall('ZADD', KEYS[2], score, ARGV[1])
 rcall('ZADD', KEYS[3], now, ARGV[1])
 rcall('PUBLISH', ARGV[4], 'h' .. ARGV[1])
-return 1
+return DONE

@@ -14,7 +14,7 @@
     ARGV[3] lease in ms (how long a probe may take before it counts as lost)
     ARGV[4] wake channel
   Output:
-    1 granted, 0 not (nothing changed)
+    DONE granted, UNCHANGED not (nothing changed; codes of the prelude)
 ]]
 local rcall = redis.call
 local t = rcall('TIME')
@@ -29,13 +29,13 @@ if ARGV[2] == 'begin' then
       'probe_until', 0, 'ut', now)
     rcall('ZADD', KEYS[2], now + lease, ARGV[1])
     rcall('PUBLISH', ARGV[4], 'h' .. ARGV[1])
-    return 1
+    return DONE
   end
-  return 0
+  return UNCHANGED
 end
 if state == 'half_open' and now >= (tonumber(f[3]) or 0) then
   rcall('HSET', KEYS[1], 'probe_until', now + lease, 'next_probe_at', now + lease)
   rcall('ZADD', KEYS[2], now + lease, ARGV[1])
-  return 1
+  return DONE
 end
-return 0
+return UNCHANGED

@@ -13,21 +13,22 @@
     ARGV[2] "operator" or "expired"
     ARGV[3] wake channel
   Output:
-    1 closed now, 0 unchanged (already closed, or the pause has not run out)
+    DONE closed now, UNCHANGED not (already closed, or the pause has not
+    run out; codes of the prelude)
 ]]
 local rcall = redis.call
 local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local f = rcall('HMGET', KEYS[1], 'state', 'next_probe_at')
 local state = f[1] or 'closed'
-if state == 'closed' then return 0 end
+if state == 'closed' then return UNCHANGED end
 if ARGV[2] == 'expired' then
   local till = tonumber(f[2]) or 0
-  if state ~= 'paused' or till == 0 or now < till then return 0 end
+  if state ~= 'paused' or till == 0 or now < till then return UNCHANGED end
 end
 rcall('HSET', KEYS[1], 'state', 'closed', 'fails', 0, 'open_for', 0, 'next_probe_at', 0,
   'probe_until', 0, 'reason', '', 'ut', now)
 rcall('ZADD', KEYS[2], now, ARGV[1])
 rcall('ZADD', KEYS[3], now, ARGV[1])
 rcall('PUBLISH', ARGV[3], 'h' .. ARGV[1])
-return 1
+return DONE

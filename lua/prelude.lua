@@ -18,6 +18,16 @@
   for this guard are skipped there.
 ]]
 
+-- The outcome codes of the scripts that change one job (or one host), the
+-- same in every script and in the store (`scripts::Code`):
+local DONE = 1          -- the change was made
+local DEAD_LETTERED = 2 -- (fail_job) the job's last attempt failed: it is dead
+local UNCHANGED = 0     -- nothing to do: already so, identical, or stale
+local NOT_FOUND = -1    -- no such job (or dead letter)
+local WRONG_STATE = -2  -- the job's state does not allow it
+local CHANGED = -3      -- the job differs from what the caller expected
+local SUMMARIZED = -4   -- only a finished job's summary remains
+
 -- Whether the cluster slot of `key` is migrating from or importing to this
 -- node right now; always false outside a cluster.
 local function slot_moving(key)

@@ -18,20 +18,21 @@
     ARGV[5] wake channel
     ARGV[6] partition number
   Output:
-     1 revived
-     0 the job was live already; the stale entry was deleted
-    -1 no such dead-letter entry (nothing changed)
+    DONE        revived
+    UNCHANGED   the job was live already; the stale entry was deleted
+    NOT_FOUND   no such dead-letter entry (nothing changed)
+    (the codes of the prelude)
 ]]
 local rcall = redis.call
 local entry = rcall('XRANGE', KEYS[3], ARGV[2], ARGV[2])
-if #entry == 0 then return -1 end
+if #entry == 0 then return NOT_FOUND end
 
 local prefix = partition_prefix(KEYS[2], 'ready')
 local at = live(prefix, ARGV[1])
 local r = rec_get(at)
 if r and (r.state == 's' or r.state == 'w' or r.state == 'p' or r.state == 'r' or r.state == 'i') then
   rcall('XDEL', KEYS[3], ARGV[2])
-  return 0
+  return UNCHANGED
 end
 
 local now = now_ms()
@@ -44,4 +45,4 @@ rcall('DEL', KEYS[1])
 rcall('PERSIST', KEYS[4])
 if rcall('RPUSH', KEYS[2], ARGV[1]) == 1 then wake_ready(ARGV[5], ARGV[6]) end
 rcall('XDEL', KEYS[3], ARGV[2])
-return 1
+return DONE

@@ -19,21 +19,22 @@
     ARGV[9] the spec JSON the change was computed from (optimistic check)
     ARGV[10] the given due time the header keeps (see the prelude)
   Output:
-    {1, state, due, now}   changed
-    {-1}                   no such job
-    {-2, state}            not scheduled (nothing changed)
-    {-3, state}            changed by someone else since it was read (nothing changed)
+    {DONE, state, due, now}  changed
+    {NOT_FOUND}              no such job
+    {WRONG_STATE, state}     not scheduled (nothing changed)
+    {CHANGED, state}         changed by someone else since it was read (nothing changed)
+    (the codes of the prelude)
 ]]
 local rcall = redis.call
 local at = {h = KEYS[1], id = ARGV[1]}
 local r = rec_get(at)
-if not r then return {-1} end
+if not r then return {NOT_FOUND} end
 local now = now_ms()
 -- (A scheduled record whose time has come is ready: promoted, or about to be.)
 if (r.state ~= 's' and r.state ~= 'w' and r.state ~= 'p') or rec_ready(r, now) then
-  return {-2, state_name(r, now)}
+  return {WRONG_STATE, state_name(r, now)}
 end
-if r.spec ~= ARGV[9] then return {-3, 'scheduled'} end
+if r.spec ~= ARGV[9] then return {CHANGED, 'scheduled'} end
 
 local due
 if ARGV[3] == 'keep' then
@@ -74,4 +75,4 @@ else
   if wake and (not before or wake < before) then wake_due(ARGV[7], ARGV[8], wake) end
 end
 wheel_count(prefix, wheel_delta)
-return {1, state, due, now}
+return {DONE, state, due, now}

@@ -27,7 +27,7 @@ use crate::job::{Due, JobSpec, State};
 pub use cluster::ClusterConn;
 pub use keys::Keys;
 pub use record::JobRecord;
-use scripts::{ScriptDef, Scripts};
+use scripts::{Code, ScriptDef, Scripts};
 pub use summary::{Delivery, Summary};
 
 /// Errors talking to Redis.
@@ -622,9 +622,8 @@ impl Store {
             .chunks_exact(3)
             .zip(jobs)
             .map(|(c, job)| {
-                let code: i64 = redis::from_redis_value(&c[0])?;
-                match code {
-                    0 => {
+                match Code::decode("enqueue_jobs", c.first())? {
+                    Code::Done => {
                         let state: String = redis::from_redis_value(&c[1])?;
                         Ok(EnqueueOutcome::Created {
                             state: State::parse(&state)
@@ -633,9 +632,9 @@ impl Store {
                             now,
                         })
                     }
-                    1 => Ok(EnqueueOutcome::Identical),
-                    2 => Ok(EnqueueOutcome::Conflict),
-                    3 => {
+                    Code::Unchanged => Ok(EnqueueOutcome::Identical),
+                    Code::Changed => Ok(EnqueueOutcome::Conflict),
+                    Code::Summarized => {
                         // A finished job's summary: compare content digests.
                         let stored: Vec<u8> = redis::from_redis_value(&c[2])?;
                         let spec: Option<JobSpec> = serde_json::from_str(&job.spec_json).ok();
@@ -646,7 +645,7 @@ impl Store {
                             EnqueueOutcome::Conflict
                         })
                     }
-                    other => Err(bad(format!("code {other}"))),
+                    other => Err(bad(format!("code {other:?}"))),
                 }
             })
             .collect::<StoreResult<Vec<EnqueueOutcome>>>()?;
@@ -766,7 +765,7 @@ impl Store {
                 }
             });
         }
-        let done: Vec<i64> = self
+        let done: Vec<Value> = self
             .invoke(
                 &scripts::COMPLETE_JOBS,
                 &[&self.keys.inflight(p), &self.keys.stats(p)],
@@ -779,7 +778,9 @@ impl Store {
                 format!("{} results for {} jobs", done.len(), jobs.len()),
             ));
         }
-        Ok(done.into_iter().map(|d| d == 1).collect())
+        done.iter()
+            .map(|d| Ok(Code::decode("complete_jobs", Some(d))? == Code::Done))
+            .collect()
     }
 
     /// Prepares a 2xx attempt of the job with `spec` for [`Store::complete`]:
@@ -848,15 +849,13 @@ impl Store {
                 ],
             )
             .await?;
-        let code: i64 = match reply.first() {
-            Some(v) => redis::from_redis_value(v)?,
-            None => return Err(StoreError::reply("fail_job", "empty reply")),
-        };
-        match (code, reply.get(1)) {
-            (0, _) => Ok(FailOutcome::Stale),
-            (1, Some(v)) => Ok(FailOutcome::Scheduled(redis::from_redis_value(v)?)),
-            (2, Some(v)) => Ok(FailOutcome::DeadLettered(redis::from_redis_value(v)?)),
-            _ => Err(StoreError::reply("fail_job", format!("code {code}"))),
+        match (Code::decode("fail_job", reply.first())?, reply.get(1)) {
+            (Code::Unchanged, _) => Ok(FailOutcome::Stale),
+            (Code::Done, Some(v)) => Ok(FailOutcome::Scheduled(redis::from_redis_value(v)?)),
+            (Code::DeadLettered, Some(v)) => {
+                Ok(FailOutcome::DeadLettered(redis::from_redis_value(v)?))
+            }
+            (code, _) => Err(StoreError::reply("fail_job", format!("code {code:?}"))),
         }
     }
 
@@ -950,7 +949,7 @@ impl Store {
                 }
                 None => (Vec::new(), String::new()),
             };
-            let code: i64 = self
+            let reply: Value = self
                 .invoke(
                     &scripts::CANCEL_JOB,
                     &[
@@ -969,13 +968,13 @@ impl Store {
                     ],
                 )
                 .await?;
-            return match code {
-                1 => Ok(CancelOutcome::Cancelled),
-                0 => Ok(CancelOutcome::AlreadyCancelled),
-                -1 => Ok(CancelOutcome::NotFound),
-                -2 => Ok(CancelOutcome::Finished),
-                -3 => continue,
-                other => Err(StoreError::reply("cancel_job", format!("code {other}"))),
+            return match Code::decode("cancel_job", Some(&reply))? {
+                Code::Done => Ok(CancelOutcome::Cancelled),
+                Code::Unchanged => Ok(CancelOutcome::AlreadyCancelled),
+                Code::NotFound => Ok(CancelOutcome::NotFound),
+                Code::WrongState => Ok(CancelOutcome::Finished),
+                Code::Changed => continue,
+                other => Err(StoreError::reply("cancel_job", format!("code {other:?}"))),
             };
         }
         Err(StoreError::reply(
@@ -1018,10 +1017,7 @@ impl Store {
                 ],
             )
             .await?;
-        let code: i64 = match reply.first() {
-            Some(v) => redis::from_redis_value(v)?,
-            None => return Err(StoreError::reply("reschedule_job", "empty reply")),
-        };
+        let code = Code::decode("reschedule_job", reply.first())?;
         let state_at = |i: usize| -> StoreResult<State> {
             let text: String = match reply.get(i) {
                 Some(v) => redis::from_redis_value(v)?,
@@ -1030,28 +1026,25 @@ impl Store {
             State::parse(&text)
                 .ok_or_else(|| StoreError::reply("reschedule_job", format!("state {text}")))
         };
-        match code {
-            1 => {
-                let due: i64 = reply
-                    .get(2)
-                    .map(redis::from_redis_value)
-                    .transpose()?
-                    .unwrap_or_default();
-                let now: i64 = reply
-                    .get(3)
-                    .map(redis::from_redis_value)
-                    .transpose()?
-                    .unwrap_or_default();
-                Ok(RescheduleOutcome::Changed {
-                    state: state_at(1)?,
-                    due,
-                    now,
-                })
+        let int_at = |i: usize| -> StoreResult<i64> {
+            match reply.get(i) {
+                Some(v) => Ok(redis::from_redis_value(v)?),
+                None => Err(StoreError::reply("reschedule_job", format!("no value {i}"))),
             }
-            -1 => Ok(RescheduleOutcome::NotFound),
-            -2 => Ok(RescheduleOutcome::NotScheduled(state_at(1)?)),
-            -3 => Ok(RescheduleOutcome::Modified),
-            other => Err(StoreError::reply("reschedule_job", format!("code {other}"))),
+        };
+        match code {
+            Code::Done => Ok(RescheduleOutcome::Changed {
+                state: state_at(1)?,
+                due: int_at(2)?,
+                now: int_at(3)?,
+            }),
+            Code::NotFound => Ok(RescheduleOutcome::NotFound),
+            Code::WrongState => Ok(RescheduleOutcome::NotScheduled(state_at(1)?)),
+            Code::Changed => Ok(RescheduleOutcome::Modified),
+            other => Err(StoreError::reply(
+                "reschedule_job",
+                format!("code {other:?}"),
+            )),
         }
     }
 
@@ -1064,7 +1057,7 @@ impl Store {
         max_attempts: u32,
     ) -> StoreResult<ReplayOutcome> {
         let p = self.keys.partition_of(id);
-        let code: i64 = self
+        let reply: Value = self
             .invoke(
                 &scripts::REPLAY_DEAD,
                 &[
@@ -1083,11 +1076,11 @@ impl Store {
                 ],
             )
             .await?;
-        match code {
-            1 => Ok(ReplayOutcome::Revived),
-            0 => Ok(ReplayOutcome::AlreadyLive),
-            -1 => Ok(ReplayOutcome::Gone),
-            other => Err(StoreError::reply("replay_dead", format!("code {other}"))),
+        match Code::decode("replay_dead", Some(&reply))? {
+            Code::Done => Ok(ReplayOutcome::Revived),
+            Code::Unchanged => Ok(ReplayOutcome::AlreadyLive),
+            Code::NotFound => Ok(ReplayOutcome::Gone),
+            other => Err(StoreError::reply("replay_dead", format!("code {other:?}"))),
         }
     }
 

@@ -5,7 +5,54 @@
 //! here, and the store's wrappers refuse to invoke a script with other counts,
 //! so header, wrapper and script cannot drift apart silently.
 
-use redis::Script;
+use redis::{Script, Value};
+
+use super::{StoreError, StoreResult};
+
+/// The outcome codes of the scripts that change one job or host, the same
+/// in every script (`lua/prelude.lua` names them in capitals).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    /// The change was made.
+    Done,
+    /// (`fail_job`) the job's last attempt failed: it is dead.
+    DeadLettered,
+    /// Nothing to do: already so, identical, or stale.
+    Unchanged,
+    /// No such job (or dead letter).
+    NotFound,
+    /// The job's state does not allow it.
+    WrongState,
+    /// The job differs from what the caller expected.
+    Changed,
+    /// Only a finished job's summary remains.
+    Summarized,
+}
+
+impl Code {
+    /// Every code with its number.
+    const ALL: [(Code, i64); 7] = [
+        (Code::Done, 1),
+        (Code::DeadLettered, 2),
+        (Code::Unchanged, 0),
+        (Code::NotFound, -1),
+        (Code::WrongState, -2),
+        (Code::Changed, -3),
+        (Code::Summarized, -4),
+    ];
+
+    /// Decodes the code `script` answered with (`value`, the reply or its
+    /// first element); an unknown or missing code is an error naming it.
+    pub fn decode(script: &'static str, value: Option<&Value>) -> StoreResult<Code> {
+        let value = value.ok_or_else(|| StoreError::reply(script, "no outcome code"))?;
+        let n: i64 = redis::from_redis_value(value)?;
+        Code::ALL
+            .iter()
+            .find(|(_, v)| *v == n)
+            .map(|(code, _)| *code)
+            .ok_or_else(|| StoreError::reply(script, format!("unknown outcome code {n}")))
+    }
+}
 
 /// One script and the shape of its inputs.
 pub struct ScriptDef {
@@ -185,6 +232,44 @@ mod tests {
             })
             .max()
             .unwrap_or(0)
+    }
+
+    /// The prelude's names of the outcome codes have the numbers `Code`
+    /// decodes, and no script answers a bare number where a name exists.
+    #[test]
+    fn outcome_codes_match_the_prelude() {
+        let prelude = include_str!("../../lua/prelude.lua");
+        for (code, n) in Code::ALL {
+            let name = match code {
+                Code::Done => "DONE",
+                Code::DeadLettered => "DEAD_LETTERED",
+                Code::Unchanged => "UNCHANGED",
+                Code::NotFound => "NOT_FOUND",
+                Code::WrongState => "WRONG_STATE",
+                Code::Changed => "CHANGED",
+                Code::Summarized => "SUMMARIZED",
+            };
+            let line = format!("local {name} = {n} ");
+            assert!(prelude.contains(&line), "the prelude lacks `{line}`");
+            assert_eq!(Code::decode("test", Some(&Value::Int(n))).ok(), Some(code));
+        }
+        assert!(Code::decode("test", Some(&Value::Int(7))).is_err());
+        assert!(Code::decode("test", None).is_err());
+        for def in ALL {
+            for bare in [
+                "return -1",
+                "return {-1",
+                "return {0}",
+                "return -2",
+                "return -3",
+            ] {
+                assert!(
+                    !def.source.contains(bare),
+                    "{} answers `{bare}` instead of a named code",
+                    def.name
+                );
+            }
+        }
     }
 
     #[test]
