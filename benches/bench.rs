@@ -1199,6 +1199,100 @@ async fn lateness(
     ]))
 }
 
+/// SPEC §13's fleet: `daemons` daemons with the default config on one
+/// Redis (in this process, each with its own connections, as separate
+/// machines would run them). First idle: Redis's CPU over `idle` with
+/// nothing scheduled (`idle_redis_cpu_pct`, % of a core). Then, unless `n`
+/// is 0, `n` jobs due one every 5 ms (a steady 200 jobs/s) to nginx,
+/// enqueued before the first is due and measured from the first due time
+/// to the last answer: per delivered job, Redis's CPU, the commands it
+/// served (`INFO commandstats`, those scripts run included) and the script
+/// calls, and this process's CPU (the daemons'); `last_late_ms` is the last
+/// answer's lateness.
+async fn fleet(
+    redis: &RedisServer,
+    nginx: &Nginx,
+    daemons: usize,
+    n: usize,
+    idle: Duration,
+) -> Res<Figures> {
+    redis.flush().await?;
+    nginx.reset().await?;
+    let cfg = default_config(redis);
+    let store = Store::connect(&cfg).await?;
+    store.load_scripts().await?;
+    let mut fleet = Vec::with_capacity(daemons);
+    for _ in 0..daemons {
+        fleet.push(Daemon::start(cfg.clone()).await?);
+    }
+    // Past the daemons' start-up work.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle_cpu = redis.cpu_seconds().await?;
+    tokio::time::sleep(idle).await;
+    let idle_pct = (redis.cpu_seconds().await? - idle_cpu) / idle.as_secs_f64() * 100.0;
+    let mut figures = HashMap::from([("idle_redis_cpu_pct", idle_pct)]);
+    if n > 0 {
+        const STEP_MS: i64 = 5;
+        let first_due = store.redis_time_ms().await? + 2_000;
+        let url = nginx.url(0, "/fleet");
+        preload(
+            &store,
+            &cfg,
+            (0..n)
+                .map(|i| {
+                    job(
+                        format!("fl-{i}"),
+                        url.clone(),
+                        first_due + i as i64 * STEP_MS,
+                    )
+                })
+                .collect(),
+        )
+        .await?;
+        let lead = first_due - store.redis_time_ms().await?;
+        if lead <= 0 {
+            return Err(format!("enqueuing {n} jobs took past their first due time").into());
+        }
+        tokio::time::sleep(Duration::from_millis(lead as u64)).await;
+        let (redis_cpu, commands, scripts, own_cpu) = (
+            redis.cpu_seconds().await?,
+            redis.command_calls().await?,
+            redis.script_calls().await?,
+            own_cpu_seconds(),
+        );
+        let stats = nginx
+            .wait_for(n as u64, Duration::from_secs(60 + n as u64 * 5 / 1000))
+            .await?;
+        let per_job = |v: f64| v / n as f64;
+        figures.extend([
+            (
+                "redis_cpu_us_per_job",
+                per_job((redis.cpu_seconds().await? - redis_cpu) * 1e6),
+            ),
+            (
+                "redis_commands_per_job",
+                per_job((redis.command_calls().await? - commands) as f64),
+            ),
+            (
+                "script_calls_per_job",
+                per_job((redis.script_calls().await? - scripts) as f64),
+            ),
+            (
+                "daemons_cpu_us_per_job",
+                per_job((own_cpu_seconds() - own_cpu) * 1e6),
+            ),
+            (
+                "last_late_ms",
+                (stats.last_ms - (first_due + (n as i64 - 1) * STEP_MS)) as f64,
+            ),
+        ]);
+    }
+    for daemon in fleet {
+        daemon.stop().await?;
+    }
+    Ok(figures)
+}
+
 /// `hash-max-listpack-value` as hookq recommends it (README, doctor,
 /// scripts/run.sh): job records up to this size stay in Redis's compact
 /// listpack encoding.
@@ -2293,6 +2387,24 @@ async fn bench(opts: &Options) -> Res<Vec<Scenario>> {
         "many_hosts_one_hanging",
         runs,
         many_hosts(&redis, &nginx, s(100_000, 2_000), s(10_000, 200))
+    );
+    for daemons in [1, 5, 20] {
+        scenario!(
+            format!("fleet_{daemons}_daemons"),
+            runs,
+            fleet(
+                &redis,
+                &nginx,
+                daemons,
+                s(2_000, 200),
+                Duration::from_secs(s(5, 1) as u64)
+            )
+        );
+    }
+    scenario!(
+        "fleet_idle_50_daemons",
+        runs,
+        fleet(&redis, &nginx, 50, 0, Duration::from_secs(s(10, 1) as u64))
     );
     scenario!(
         "rate_two_daemons",

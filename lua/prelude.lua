@@ -247,13 +247,15 @@ local function spec_topic(spec)
   return 'default'
 end
 
--- Wake messages on the daemons' channel: `d<p>:<ms>` a new earliest due
--- time of partition p; `r<p>` p's ready list stopped being empty.
+-- Wake messages on partition p's channel `<channel>:<p>` (only the daemon
+-- that has the partition listens; see src/fleet.rs): `d<p>:<ms>` a new
+-- earliest due time of partition p; `r<p>` p's ready list stopped being
+-- empty.
 local function wake_due(channel, p, due)
-  redis.call('PUBLISH', channel, 'd' .. p .. ':' .. string.format('%d', due))
+  redis.call('PUBLISH', channel .. ':' .. p, 'd' .. p .. ':' .. string.format('%d', due))
 end
 local function wake_ready(channel, p)
-  redis.call('PUBLISH', channel, 'r' .. p)
+  redis.call('PUBLISH', channel .. ':' .. p, 'r' .. p)
 end
 
 --[[

@@ -11,8 +11,6 @@
     ARGV[1] batch size (at most this many jobs are moved)
     ARGV[2] job key prefix  <ns>:{p}:job:  (unused: records are found from KEYS[1]'s
             prefix, in the live record hashes)
-    ARGV[3] wake channel
-    ARGV[4] partition number
   Output:
     {moved, next_due, now}: next_due is the earliest time work is left (the
     due set's head, or the next bucket to open; at most now when a bucket is
@@ -77,9 +75,9 @@ local ids = {}
 for i, member in ipairs(members) do ids[i] = string.sub(member, 13) end
 local moved = #ids
 if moved > 0 then rcall('ZREM', KEYS[1], unpack(members)) end
-if moved > 0 and rcall('RPUSH', KEYS[2], unpack(ids)) == moved then
-  wake_ready(ARGV[3], ARGV[4])
-end
+-- No wake message: the daemon promoting is the one that claims from this
+-- partition (see src/fleet.rs), and tells its claim loop itself.
+if moved > 0 then rcall('RPUSH', KEYS[2], unpack(ids)) end
 
 local next_due
 if #buckets > 0 then

@@ -8,7 +8,9 @@
 //! job with an earlier due time arrives (from this process or from another
 //! instance, via the wake channel). Promotion runs in bounded batches
 //! (`PROMOTE_BATCH` jobs per script call) so a mass-due spike never stalls
-//! Redis; several carriers may run at once because every move is one atomic
+//! Redis. Each daemon carries only the partitions the fleet dealt to it
+//! (see [`crate::fleet`]); two carriers on one partition (for a moment, while
+//! the deal changes) are still safe because every move is one atomic
 //! script.
 
 use std::sync::Arc;
@@ -18,6 +20,7 @@ use futures_util::future::join_all;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::RedisClock;
+use crate::fleet::Fleet;
 use crate::store::Store;
 use crate::wake::Signals;
 
@@ -33,8 +36,9 @@ pub const MAX_SLEEP: Duration = Duration::from_secs(60);
 /// clock) the carrier wakes and starts asking Redis. Timers have millisecond
 /// granularity and round up, and the estimate can be a millisecond off, so
 /// waking exactly "at" the due time makes a job 1–2 ms late. Waking early
-/// costs at most a few promote calls that find nothing due yet (Redis's
-/// `TIME` decides, so nothing is ever promoted early).
+/// costs at most one promote call that finds nothing due yet (Redis's
+/// `TIME` decides, so nothing is ever promoted early): after one, the
+/// carrier waits for the due time itself.
 pub const EARLY_WAKE_MS: i64 = 1;
 
 /// Sentinel for "nothing known to be due".
@@ -45,6 +49,8 @@ pub struct Carrier {
     store: Store,
     signals: Arc<Signals>,
     clock: RedisClock,
+    /// Which partitions this daemon carries.
+    fleet: Arc<Fleet>,
     /// How often an empty or far-off in-flight set is re-read: no lease
     /// granted after a check can expire sooner than this after it.
     lease_recheck: Duration,
@@ -57,12 +63,14 @@ impl Carrier {
         store: Store,
         signals: Arc<Signals>,
         clock: RedisClock,
+        fleet: Arc<Fleet>,
         lease_recheck: Duration,
     ) -> Self {
         Carrier {
             store,
             signals,
             clock,
+            fleet,
             lease_recheck,
         }
     }
@@ -72,16 +80,43 @@ impl Carrier {
         let partitions = self.store.keys().partitions();
         let mut next_due = vec![0i64; partitions as usize];
         let mut next_lease = vec![0i64; partitions as usize];
+        let mut owned = vec![false; partitions as usize];
+        // Per partition: the last promote came early for `next_due` (so the
+        // next one waits for the due time itself).
+        let mut came_early = vec![false; partitions as usize];
         let mut failures = 0u32;
         loop {
             for p in 0..partitions {
+                let i = p as usize;
+                let owns = self.fleet.owns(p);
+                if owns && !owned[i] {
+                    // Gained (or at start): read both sets afresh.
+                    next_due[i] = 0;
+                    next_lease[i] = 0;
+                    came_early[i] = false;
+                } else if !owns {
+                    // Another daemon carries it.
+                    next_due[i] = NEVER;
+                    next_lease[i] = NEVER;
+                }
+                owned[i] = owns;
                 if let Some(hint) = self.signals.take_due_hint(p) {
-                    next_due[p as usize] = next_due[p as usize].min(hint);
+                    if owns && hint < next_due[i] {
+                        next_due[i] = hint;
+                        came_early[i] = false;
+                    }
                 }
             }
             let now = self.clock.now_ms();
             let due_now: Vec<u16> = (0..partitions)
-                .filter(|p| next_due[*p as usize] <= now.saturating_add(EARLY_WAKE_MS))
+                .filter(|p| {
+                    let lead = if came_early[*p as usize] {
+                        0
+                    } else {
+                        EARLY_WAKE_MS
+                    };
+                    next_due[*p as usize] <= now.saturating_add(lead)
+                })
                 .collect();
             let leases_now: Vec<u16> = (0..partitions)
                 .filter(|p| next_lease[*p as usize] <= now)
@@ -110,6 +145,10 @@ impl Carrier {
                         } else {
                             next_due[p as usize] = promotion.next_due.unwrap_or(NEVER);
                         }
+                        let head = next_due[p as usize];
+                        came_early[p as usize] = head != NEVER
+                            && head > promotion.now
+                            && head - promotion.now <= EARLY_WAKE_MS;
                     }
                     Err(err) => {
                         ok = false;
@@ -182,7 +221,12 @@ impl Carrier {
 
             let earliest = next_due
                 .iter()
-                .map(|&d| if d == NEVER { NEVER } else { d - EARLY_WAKE_MS })
+                .zip(&came_early)
+                .map(|(&d, &early)| match d {
+                    NEVER => NEVER,
+                    d if early => d,
+                    d => d - EARLY_WAKE_MS,
+                })
                 .chain(next_lease.iter().copied())
                 .min()
                 .unwrap_or(NEVER);

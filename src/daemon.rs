@@ -20,12 +20,13 @@ use crate::carrier::Carrier;
 use crate::clock::RedisClock;
 use crate::config::Config;
 use crate::delivery::Deliverer;
+use crate::fleet::Fleet;
 use crate::hosts::breaker::Breaker;
 use crate::hosts::lanes::Lanes;
 use crate::hosts::HostRules;
 use crate::store::{Store, StoreError};
 use crate::wake::{self, Signals};
-use crate::worker::WorkerPool;
+use crate::worker::{Cues, WorkerPool};
 
 /// A running daemon.
 pub struct Daemon {
@@ -152,9 +153,27 @@ impl Daemon {
                 if let Ok(now) = store.redis_time_ms().await {
                     clock.observe(now);
                 }
+                // The first beat deals the partitions before anything runs
+                // (a daemon that cannot beat yet starts with all of them).
+                let fleet = Fleet::new(store.keys().partitions());
+                if let Err(err) = fleet.beat(&store, &signals).await {
+                    tracing::warn!(cause = %err, "cannot join the fleet yet; carrying every partition meanwhile");
+                }
+                let fleet_task = tokio::spawn(fleet.clone().run(
+                    store.clone(),
+                    signals.clone(),
+                    token.child_token(),
+                ));
+                let channels = wake::Channels {
+                    common: store.keys().wake_channel(),
+                    partitions: (0..store.keys().partitions())
+                        .map(|p| store.keys().partition_wake_channel(p))
+                        .collect(),
+                };
                 let subscriber = tokio::spawn(wake::run_subscriber(
                     wake_clients,
-                    store.keys().wake_channel(),
+                    channels,
+                    fleet.watch(),
                     signals.clone(),
                     token.child_token(),
                 ));
@@ -162,14 +181,15 @@ impl Daemon {
                     store.clone(),
                     signals.clone(),
                     clock.clone(),
+                    fleet.clone(),
                     config.delivery.lease_margin,
                 );
                 let carrier = tokio::spawn(carrier.run(token.child_token()));
                 let breaker_task = tokio::spawn(breaker.clone().run(token.child_token()));
-                let pool =
-                    WorkerPool::new(store, deliverer, config, signals, clock, lanes, breaker);
+                let cues = Cues { signals, fleet };
+                let pool = WorkerPool::new(store, deliverer, config, cues, clock, lanes, breaker);
                 let pool = tokio::spawn(pool.run(token.child_token()));
-                let _ = tokio::join!(subscriber, carrier, pool, breaker_task);
+                let _ = tokio::join!(subscriber, carrier, pool, breaker_task, fleet_task);
             })
         };
         let task = {

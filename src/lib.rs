@@ -34,6 +34,7 @@ pub mod daemon;
 pub mod deadletter;
 pub mod delivery;
 pub mod doctor;
+pub mod fleet;
 pub mod hosts;
 pub mod job;
 pub mod retry;

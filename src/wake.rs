@@ -2,12 +2,17 @@
 //! trip, that something changed — in this process or in another instance
 //! sharing the Redis.
 //!
-//! Scripts `PUBLISH` to `<ns>:wake` (see [`crate::store::Keys::wake_channel`]):
-//! `d<p>:<ms>` when a job becomes the earliest of partition p's due set, and
-//! `r<p>` when p's ready list goes from empty to non-empty, `x<id>` when a job
-//! under a lease was cancelled (a daemon holding it for its host drops it),
-//! `h<host>` when a host's breaker state changed. One subscriber task
-//! per daemon turns those messages into [`Signals`]. Pub/sub is fire and
+//! Scripts `PUBLISH` to partition p's channel `<ns>:wake:<p>` (see
+//! [`crate::store::Keys::partition_wake_channel`]) `d<p>:<ms>` when a job
+//! becomes the earliest of its due set and `r<p>` when its ready list goes
+//! from empty to non-empty; only the daemon the fleet dealt p to listens
+//! there (see [`crate::fleet`]), so a job's wakes reach one daemon however
+//! many share the Redis. On `<ns>:wake`, which every daemon hears: `x<id>`
+//! when a job under a lease was cancelled (a daemon holding it for its host
+//! drops it), `h<host>` when a host's breaker state changed. One subscriber
+//! task per daemon turns those messages into [`Signals`], and follows the
+//! partitions dealt to it (subscribing to a gained partition's channel, then
+//! asking for it to be re-read). Pub/sub is fire and
 //! forget, so the subscriber pings its connection on a timer (a watchdog: a
 //! silently dead connection is detected within seconds), reconnects with
 //! backoff, and after every (re)subscribe tells everyone to re-read Redis, so
@@ -18,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 /// How often the subscriber pings its connection.
@@ -131,14 +136,39 @@ impl Signals {
     }
 }
 
-/// Subscribes to the wake channel until `token` is cancelled, reconnecting
-/// with backoff and pinging as a watchdog. With several `clients` (the seed
-/// nodes of a Redis Cluster, where a `PUBLISH` reaches every node) a failed
-/// connection moves on to the next one, so a dead node does not stop
-/// wakeups.
+/// The channels a daemon listens on: everyone's, and one per partition
+/// (indexed by partition) of which it hears those dealt to it.
+pub struct Channels {
+    /// `<ns>:wake`.
+    pub common: String,
+    /// `<ns>:wake:<p>` for every partition p.
+    pub partitions: Vec<String>,
+}
+
+impl Channels {
+    /// The channels to listen on while `owned` partitions are dealt here.
+    fn wanted(&self, owned: &[bool]) -> Vec<String> {
+        std::iter::once(self.common.clone())
+            .chain(
+                self.partitions
+                    .iter()
+                    .zip(owned)
+                    .filter(|(_, o)| **o)
+                    .map(|(c, _)| c.clone()),
+            )
+            .collect()
+    }
+}
+
+/// Subscribes to the wake channels until `token` is cancelled, reconnecting
+/// with backoff and pinging as a watchdog; follows `owned` (the partitions
+/// dealt to this daemon). With several `clients` (the seed nodes of a Redis
+/// Cluster, where a `PUBLISH` reaches every node) a failed connection moves
+/// on to the next one, so a dead node does not stop wakeups.
 pub async fn run_subscriber(
     clients: Vec<redis::Client>,
-    channel: String,
+    channels: Channels,
+    mut owned: watch::Receiver<Vec<bool>>,
     signals: Arc<Signals>,
     token: CancellationToken,
 ) {
@@ -149,17 +179,18 @@ pub async fn run_subscriber(
             return;
         };
         next += 1;
+        let wanted = channels.wanted(&owned.borrow_and_update());
         let subscribed = tokio::select! {
             biased;
             _ = token.cancelled() => return,
-            r = tokio::time::timeout(crate::store::CONNECT_TIMEOUT, subscribe(client, &channel)) => r,
+            r = tokio::time::timeout(crate::store::CONNECT_TIMEOUT, subscribe(client, &wanted)) => r,
         };
         match subscribed {
             Ok(Ok(pubsub)) => {
                 backoff = Duration::from_millis(100);
-                tracing::debug!(%channel, "subscribed to wake channel");
+                tracing::debug!(channels = wanted.len(), "subscribed to wake channels");
                 signals.everything();
-                if listen(pubsub, &signals, &token).await {
+                if listen(pubsub, &channels, &mut owned, wanted, &signals, &token).await {
                     return;
                 }
                 tracing::warn!("wake channel connection lost; reconnecting");
@@ -178,23 +209,57 @@ pub async fn run_subscriber(
 
 async fn subscribe(
     client: &redis::Client,
-    channel: &str,
+    channels: &[String],
 ) -> redis::RedisResult<redis::aio::PubSub> {
     let mut pubsub = client.get_async_pubsub().await?;
-    pubsub.subscribe(channel).await?;
+    pubsub.subscribe(channels).await?;
     Ok(pubsub)
 }
 
-/// Relays messages until the connection fails (false) or `token` is
-/// cancelled (true).
-async fn listen(pubsub: redis::aio::PubSub, signals: &Signals, token: &CancellationToken) -> bool {
+/// Relays messages, and follows the partitions dealt here, until the
+/// connection fails (false) or `token` is cancelled (true).
+async fn listen(
+    pubsub: redis::aio::PubSub,
+    channels: &Channels,
+    owned: &mut watch::Receiver<Vec<bool>>,
+    mut subscribed: Vec<String>,
+    signals: &Signals,
+    token: &CancellationToken,
+) -> bool {
     let (mut sink, mut stream) = pubsub.split();
     let mut watchdog = tokio::time::interval(WATCHDOG_INTERVAL);
     watchdog.tick().await;
+    // False once the fleet is gone (shutting down): the channels stay.
+    let mut following = true;
     loop {
         tokio::select! {
             biased;
             _ = token.cancelled() => return true,
+            changed = owned.changed(), if following => {
+                if changed.is_err() {
+                    following = false;
+                    continue;
+                }
+                let dealt = owned.borrow_and_update().clone();
+                let wanted = channels.wanted(&dealt);
+                let gone: Vec<&String> = subscribed.iter().filter(|c| !wanted.contains(c)).collect();
+                let new: Vec<&String> = wanted.iter().filter(|c| !subscribed.contains(c)).collect();
+                if !gone.is_empty() && sink.unsubscribe(&gone).await.is_err() {
+                    return false;
+                }
+                if !new.is_empty() && sink.subscribe(&new).await.is_err() {
+                    return false;
+                }
+                // What was announced for a gained partition before this
+                // subscription is read from Redis instead.
+                for (p, channel) in channels.partitions.iter().enumerate() {
+                    if new.contains(&channel) {
+                        signals.due(p as u16, 0);
+                        signals.ready(p as u16);
+                    }
+                }
+                subscribed = wanted;
+            }
             message = stream.next() => {
                 let Some(message) = message else { return false };
                 if let Ok(text) = message.get_payload::<String>() {

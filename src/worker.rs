@@ -24,6 +24,7 @@ use crate::clock::RedisClock;
 use crate::completions::Completions;
 use crate::config::Config;
 use crate::delivery::{AttemptRecord, Deliverer, ErrorKind, Outcome};
+use crate::fleet::Fleet;
 use crate::hosts::breaker::{Breaker, Verdict};
 use crate::hosts::host_key;
 use crate::hosts::lanes::{Entry, Lane, Lanes, Push};
@@ -45,6 +46,15 @@ pub const IDLE_RECHECK: Duration = Duration::from_secs(1);
 /// How often lanes are checked for jobs that should go back to Redis.
 const EVICT_EVERY: Duration = Duration::from_millis(100);
 
+/// When and where a pool claims: the wake signals, and the partitions the
+/// fleet dealt to this daemon.
+pub struct Cues {
+    /// Wake signals of this daemon.
+    pub signals: Arc<Signals>,
+    /// The partitions this daemon claims from.
+    pub fleet: Arc<Fleet>,
+}
+
 /// The attempt runners of one daemon.
 pub struct WorkerPool {
     store: Store,
@@ -63,6 +73,8 @@ pub struct WorkerPool {
     /// Lane runners.
     runners: TaskTracker,
     completions: Completions,
+    /// The partitions this daemon claims from.
+    fleet: Arc<Fleet>,
 }
 
 impl WorkerPool {
@@ -72,16 +84,18 @@ impl WorkerPool {
         store: Store,
         deliverer: Deliverer,
         config: Arc<Config>,
-        signals: Arc<Signals>,
+        cues: Cues,
         clock: RedisClock,
         lanes: Arc<Lanes>,
         breaker: Arc<Breaker>,
     ) -> Self {
+        let Cues { signals, fleet } = cues;
         let workers = config.delivery.workers;
         let held = workers * HELD_PER_WORKER;
         let completions = Completions::start(store.clone());
         WorkerPool {
             completions,
+            fleet,
             lanes,
             breaker,
             budget: Arc::new(Semaphore::new(held)),
@@ -164,6 +178,10 @@ impl WorkerPool {
                 }
             }
             first = false;
+            if !self.fleet.owns(p) {
+                // Another daemon has this partition (gaining it signals).
+                continue;
+            }
             // Drain: claim while there is work and room in memory.
             loop {
                 // Room for a chunk of jobs at a time: claiming for every

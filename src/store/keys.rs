@@ -191,10 +191,23 @@ impl Keys {
         format!("{}:schema", self.namespace)
     }
 
-    /// Pub/sub channel `<ns>:wake`: `d<p>:<ms>` when a job becomes the earliest
-    /// of partition p's due set, `r<p>` when p's ready list stops being empty.
+    /// Pub/sub channel `<ns>:wake`, for every daemon: `x<id>` when a leased
+    /// job was cancelled, `h<host>` when a host's breaker state changed.
     pub fn wake_channel(&self) -> String {
         format!("{}:wake", self.namespace)
+    }
+
+    /// Pub/sub channel `<ns>:wake:<p>`, for the daemon that has partition
+    /// `p` (see [`crate::fleet`]): `d<p>:<ms>` when a job becomes the
+    /// earliest of its due set, `r<p>` when its ready list stops being empty.
+    pub fn partition_wake_channel(&self, p: u16) -> String {
+        format!("{}:wake:{p}", self.namespace)
+    }
+
+    /// Sorted set `<ns>:fleet`: the live daemons sharing the partitions,
+    /// each scored by when its membership runs out.
+    pub fn fleet(&self) -> String {
+        format!("{}:fleet", self.namespace)
     }
 }
 

@@ -93,8 +93,10 @@ macro_rules! script {
 /// `enqueue_jobs`: create jobs of one partition (each idempotent by id),
 /// seven ARGV per job.
 pub const ENQUEUE_JOBS: ScriptDef = script!("enqueue_jobs", 3, 3, repeat 7);
+/// `fleet_beat`: a daemon's heartbeat; answers the live daemons.
+pub const FLEET_BEAT: ScriptDef = script!("fleet_beat", 1, 2);
 /// `promote_due`: move due jobs to the ready list.
-pub const PROMOTE_DUE: ScriptDef = script!("promote_due", 3, 4);
+pub const PROMOTE_DUE: ScriptDef = script!("promote_due", 3, 2);
 /// `claim_ready`: lease ready jobs to workers.
 pub const CLAIM_READY: ScriptDef = script!("claim_ready", 2, 3);
 /// `complete_jobs`: record 2xx attempts of one partition, three ARGV per job.
@@ -145,6 +147,7 @@ pub const MIGRATE_RECORDS: ScriptDef = script!("migrate_records", 1, 1, repeat 1
 
 /// Every script, for loading at start-up and for the header check.
 pub const ALL: &[&ScriptDef] = &[
+    &FLEET_BEAT,
     &ENQUEUE_JOBS,
     &PROMOTE_DUE,
     &CLAIM_READY,

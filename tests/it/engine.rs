@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hookq::carrier::Carrier;
 use hookq::clock::RedisClock;
+use hookq::fleet::Fleet;
 use hookq::job::JobInput;
 use hookq::store::Store;
 use hookq::wake::Signals;
@@ -439,7 +440,16 @@ async fn two_carriers_promote_ten_thousand_jobs_exactly_once() {
     for _ in 0..2 {
         let store = Store::connect(&config).await.expect("store");
         let signals = Signals::new(config.redis.partitions);
-        let carrier = Carrier::new(store, signals, RedisClock::new(), Duration::from_secs(1));
+        // Each owns every partition (no fleet beat): both act on all of
+        // them, as two daemons do for a moment while the deal changes.
+        let fleet = Fleet::new(config.redis.partitions);
+        let carrier = Carrier::new(
+            store,
+            signals,
+            RedisClock::new(),
+            fleet,
+            Duration::from_secs(1),
+        );
         carriers.push(tokio::spawn(carrier.run(token.child_token())));
     }
 
@@ -668,6 +678,7 @@ async fn jobs_due_in_the_same_millisecond_keep_enqueue_order() {
         store.clone(),
         signals,
         RedisClock::new(),
+        Fleet::new(1),
         Duration::from_secs(1),
     );
     let task = tokio::spawn(carrier.run(token.child_token()));

@@ -11,6 +11,7 @@ mod cluster;
 mod crash;
 mod delivery;
 mod engine;
+mod fleet;
 mod footprint;
 mod hosts;
 mod migrate;
@@ -76,13 +77,15 @@ pub async fn get_json(url: &str) -> (u16, serde_json::Value) {
     (status, json)
 }
 
-/// Every key of the Redis with its DUMP, to prove a request changed nothing.
+/// Every key of the Redis with its DUMP, to prove a request changed nothing;
+/// the fleet's membership (`hookq:fleet`, which the daemons' heartbeats
+/// rewrite every second) is left out.
 pub async fn redis_snapshot(redis: &RedisServer) -> std::collections::BTreeMap<String, Vec<u8>> {
     use redis::AsyncCommands;
     let mut conn = redis.conn().await;
     let keys: Vec<String> = conn.keys("*").await.expect("KEYS");
     let mut out = std::collections::BTreeMap::new();
-    for key in keys {
+    for key in keys.into_iter().filter(|k| k != "hookq:fleet") {
         let dump: Vec<u8> = redis::cmd("DUMP")
             .arg(&key)
             .query_async(&mut conn)

@@ -218,6 +218,24 @@ impl RedisServer {
             .sum())
     }
 
+    /// Commands Redis has served (`INFO commandstats`), those scripts run
+    /// included, except `INFO` itself (which measuring sends).
+    pub async fn command_calls(&self) -> ::redis::RedisResult<i64> {
+        let info = self.info("commandstats").await?;
+        Ok(info
+            .lines()
+            .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:"))
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<i64>()
+                    .ok()
+            })
+            .sum())
+    }
+
     /// CPU seconds Redis has used, user and system.
     pub async fn cpu_seconds(&self) -> ::redis::RedisResult<f64> {
         let info = self.info("cpu").await?;

@@ -1,0 +1,236 @@
+//! Many daemons on one Redis: the partitions are dealt out among them
+//! (`src/fleet.rs`), every job is still delivered, a daemon killed with
+//! kill -9 has its partitions taken over within the documented bound, and a
+//! daemon that joins takes a share of the work.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::AsyncCommands;
+use serde_json::{json, Value};
+
+use hookq::fleet::{BEAT, MEMBER_TTL};
+
+use crate::ops::{free_port, spawn_serve, wait_ready};
+use crate::support::process::OwnedProcess;
+use crate::support::receiver::Receiver;
+use crate::support::redis::RedisServer;
+use crate::support::wait_until;
+use crate::{metric_sum, post_json, start_daemon, test_config};
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Members of the fleet of namespace `hookq`.
+async fn members(redis: &RedisServer) -> Vec<String> {
+    let mut conn = redis.conn().await;
+    conn.zrange("hookq:fleet", 0, -1)
+        .await
+        .expect("ZRANGE fleet")
+}
+
+/// Creates `n` jobs to `url` through `api`, job i due at `first_due + i ×
+/// step_ms` (epoch ms); ids `<prefix>-<i>`.
+async fn create_due(api: &str, url: &str, prefix: &str, n: usize, first_due: i64, step_ms: i64) {
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let jobs: Vec<Value> = chunk
+            .iter()
+            .map(|i| json!({"id": format!("{prefix}-{i}"), "url": url, "run_at": first_due + *i as i64 * step_ms}))
+            .collect();
+        let (status, answer) =
+            post_json(&format!("{api}/v1/jobs/batch"), json!({"jobs": jobs})).await;
+        assert_eq!(status, 200, "{answer}");
+    }
+}
+
+/// Deliveries per job id (`webhook-id`), and each job's first arrival.
+fn arrivals(receiver: &Receiver) -> HashMap<String, (usize, i64)> {
+    let mut seen: HashMap<String, (usize, i64)> = HashMap::new();
+    for r in receiver.requests() {
+        let Some(id) = r.header("webhook-id") else {
+            continue;
+        };
+        let at = r
+            .received_at
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        let entry = seen.entry(id.to_string()).or_insert((0, at));
+        entry.0 += 1;
+        entry.1 = entry.1.min(at);
+    }
+    seen
+}
+
+/// Twenty daemons share one Redis (16 partitions, so four stand by): all
+/// of them join the fleet, and 5,000 jobs due one per millisecond are each
+/// delivered exactly once.
+#[tokio::test]
+async fn twenty_daemons_deliver_every_job_once() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let mut config = test_config(&redis);
+    config.redis.partitions = 16;
+    let mut daemons = Vec::new();
+    for _ in 0..20 {
+        daemons.push(start_daemon(&config).await);
+    }
+    wait_until(
+        "all twenty daemons joined",
+        Duration::from_secs(10),
+        || async { members(&redis).await.len() == 20 },
+    )
+    .await;
+
+    let jobs = 5000;
+    let first_due = now_ms() + 1000;
+    create_due(
+        &daemons[0].url(),
+        &receiver.url("/fleet"),
+        "f",
+        jobs,
+        first_due,
+        1,
+    )
+    .await;
+    receiver.wait_for_count(jobs, Duration::from_secs(60)).await;
+    // Settle: nothing more arrives.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let seen = arrivals(&receiver);
+    assert_eq!(seen.len(), jobs, "distinct jobs delivered");
+    let twice: Vec<&String> = seen
+        .iter()
+        .filter(|(_, (n, _))| *n > 1)
+        .map(|(id, _)| id)
+        .collect();
+    assert!(twice.is_empty(), "delivered more than once: {twice:?}");
+
+    for daemon in daemons {
+        daemon.stop().await.expect("daemon stops");
+    }
+    assert!(
+        members(&redis).await.is_empty(),
+        "stopped daemons leave the fleet"
+    );
+}
+
+/// Three daemon processes; one is killed with kill -9 while jobs come due
+/// every 5 ms. Every job is delivered, and none later than the takeover
+/// bound (the membership running out, one beat, then the attempt lease of
+/// a job the dead daemon held) plus a second of slack.
+#[tokio::test]
+async fn a_killed_daemons_partitions_are_taken_over_within_the_bound() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    // Sixteen partitions: the victim has some but for odds of 0.15 %.
+    let env = [
+        ("HOOKQ_REDIS__PARTITIONS", "16"),
+        ("HOOKQ_DELIVERY__TIMEOUT", "1s"),
+        ("HOOKQ_DELIVERY__LEASE_MARGIN", "300ms"),
+    ];
+    let ports = [free_port(), free_port(), free_port()];
+    let mut daemons: Vec<OwnedProcess> = ports
+        .iter()
+        .map(|&p| spawn_serve(&redis, p, &env))
+        .collect();
+    for &p in &ports {
+        wait_ready(p).await;
+    }
+    wait_until("three daemons joined", Duration::from_secs(10), || async {
+        members(&redis).await.len() == 3
+    })
+    .await;
+
+    let jobs = 2000;
+    let step = 5;
+    let first_due = now_ms() + 1500;
+    let api = format!("http://127.0.0.1:{}", ports[1]);
+    create_due(&api, &receiver.url("/kill"), "k", jobs, first_due, step).await;
+    // Kill one daemon two seconds into the run.
+    let wait = (first_due + 2000 - now_ms()).max(0) as u64;
+    tokio::time::sleep(Duration::from_millis(wait)).await;
+    daemons[0].signal("KILL");
+    let _ = daemons[0].wait_exit(Duration::from_secs(5)).await;
+
+    receiver.wait_for_count(jobs, Duration::from_secs(60)).await;
+    let seen = arrivals(&receiver);
+    assert_eq!(seen.len(), jobs, "distinct jobs delivered");
+    let lease = Duration::from_millis(1300);
+    let bound = (MEMBER_TTL + BEAT + lease + Duration::from_secs(1)).as_millis() as i64;
+    let latest = (0..jobs)
+        .map(|i| {
+            let due = first_due + i as i64 * step;
+            seen.get(&format!("k-{i}"))
+                .map_or(i64::MAX, |(_, at)| at - due)
+        })
+        .max()
+        .unwrap_or(0);
+    assert!(
+        latest <= bound,
+        "a job arrived {latest} ms after its due time; the takeover bound is {bound} ms"
+    );
+    wait_until(
+        "the killed daemon drops out of the fleet",
+        Duration::from_secs(15),
+        || async { members(&redis).await.len() == 2 },
+    )
+    .await;
+    for daemon in &mut daemons[1..] {
+        daemon.signal("TERM");
+        let _ = daemon.wait_exit(Duration::from_secs(10)).await;
+    }
+}
+
+/// One daemon runs alone; a second joins, is dealt partitions, and delivers
+/// jobs of them (its own `hookq_attempts_total` moves). Sixteen partitions,
+/// so that each of two daemons gets some (all to one: odds 2 in 65,536).
+#[tokio::test]
+async fn a_daemon_that_joins_takes_a_share() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let env = [("HOOKQ_REDIS__PARTITIONS", "16")];
+    let first_port = free_port();
+    let mut first = spawn_serve(&redis, first_port, &env);
+    wait_ready(first_port).await;
+    let api = format!("http://127.0.0.1:{first_port}");
+    create_due(&api, &receiver.url("/alone"), "a", 100, now_ms(), 0).await;
+    receiver.wait_for_count(100, Duration::from_secs(20)).await;
+
+    let second_port = free_port();
+    let mut second = spawn_serve(&redis, second_port, &env);
+    wait_ready(second_port).await;
+    wait_until(
+        "the second daemon joined",
+        Duration::from_secs(10),
+        || async { members(&redis).await.len() == 2 },
+    )
+    .await;
+    // Both lists agree after a beat.
+    tokio::time::sleep(BEAT * 2).await;
+    create_due(&api, &receiver.url("/shared"), "s", 400, now_ms() + 200, 1).await;
+    receiver.wait_for_count(500, Duration::from_secs(20)).await;
+
+    let attempts = |port: u16| async move {
+        let text = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("metrics text");
+        metric_sum(&text, "hookq_attempts_total")
+    };
+    let by_second = attempts(second_port).await;
+    assert!(by_second > 0.0, "the second daemon made no attempt");
+    assert!(
+        by_second < 400.0,
+        "the second daemon made every attempt ({by_second}): the first kept none"
+    );
+    for daemon in [&mut first, &mut second] {
+        daemon.signal("TERM");
+        let _ = daemon.wait_exit(Duration::from_secs(10)).await;
+    }
+}
