@@ -1293,6 +1293,23 @@ async fn fleet(
     Ok(figures)
 }
 
+/// The floor under the fleet figures: Redis's CPU per round trip of the
+/// cheapest command, `n` `PING`s one every 5 ms (the fleet scenarios'
+/// pace) from one connection, idle time included as in those scenarios.
+/// At this pace every request wakes an idle Redis, which costs far more
+/// than a pipelined or back-to-back one.
+async fn round_trip_floor(redis: &RedisServer, n: usize) -> Res<Figures> {
+    let mut conn = redis.conn().await;
+    let cpu = redis.cpu_seconds().await?;
+    let mut tick = tokio::time::interval(Duration::from_millis(5));
+    for _ in 0..n {
+        tick.tick().await;
+        let _: String = ::redis::cmd("PING").query_async(&mut conn).await?;
+    }
+    let per_ping = (redis.cpu_seconds().await? - cpu) * 1e6 / n as f64;
+    Ok(HashMap::from([("redis_cpu_us_per_ping", per_ping)]))
+}
+
 /// `hash-max-listpack-value` as hookq recommends it (README, doctor,
 /// scripts/run.sh): job records up to this size stay in Redis's compact
 /// listpack encoding.
@@ -2401,6 +2418,11 @@ async fn bench(opts: &Options) -> Res<Vec<Scenario>> {
             )
         );
     }
+    scenario!(
+        "fleet_round_trip_floor",
+        runs,
+        round_trip_floor(&redis, s(2_000, 200))
+    );
     scenario!(
         "fleet_idle_50_daemons",
         runs,

@@ -7,23 +7,39 @@
   whose record has no spec (a bare record left by hand; it is deleted), are
   dropped from the list without being claimed.
 
+  With a promotion batch, due jobs are first promoted (promote_due_jobs in
+  the prelude), so that the daemon that has the partition claims a job that
+  just came due in one call.
+
   Input:
     KEYS[1] ready list      <ns>:{p}:ready
     KEYS[2] inflight zset   <ns>:{p}:inflight
+    KEYS[3] due zset        <ns>:{p}:due
+    KEYS[4] wheel index     <ns>:{p}:wheel
     ARGV[1] N, the most jobs to claim
     ARGV[2] job key prefix  <ns>:{p}:job:  (its partition's live record hashes
             `<ns>:{p}:jobs:*` are built from it)
     ARGV[3] default lease in ms
+    ARGV[4] promotion batch: promote up to this many due jobs first (0: none)
   Output:
-    {now, more, id1, attempt1, due1, spec1, id2, ...}: `more` is 1 when N ids
-    were taken (the list may hold more), 0 when the list ran dry.
-    TRYAGAIN, with nothing changed, while the partition's slot is migrating.
+    {now, more, moved, next_due, id1, attempt1, due1, spec1, id2, ...}:
+    `more` is 1 when N ids were taken (the list may hold more), 0 when the
+    list ran dry; `moved` and `next_due` as promote_due answers them, or -1
+    and -2 without a promotion.
+    TRYAGAIN while the partition's slot is migrating: nothing was claimed
+    (a promotion made before stands; it is a change of its own).
 ]]
 local rcall = redis.call
 local now = now_ms()
 local want = tonumber(ARGV[1])
 
-local out = {now, 0}
+local out = {now, 0, -1, -2}
+local promote = tonumber(ARGV[4])
+if promote > 0 then
+  local moved, next_due = promote_due_jobs(KEYS[3], KEYS[1], KEYS[4], promote, now)
+  if not moved then return try_again() end
+  out[3], out[4] = moved, next_due
+end
 -- (LRANGE 0 -1 would be the whole list.)
 if want < 1 then return out end
 local ids = rcall('LRANGE', KEYS[1], 0, want - 1)

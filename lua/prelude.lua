@@ -616,3 +616,84 @@ local function summaries_write(prefix, plan, ids, values, now)
   redis.call('HSET', meta, plan.bucket,
     plan.n_after .. ':' .. (plan.count + #ids) .. ':' .. expires)
 end
+
+--[[
+  Promotion: moves up to `batch` due jobs of a partition from its due set
+  (`due_key`) to its ready list (`ready_key`), after opening the timing
+  wheel's (`wheel_key`) buckets whose time has come: at most a batch of
+  their jobs move on, to finer buckets or into the due set. Answers the
+  jobs moved and the earliest time work is left (the due set's head, or the
+  next bucket to open; at most now while a bucket is still being opened; -1
+  when there is none); nil, having changed nothing, when a bucket would be
+  opened while the partition's slot is migrating (the caller answers
+  TRYAGAIN). promote_due runs it alone; claim_ready runs it before claiming,
+  so that a due job costs its daemon one call to be claimed.
+]]
+local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now)
+  local prefix = partition_prefix(due_key, 'due')
+  -- Open the wheel's buckets whose time has come. Read pass first: the bucket
+  -- lists and records are keys the script builds, checked by Redis only when
+  -- touched (see the top of the prelude).
+  -- The wheel's head is read once: when nothing opens (the usual case), it
+  -- also gives the next wake time below.
+  local wheel_head = tonumber(redis.call('ZRANGE', wheel_key, 0, 0, 'WITHSCORES')[2])
+  local buckets = {}
+  if wheel_head and wheel_head <= now then
+    buckets = redis.call('ZRANGE', wheel_key, '-inf', now, 'BYSCORE', 'LIMIT', 0, 16)
+  end
+  if #buckets > 0 and IN_CLUSTER and slot_moving(due_key) then return nil end
+  local budget = batch
+  local opening = {}
+  for _, slot in ipairs(buckets) do
+    if budget <= 0 then break end
+    local bucket = prefix .. 'wheel:' .. slot
+    local ids = redis.call('LRANGE', bucket, 0, budget - 1)
+    budget = budget - #ids
+    opening[#opening + 1] = {slot, bucket, ids}
+  end
+  local to_due, moved_on, left_wheel = {}, wheel_batch(), 0
+  for _, o in ipairs(opening) do
+    local slot, bucket, ids = o[1], o[2], o[3]
+    for _, id in ipairs(ids) do
+      local at = live(prefix, id)
+      local r = rec_get(at)
+      if r and r.state == 'w' then
+        local next_slot, opens = wheel_slot(r.due, now)
+        if next_slot then
+          wheel_batch_add(moved_on, next_slot, opens, id)
+        else
+          rec_set_state(at, r, 's', now)
+          to_due[#to_due + 1] = string.format('%d', r.due)
+          to_due[#to_due + 1] = due_member(r.seq, id)
+          left_wheel = left_wheel + 1
+        end
+      end
+    end
+    if #ids > 0 then redis.call('LTRIM', bucket, #ids, -1) end
+    if redis.call('EXISTS', bucket) == 0 then redis.call('ZREM', wheel_key, slot) end
+  end
+  wheel_batch_push(prefix, moved_on)
+  wheel_count(prefix, -left_wheel)
+  if #to_due > 0 then redis.call('ZADD', due_key, unpack(to_due)) end
+
+  -- Due jobs move by id alone: their records are neither read nor written
+  -- (a scheduled record whose time has come reads as ready; claim_ready
+  -- checks each record, and drops an id whose job is gone).
+  local members = redis.call('ZRANGE', due_key, '-inf', now, 'BYSCORE', 'LIMIT', 0, batch)
+  local ids = {}
+  for i, member in ipairs(members) do ids[i] = string.sub(member, 13) end
+  local moved = #ids
+  if moved > 0 then redis.call('ZREM', due_key, unpack(members)) end
+  -- No wake message: the daemon promoting is the one that claims from this
+  -- partition (see src/fleet.rs), and tells its claim loop itself.
+  if moved > 0 then redis.call('RPUSH', ready_key, unpack(ids)) end
+
+  local next_due
+  if #buckets > 0 then
+    next_due = next_wake(prefix, due_key)
+  else
+    next_due = tonumber(redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')[2])
+    if not next_due or (wheel_head and wheel_head < next_due) then next_due = wheel_head end
+  end
+  return moved, next_due or -1
+end

@@ -34,7 +34,7 @@ GUARDS=(
   "enqueue: a re-create with another due time conflicts|lua/enqueue_jobs.lua|r.spec == spec and r.given == tonumber(ARGV[i + 6])|r.spec == spec"
   "enqueue: a finished job's summary counts as existing|lua/enqueue_jobs.lua|      if s then|      if false then"
   "cancel: a finished job's summary stays finished|lua/cancel_job.lua|    if summary then return WRONG_STATE end|"
-  "wheel: tombstones skipped when a bucket opens|lua/promote_due.lua|    if r and r.state == 'w' then|    if r then"
+  "wheel: tombstones skipped when a bucket opens|lua/prelude.lua|      if r and r.state == 'w' then|      if r then"
 )
 
 backup="$(mktemp -d)"

@@ -100,10 +100,11 @@ impl Carrier {
                     next_lease[i] = NEVER;
                 }
                 owned[i] = owns;
+                let early = self.signals.take_came_early(p);
                 if let Some(hint) = self.signals.take_due_hint(p) {
                     if owns && hint < next_due[i] {
                         next_due[i] = hint;
-                        came_early[i] = false;
+                        came_early[i] = early;
                     }
                 }
             }
@@ -124,13 +125,25 @@ impl Carrier {
 
             let mut again = false;
             let mut ok = true;
+            // A partition whose claim loop waits with room gets its
+            // promotion handed over: one call promotes and claims, and the
+            // loop reports the next due time back as a hint.
+            let mut to_promote = Vec::with_capacity(due_now.len());
+            for &p in &due_now {
+                if self.signals.hand_promotion(p) {
+                    next_due[p as usize] = NEVER;
+                    came_early[p as usize] = false;
+                } else {
+                    to_promote.push(p);
+                }
+            }
             let promotions = join_all(
-                due_now
+                to_promote
                     .iter()
                     .map(|&p| self.store.promote(p, PROMOTE_BATCH)),
             )
             .await;
-            for (&p, result) in due_now.iter().zip(promotions) {
+            for (&p, result) in to_promote.iter().zip(promotions) {
                 match result {
                     Ok(promotion) => {
                         self.clock.observe(promotion.now);

@@ -18,7 +18,7 @@
 //! backoff, and after every (re)subscribe tells everyone to re-read Redis, so
 //! a message lost while disconnected costs one extra check, never a stuck job.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -40,6 +40,14 @@ pub struct Signals {
     due_hints: Vec<AtomicI64>,
     /// Per partition: wakes that partition's claim loop.
     ready: Vec<Notify>,
+    /// Per partition: its claim loop waits with room to claim, so a due
+    /// promotion can be handed to it (one call promotes and claims).
+    claim_idle: Vec<AtomicBool>,
+    /// Per partition: a promotion handed to the claim loop, not yet taken.
+    promotion_asked: Vec<AtomicBool>,
+    /// Per partition: the last promotion the claim loop reported came
+    /// before its due time (the carrier then waits for the time itself).
+    came_early: Vec<AtomicBool>,
     /// Ids of leased jobs cancelled since last taken.
     cancelled: Mutex<Vec<String>>,
     /// Wakes the worker pool when `cancelled` grows.
@@ -55,6 +63,9 @@ impl Signals {
             carrier: Notify::new(),
             due_hints: (0..partitions).map(|_| AtomicI64::new(i64::MAX)).collect(),
             ready: (0..partitions).map(|_| Notify::new()).collect(),
+            claim_idle: (0..partitions).map(|_| AtomicBool::new(false)).collect(),
+            promotion_asked: (0..partitions).map(|_| AtomicBool::new(false)).collect(),
+            came_early: (0..partitions).map(|_| AtomicBool::new(false)).collect(),
             cancelled: Mutex::new(Vec::new()),
             cancellations: Notify::new(),
             hosts: Notify::new(),
@@ -83,6 +94,57 @@ impl Signals {
         if let Some(n) = self.ready.get(p as usize) {
             n.notify_one();
         }
+    }
+
+    /// Partition `p`'s claim loop says whether it waits with room to claim.
+    pub fn set_claim_idle(&self, p: u16, idle: bool) {
+        if let Some(flag) = self.claim_idle.get(p as usize) {
+            flag.store(idle, Ordering::Release);
+        }
+    }
+
+    /// Hands partition `p`'s due promotion to its claim loop if that waits
+    /// with room (true: it will promote, claim and report through
+    /// [`Signals::promoted`]); false: the caller promotes.
+    pub fn hand_promotion(&self, p: u16) -> bool {
+        let idle = self
+            .claim_idle
+            .get(p as usize)
+            .is_some_and(|f| f.load(Ordering::Acquire));
+        if idle {
+            if let Some(asked) = self.promotion_asked.get(p as usize) {
+                asked.store(true, Ordering::Release);
+                self.ready(p);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Takes a promotion handed to partition `p`'s claim loop.
+    pub fn take_promotion(&self, p: u16) -> bool {
+        self.promotion_asked
+            .get(p as usize)
+            .is_some_and(|f| f.swap(false, Ordering::AcqRel))
+    }
+
+    /// The claim loop of partition `p` promoted: work is left from
+    /// `next_due` (None: none), and whether it came before that time.
+    pub fn promoted(&self, p: u16, next_due: Option<i64>, came_early: bool) {
+        if let Some(flag) = self.came_early.get(p as usize) {
+            flag.store(came_early, Ordering::Release);
+        }
+        if let Some(due) = next_due {
+            self.due(p, due);
+        }
+    }
+
+    /// Takes whether the last promotion the claim loop of `p` reported came
+    /// early.
+    pub fn take_came_early(&self, p: u16) -> bool {
+        self.came_early
+            .get(p as usize)
+            .is_some_and(|f| f.swap(false, Ordering::AcqRel))
     }
 
     /// The notifier of partition `p`'s claim loop.

@@ -20,6 +20,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::carrier::{EARLY_WAKE_MS, PROMOTE_BATCH};
 use crate::clock::RedisClock;
 use crate::completions::Completions;
 use crate::config::Config;
@@ -33,7 +34,7 @@ use crate::job::JobSpec;
 use crate::retry::{next_delay, FailureKind};
 use crate::store::hosts::HostState;
 use crate::store::summary::LastAttempt;
-use crate::store::{Claimed, FailAction, Failure, Store};
+use crate::store::{Claimed, FailAction, Failure, Promotion, Store};
 use crate::wake::Signals;
 
 /// Claimed jobs held in memory per worker (in flight or waiting for a host).
@@ -41,7 +42,7 @@ pub const HELD_PER_WORKER: usize = 2;
 
 /// How long an idle claim loop waits before looking at its ready list even
 /// without a signal (a safety net for lost pub/sub messages).
-pub const IDLE_RECHECK: Duration = Duration::from_secs(1);
+pub const IDLE_RECHECK: Duration = Duration::from_secs(5);
 
 /// How often lanes are checked for jobs that should go back to Redis.
 const EVICT_EVERY: Duration = Duration::from_millis(100);
@@ -170,12 +171,17 @@ impl WorkerPool {
         let mut first = true;
         loop {
             if !first {
+                // While it waits with room, the carrier may hand it a due
+                // promotion (one call then promotes and claims).
+                let room = self.budget.available_permits() >= chunk as usize;
+                self.signals.set_claim_idle(p, room && self.fleet.owns(p));
                 tokio::select! {
                     biased;
                     _ = token.cancelled() => return,
                     _ = notify.notified() => {}
                     _ = tokio::time::sleep(IDLE_RECHECK) => {}
                 }
+                self.signals.set_claim_idle(p, false);
             }
             first = false;
             if !self.fleet.owns(p) {
@@ -204,12 +210,21 @@ impl WorkerPool {
                 let n = room.num_permits();
                 let permits: Vec<OwnedSemaphorePermit> =
                     std::iter::from_fn(|| room.split(1)).take(n).collect();
-                let claimed = match self.store.claim(p, permits.len()).await {
+                let promote = if self.signals.take_promotion(p) {
+                    PROMOTE_BATCH
+                } else {
+                    0
+                };
+                let claimed = match self.store.claim_promoting(p, permits.len(), promote).await {
                     Ok(c) => c,
                     Err(err) => {
                         metrics::counter!("hookq_redis_errors_total", "component" => "worker")
                             .increment(1);
                         tracing::warn!(partition = p, cause = %err, "claim failed");
+                        if promote > 0 {
+                            // The carrier reads the due set again.
+                            self.signals.due(p, 0);
+                        }
                         drop(permits);
                         tokio::select! {
                             biased;
@@ -220,6 +235,9 @@ impl WorkerPool {
                     }
                 };
                 self.clock.observe(claimed.now);
+                if let Some(promotion) = claimed.promotion {
+                    self.report_promotion(p, promotion);
+                }
                 let more = claimed.more;
                 let mut given_back = Vec::new();
                 let mut parked = Vec::new();
@@ -253,6 +271,21 @@ impl WorkerPool {
                 }
             }
         }
+    }
+
+    /// Tells the carrier what a promotion this loop made left: the next due
+    /// time (now, after a full batch), and whether it came before it.
+    fn report_promotion(&self, p: u16, promotion: Promotion) {
+        if promotion.moved > 0 {
+            metrics::counter!("hookq_promoted_total").increment(promotion.moved as u64);
+        }
+        let next = if promotion.moved == PROMOTE_BATCH {
+            Some(promotion.now)
+        } else {
+            promotion.next_due
+        };
+        let early = next.is_some_and(|d| d > promotion.now && d - promotion.now <= EARLY_WAKE_MS);
+        self.signals.promoted(p, next, early);
     }
 
     /// Queues a job on its host's lane, starting the lane's runner when it

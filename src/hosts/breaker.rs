@@ -32,14 +32,24 @@ use crate::store::hosts::HostState;
 use crate::store::Store;
 use crate::wake::Signals;
 
-/// How often the refresher reads the blocked hosts without a signal.
-pub const REFRESH_EVERY: Duration = Duration::from_millis(500);
+/// Longest the refresher waits without a signal: a safety net only (state
+/// changes are announced on the wake channel, and it wakes at the earliest
+/// time a blocked host needs acting on).
+pub const REFRESH_EVERY: Duration = Duration::from_secs(5);
 /// Most blocked hosts read per refresh.
 const BLOCKED_READ: usize = 1000;
 /// A drain round's turn; also the pace of rounds while a drain goes on.
 const DRAIN_TURN: Duration = Duration::from_millis(250);
 /// Most jobs moved back in one drain round.
 const DRAIN_ROUND_MAX: usize = 20_000;
+
+/// What a refresh found: whether this daemon is draining a host (the next
+/// pass comes a drain turn later), and the earliest time (Redis ms) a
+/// blocked host needs acting on next.
+struct Refresh {
+    draining: bool,
+    next_when: Option<i64>,
+}
 
 /// What an attempt says about its host.
 #[derive(Debug, Clone, PartialEq)]
@@ -278,29 +288,36 @@ impl Breaker {
     /// cancelled.
     pub async fn run(self: Arc<Self>, token: CancellationToken) {
         loop {
-            let draining = match self.refresh().await {
-                Ok(draining) => draining,
+            let safety_net = tokio::time::Instant::now() + REFRESH_EVERY;
+            let wake_at = match self.refresh().await {
+                Ok(Refresh { draining: true, .. }) => tokio::time::Instant::now() + DRAIN_TURN,
+                Ok(Refresh { next_when, .. }) => next_when
+                    .map(|when| tokio::time::Instant::from_std(self.clock.instant_at(when)))
+                    .map_or(safety_net, |at| at.min(safety_net)),
                 Err(err) => {
                     tracing::warn!(cause = %err, "cannot read host states");
-                    false
+                    tokio::time::Instant::now() + Duration::from_millis(500)
                 }
             };
-            let pause = if draining { DRAIN_TURN } else { REFRESH_EVERY };
             tokio::select! {
                 _ = token.cancelled() => return,
                 _ = self.signals.hosts.notified() => {}
-                _ = tokio::time::sleep(pause) => {}
+                _ = tokio::time::sleep_until(wake_at) => {}
             }
         }
     }
 
-    /// One pass; true while this daemon is draining a host (the next pass
-    /// comes a drain turn later).
-    async fn refresh(&self) -> crate::store::StoreResult<bool> {
+    /// One pass over the blocked hosts, acting on those due.
+    async fn refresh(&self) -> crate::store::StoreResult<Refresh> {
         let blocked = self.store.blocked_hosts(BLOCKED_READ).await?;
         let mut states = HashMap::new();
         let mut due = Vec::new();
         let now = self.clock.now_ms();
+        let mut next_when = blocked
+            .iter()
+            .map(|(_, when)| *when)
+            .filter(|w| *w > now)
+            .min();
         for (host, when) in &blocked {
             let record = self.store.host_record(host).await?;
             if record.state != HostState::Closed {
@@ -318,6 +335,12 @@ impl Breaker {
             *map = states;
         }
         metrics::gauge!("hookq_hosts_blocked").set(blocked.len() as f64);
+        if !due.is_empty() {
+            // What another daemon holds (a drain turn, a probe) is looked at
+            // again after a turn.
+            let retry = now + DRAIN_TURN.as_millis() as i64;
+            next_when = Some(next_when.map_or(retry, |w| w.min(retry)));
+        }
         let mut draining = false;
         for (host, state) in due {
             match state {
@@ -356,7 +379,10 @@ impl Breaker {
                 }
             }
         }
-        Ok(draining)
+        Ok(Refresh {
+            draining,
+            next_when,
+        })
     }
 
     fn lock_draining(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {

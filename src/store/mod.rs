@@ -207,6 +207,8 @@ pub struct ClaimBatch {
     pub more: bool,
     /// Redis time (epoch ms).
     pub now: i64,
+    /// What the promotion before the claim did, when one was asked for.
+    pub promotion: Option<Promotion>,
 }
 
 /// Result of one promotion call on a partition.
@@ -712,25 +714,49 @@ impl Store {
 
     /// Claims up to `max` ready jobs of partition `p`, each under a lease.
     pub async fn claim(&self, p: u16, max: usize) -> StoreResult<ClaimBatch> {
+        self.claim_promoting(p, max, 0).await
+    }
+
+    /// Promotes up to `promote` due jobs of partition `p` (none when 0), then
+    /// claims up to `max` ready jobs, in one call.
+    pub async fn claim_promoting(
+        &self,
+        p: u16,
+        max: usize,
+        promote: usize,
+    ) -> StoreResult<ClaimBatch> {
         let reply: Vec<Value> = self
             .invoke(
                 &scripts::CLAIM_READY,
-                &[&self.keys.ready(p), &self.keys.inflight(p)],
+                &[
+                    &self.keys.ready(p),
+                    &self.keys.inflight(p),
+                    &self.keys.due(p),
+                    &self.keys.wheel(p),
+                ],
                 &[
                     arg(&max),
                     arg(&self.keys.job_prefix(p)),
                     arg(&self.settings.default_lease_ms),
+                    arg(&promote),
                 ],
             )
             .await?;
         let bad = |d: &str| StoreError::reply("claim_ready", d.to_string());
-        if reply.len() < 2 || (reply.len() - 2) % 4 != 0 {
+        if reply.len() < 4 || (reply.len() - 4) % 4 != 0 {
             return Err(bad("wrong reply length"));
         }
         let now: i64 = redis::from_redis_value(&reply[0])?;
         let more: i64 = redis::from_redis_value(&reply[1])?;
-        let mut jobs = Vec::with_capacity((reply.len() - 2) / 4);
-        for chunk in reply[2..].chunks_exact(4) {
+        let moved: i64 = redis::from_redis_value(&reply[2])?;
+        let next_due: i64 = redis::from_redis_value(&reply[3])?;
+        let promotion = (moved >= 0).then_some(Promotion {
+            moved: moved as usize,
+            next_due: (next_due >= 0).then_some(next_due),
+            now,
+        });
+        let mut jobs = Vec::with_capacity((reply.len() - 4) / 4);
+        for chunk in reply[4..].chunks_exact(4) {
             jobs.push(Claimed {
                 partition: p,
                 id: redis::from_redis_value(&chunk[0])?,
@@ -744,6 +770,7 @@ impl Store {
             jobs,
             more: more == 1,
             now,
+            promotion,
         })
     }
 

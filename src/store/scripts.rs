@@ -98,7 +98,7 @@ pub const FLEET_BEAT: ScriptDef = script!("fleet_beat", 1, 2);
 /// `promote_due`: move due jobs to the ready list.
 pub const PROMOTE_DUE: ScriptDef = script!("promote_due", 3, 2);
 /// `claim_ready`: lease ready jobs to workers.
-pub const CLAIM_READY: ScriptDef = script!("claim_ready", 2, 3);
+pub const CLAIM_READY: ScriptDef = script!("claim_ready", 4, 4);
 /// `complete_jobs`: record 2xx attempts of one partition, three ARGV per job.
 pub const COMPLETE_JOBS: ScriptDef = script!("complete_jobs", 2, 4, repeat 3);
 /// `fail_job`: record a failure (next rung or dead letter).
