@@ -1134,6 +1134,19 @@ async fn lateness(
     seconds: usize,
     naive: bool,
 ) -> Res<Figures> {
+    lateness_with(redis, sink, rate, seconds, naive, 1).await
+}
+
+/// [`lateness`] with `daemons` hookq daemons sharing the Redis (the fleet
+/// deals the partitions out among them).
+async fn lateness_with(
+    redis: &RedisServer,
+    sink: &Sink,
+    rate: usize,
+    seconds: usize,
+    naive: bool,
+    daemons: usize,
+) -> Res<Figures> {
     redis.flush().await?;
     sink.reset().await?;
     let cfg = config(redis);
@@ -1141,6 +1154,14 @@ async fn lateness(
     store.load_scripts().await?;
     let url = sink.url("/late");
     let runner = Runner::start(redis, &cfg, naive, url.clone()).await?;
+    let mut others = Vec::new();
+    for _ in 1..daemons {
+        others.push(Daemon::start(cfg.clone()).await?);
+    }
+    if daemons > 1 {
+        // Past the fleet's first beats: every daemon sees the same deal.
+        tokio::time::sleep(hookq::fleet::BEAT * 2).await;
+    }
     let n;
     if rate == 0 {
         // Idle: one job at a time, each enqueued while nothing else is pending.
@@ -1184,6 +1205,9 @@ async fn lateness(
     }
     let stats = sink.stats().await?;
     runner.stop().await?;
+    for daemon in others {
+        daemon.stop().await?;
+    }
     let mut late: Vec<i64> = stats["lateness"]
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_i64).collect())
@@ -2452,6 +2476,11 @@ async fn bench(opts: &Options) -> Res<Vec<Scenario>> {
         "lateness_idle",
         runs,
         lateness(&redis, &sink, 0, s(40, 5), false)
+    );
+    scenario!(
+        "lateness_idle_20_daemons",
+        runs,
+        lateness_with(&redis, &sink, 0, s(40, 5), false, 20)
     );
     scenario!(
         "lateness_idle_naive",
