@@ -295,6 +295,7 @@ pub async fn run(config: &Config) -> Report {
         Err(err) => check("schema", Status::Fail, format!("cannot read: {err}"), None),
     });
     checks.push(memory_check(&store, config).await);
+    checks.push(fleet_check(&store).await);
     Report { checks }
 }
 
@@ -354,6 +355,46 @@ struct MemoryFigures {
     /// `retention.keep_bodies`: finished jobs keep whole records, which this
     /// check does not count.
     keep_bodies: bool,
+}
+
+/// The daemons sharing this Redis and how the partitions are dealt among
+/// them (see [`crate::fleet`]); informational.
+async fn fleet_check(store: &Store) -> Check {
+    let members = match store.fleet_members().await {
+        Ok(members) => members,
+        Err(err) => return check("fleet", Status::Fail, format!("cannot read: {err}"), None),
+    };
+    if members.is_empty() {
+        return check("fleet", Status::Ok, "no daemon is running".into(), None);
+    }
+    let partitions = store.keys().partitions();
+    let shares: Vec<usize> = members
+        .iter()
+        .map(|m| {
+            crate::fleet::deal(&members, m, partitions)
+                .into_iter()
+                .filter(|o| *o)
+                .count()
+        })
+        .collect();
+    let standing_by = shares.iter().filter(|n| **n == 0).count();
+    let mut busy: Vec<String> = shares
+        .iter()
+        .filter(|n| **n > 0)
+        .map(usize::to_string)
+        .collect();
+    busy.sort_unstable_by(|a, b| b.len().cmp(&a.len()).then(b.cmp(a)));
+    let mut detail = format!(
+        "{} daemon(s); {partitions} partitions dealt {}",
+        members.len(),
+        busy.join("/")
+    );
+    if standing_by > 0 {
+        detail.push_str(&format!(
+            "; {standing_by} standing by (more daemons than partitions: raise `redis.partitions` to spread delivery)"
+        ));
+    }
+    check("fleet", Status::Ok, detail, None)
 }
 
 async fn memory_check(store: &Store, config: &Config) -> Check {

@@ -495,6 +495,21 @@ impl Store {
         Ok((now, members))
     }
 
+    /// The live members of the fleet (read only; ids sorted).
+    pub async fn fleet_members(&self) -> StoreResult<Vec<String>> {
+        let now = self.redis_time_ms().await?;
+        let mut conn = self.conn.clone();
+        let mut members: Vec<String> = redis::cmd("ZRANGE")
+            .arg(self.keys.fleet())
+            .arg(format!("({now}"))
+            .arg("+inf")
+            .arg("BYSCORE")
+            .query_async(&mut conn)
+            .await?;
+        members.sort_unstable();
+        Ok(members)
+    }
+
     /// Builds a checked invocation of `def` (the counts must match the header).
     fn invocation(
         &self,

@@ -399,7 +399,10 @@ mod tests {
             assert!(promote.contains(used), "promote_due lacks `{used}`");
         }
         assert!(!promote.contains("local function summaries_write("));
-        assert!(promote.len() < PRELUDE.len() / 2, "promote_due gets most of the prelude");
+        assert!(
+            promote.len() < PRELUDE.len() / 2,
+            "promote_due gets most of the prelude"
+        );
         let beat = prelude.needed_by(FLEET_BEAT.source);
         assert!(beat.contains("local function now_ms("));
         assert!(!beat.contains("local function rec_get("));

@@ -85,6 +85,22 @@ async fn twenty_daemons_deliver_every_job_once() {
         || async { members(&redis).await.len() == 20 },
     )
     .await;
+    // doctor tells how the partitions are dealt: 16 among 20 daemons
+    // leaves at least four standing by.
+    let report = hookq::doctor::run(&config).await;
+    let fleet = report
+        .checks
+        .iter()
+        .find(|c| c.name == "fleet")
+        .expect("doctor has a fleet check");
+    assert!(
+        fleet
+            .detail
+            .starts_with("20 daemon(s); 16 partitions dealt"),
+        "{}",
+        fleet.detail
+    );
+    assert!(fleet.detail.contains("standing by"), "{}", fleet.detail);
 
     let jobs = 5000;
     let first_due = now_ms() + 1000;
