@@ -461,13 +461,23 @@ pub fn validate_topic(topic: &str) -> Result<(), FieldError> {
     }
 }
 
-/// Checks a target URL: absolute http(s), with a host, at most 2048 bytes.
+/// Checks a target URL: absolute http(s), with a host, at most 2048 bytes,
+/// no control characters (a URL parser drops tabs and newlines silently,
+/// and an escape sequence printed raw by `hookq show` would rewrite the
+/// operator's terminal).
 pub fn validate_url(url: &str, field: &str) -> Result<(), FieldError> {
     if url.len() > MAX_URL_LEN {
         return Err(FieldError::new(
             "invalid_url",
             field,
             format!("{field} is longer than {MAX_URL_LEN} bytes"),
+        ));
+    }
+    if url.chars().any(char::is_control) {
+        return Err(FieldError::new(
+            "invalid_url",
+            field,
+            format!("{field} contains a control character"),
         ));
     }
     let parsed = url::Url::parse(url).map_err(|e| {
@@ -1025,6 +1035,22 @@ mod tests {
         let later = spec(r#"{"url":"https://a.example/","delay":"2h"}"#);
         let sooner = spec(r#"{"url":"https://a.example/","delay":"1h"}"#);
         assert_eq!(later.content_digest(), sooner.content_digest());
+    }
+
+    #[test]
+    fn urls_with_control_characters_are_refused() {
+        for url in [
+            "http://a.example/\u{1b}[2Kstate delivered",
+            "http://a.example/a\nb",
+            "http://a.example/\tx",
+            "http://a.example/\u{7f}",
+            "http://a.example/\u{85}",
+        ] {
+            let err = validate_url(url, "url").expect_err(url);
+            assert_eq!(err.field.as_deref(), Some("url"));
+            assert!(err.message.contains("control character"), "{}", err.message);
+        }
+        assert!(validate_url("http://a.example/caf\u{e9}?q=1", "url").is_ok());
     }
 
     #[test]

@@ -459,6 +459,12 @@ async fn malformed_requests_get_4xx_and_change_nothing() {
         (
             "POST",
             "/v1/jobs",
+            r#"{"url": "http://a.example/\u001b[2K\nstate delivered"}"#.into(),
+            Some("url"),
+        ),
+        (
+            "POST",
+            "/v1/jobs",
             format!(r#"{{"url": "http://a.example/{}"}}"#, "a".repeat(2100)),
             Some("url"),
         ),
