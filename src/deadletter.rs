@@ -158,6 +158,7 @@ pub async fn replay(
                     crate::store::listing::Cursor::parse(
                         &next,
                         store.keys().partitions(),
+                        crate::store::listing::CursorKind::DeadLetters,
                         "cursor",
                     )
                     .map_err(|e| crate::store::StoreError::Reply {

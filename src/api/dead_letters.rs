@@ -11,7 +11,7 @@ use serde::Deserialize;
 use super::{parse_json, parse_limit, parse_query, ApiError, AppState};
 use crate::deadletter::{self, parse_since, Selection};
 use crate::job::{validate_id, validate_topic};
-use crate::store::listing::Cursor;
+use crate::store::listing::{Cursor, CursorKind};
 
 /// `GET /v1/dead-letters?topic=&limit=&cursor=`.
 pub(super) async fn list(
@@ -32,7 +32,14 @@ pub(super) async fn list(
     let since = get("since").map(|s| parse_since(s, "since")).transpose()?;
     let limit = parse_limit(get("limit"))?;
     let cursor = get("cursor")
-        .map(|c| Cursor::parse(c, state.store.keys().partitions(), "cursor"))
+        .map(|c| {
+            Cursor::parse(
+                c,
+                state.store.keys().partitions(),
+                CursorKind::DeadLetters,
+                "cursor",
+            )
+        })
         .transpose()?;
     let page = state.store.list_dead(topic, since, limit, cursor).await?;
     Ok(

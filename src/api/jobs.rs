@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 use super::{parse_json, parse_limit, parse_query, ApiError, AppState};
 use crate::config::Config;
 use crate::job::{validate_id, FieldError, JobInput, JobView, RunAt, State as JobState, ValidJob};
-use crate::store::listing::Cursor;
+use crate::store::listing::{Cursor, CursorKind};
 use crate::store::{CancelOutcome, EnqueueOutcome, JobRecord, Reschedule, RescheduleOutcome};
 
 /// Most jobs in one batch.
@@ -352,7 +352,14 @@ pub(super) async fn list_jobs(
     }
     let limit = parse_limit(get("limit"))?;
     let cursor = get("cursor")
-        .map(|c| Cursor::parse(c, state.store.keys().partitions(), "cursor"))
+        .map(|c| {
+            Cursor::parse(
+                c,
+                state.store.keys().partitions(),
+                CursorKind::Jobs,
+                "cursor",
+            )
+        })
         .transpose()?;
     let page = state
         .store

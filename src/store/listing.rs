@@ -40,19 +40,59 @@ pub struct Cursor {
     pub position: String,
 }
 
+/// Which listing a cursor belongs to: its positions have different shapes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CursorKind {
+    /// Jobs: an offset, `<shard>.<scan>.<skip>`, `k<scan>.<skip>` or
+    /// `s<bucket>.<shard>.<skip>`.
+    Jobs,
+    /// Dead letters: a stream id to start at (`-`, `<ms>`, `<ms>-<seq>`) or
+    /// after (`(<ms>-<seq>`).
+    DeadLetters,
+}
+
+/// Whether `position` has a shape `kind`'s listing writes, every number
+/// small enough that no arithmetic on it overflows (at most 18 digits).
+fn position_fits(kind: CursorKind, position: &str) -> bool {
+    let numbers = |text: &str, separator: char, parts: &[usize]| {
+        let numbers: Vec<&str> = text.split(separator).collect();
+        parts.contains(&numbers.len())
+            && numbers
+                .iter()
+                .all(|n| (1..=18).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    match kind {
+        CursorKind::Jobs => match position.strip_prefix(['k', 's']) {
+            Some(rest) if position.starts_with('k') => numbers(rest, '.', &[2]),
+            Some(rest) => numbers(rest, '.', &[3]),
+            None => numbers(position, '.', &[1, 3]),
+        },
+        CursorKind::DeadLetters => match position.strip_prefix('(') {
+            Some(id) => numbers(id, '-', &[2]),
+            None => position == "-" || numbers(position, '-', &[1, 2]),
+        },
+    }
+}
+
 impl Cursor {
-    /// Parses `<partition>:<position>`; `field` names the parameter in errors.
-    pub fn parse(text: &str, partitions: u16, field: &str) -> Result<Cursor, FieldError> {
+    /// Parses `<partition>:<position>` of a `kind` listing; `field` names
+    /// the parameter in errors.
+    pub fn parse(
+        text: &str,
+        partitions: u16,
+        kind: CursorKind,
+        field: &str,
+    ) -> Result<Cursor, FieldError> {
         let bad = || {
             FieldError::new(
                 "invalid_cursor",
                 field,
-                format!("{field} `{text}` is not a cursor returned by a previous page"),
+                format!("{field} is not a cursor returned by a previous page"),
             )
         };
         let (p, position) = text.split_once(':').ok_or_else(bad)?;
         let partition: u16 = p.parse().map_err(|_| bad())?;
-        if partition >= partitions || position.is_empty() || position.len() > 64 {
+        if partition >= partitions || !position_fits(kind, position) {
             return Err(bad());
         }
         Ok(Cursor {
@@ -606,5 +646,59 @@ impl Store {
             .query_async(&mut conn)
             .await?;
         Ok(deleted == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_take_only_the_shapes_their_listing_writes() {
+        for ok in [
+            "0:0",
+            "3:17",
+            "1:12.4096.3",
+            "0:k88.2",
+            "2:s1795468361728.3.0",
+        ] {
+            assert!(
+                Cursor::parse(ok, 4, CursorKind::Jobs, "cursor").is_ok(),
+                "{ok}"
+            );
+        }
+        for ok in [
+            "0:-",
+            "1:1795468361728",
+            "0:1795468361728-0",
+            "3:(1795468361728-12",
+        ] {
+            assert!(
+                Cursor::parse(ok, 4, CursorKind::DeadLetters, "cursor").is_ok(),
+                "{ok}"
+            );
+        }
+        for bad in [
+            "0:9223372036854775807",
+            "0:abc",
+            "0:",
+            "4:0",
+            "x:0",
+            "0",
+            "0:1.2",
+            "0:k1",
+            "0:s1.2",
+            "0:-1",
+            "0:(1-2",
+        ] {
+            let err = Cursor::parse(bad, 4, CursorKind::Jobs, "cursor").expect_err(bad);
+            assert_eq!(err.field.as_deref(), Some("cursor"));
+        }
+        for bad in ["0:0.1.2", "0:(x", "0:(1", "0:1-2-3", "0:+", "0:k1.2"] {
+            assert!(
+                Cursor::parse(bad, 4, CursorKind::DeadLetters, "cursor").is_err(),
+                "{bad}"
+            );
+        }
     }
 }

@@ -703,6 +703,25 @@ async fn malformed_requests_get_4xx_and_change_nothing() {
         ("GET", "/v1/jobs?limit=abc", "".into(), Some("limit")),
         ("GET", "/v1/jobs?cursor=zzz", "".into(), Some("cursor")),
         ("GET", "/v1/jobs?cursor=99:0", "".into(), Some("cursor")),
+        (
+            "GET",
+            "/v1/jobs?cursor=0:9223372036854775807&state=ready",
+            "".into(),
+            Some("cursor"),
+        ),
+        ("GET", "/v1/jobs?cursor=0:abc", "".into(), Some("cursor")),
+        (
+            "GET",
+            "/v1/dead-letters?cursor=0:(x",
+            "".into(),
+            Some("cursor"),
+        ),
+        (
+            "GET",
+            "/v1/dead-letters?cursor=0:1.2.3",
+            "".into(),
+            Some("cursor"),
+        ),
         ("GET", "/v1/jobs?colour=red", "".into(), Some("colour")),
         ("GET", "/v1/jobs?topic=a/b", "".into(), Some("topic")),
         (

@@ -406,8 +406,15 @@ async fn many_summaries_split_into_shards_and_are_all_found() {
         }
         match page.next_cursor {
             Some(c) => {
-                cursor =
-                    Some(hookq::store::listing::Cursor::parse(&c, 1, "cursor").expect("cursor"))
+                cursor = Some(
+                    hookq::store::listing::Cursor::parse(
+                        &c,
+                        1,
+                        hookq::store::listing::CursorKind::Jobs,
+                        "cursor",
+                    )
+                    .expect("cursor"),
+                )
             }
             None => break,
         }
