@@ -19,6 +19,7 @@
 //! | `IETF protocol assignment` | 192.0.0.0/24                                   | —                       |
 //! | `benchmarking`             | 198.18.0.0/15                                  | 2001:2::/48             |
 //! | `documentation`            | 192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24  | 2001:db8::/32, 3fff::/20 |
+//! | `Teredo`                   | —                                              | 2001::/32 (RFC 4380)    |
 //! | `reserved`                 | 240.0.0.0/4                                    | outside 2000::/3, unless listed above |
 //!
 //! Documentation and benchmarking ranges are refused although they are not
@@ -28,9 +29,10 @@
 //! An IPv6 address that stands for an IPv4 one is judged as that IPv4 address
 //! (both for its class and for the allowlist): IPv4-mapped `::ffff:a.b.c.d`,
 //! IPv4-compatible `::a.b.c.d`, NAT64 well-known prefix `64:ff9b::a.b.c.d`
-//! and 6to4 `2002:aabb:ccdd::/48`. Teredo (2001::/32) addresses are treated
-//! as public: their embedded IPv4 addresses are obfuscated relay endpoints,
-//! not the host the connection reaches.
+//! and 6to4 `2002:aabb:ccdd::/48`. Teredo (2001::/32) addresses are refused
+//! as a class of their own: a tunnel whose embedded (obfuscated) IPv4 relay
+//! and client addresses say nothing reliable about the host reached, and no
+//! webhook receiver is only reachable through one.
 //!
 //! An address inside one of `delivery.allow_cidrs` (trusted private ranges)
 //! is allowed even if its class is refused. Everything else is public and
@@ -175,6 +177,7 @@ fn v6_class(ip: Ipv6Addr) -> Option<&'static str> {
         0xfec0..=0xfeff => "site-local",
         0xff00..=0xffff => "multicast",
         0x2001 if s[1] == 0x0db8 => "documentation",
+        0x2001 if s[1] == 0x0000 => "Teredo",
         0x2001 if s[1] == 0x0002 && s[2] == 0 => "benchmarking",
         0x3fff if s[1] <= 0x0fff => "documentation",
         0x2000..=0x3fff => return None,
@@ -333,6 +336,8 @@ mod tests {
             ("2001:db8::1", "documentation"),
             ("3fff::1", "documentation"),
             ("2001:2::1", "benchmarking"),
+            ("2001::1", "Teredo"),
+            ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "Teredo"),
             ("100::1", "reserved"),
             ("64:ff9b:1::1", "reserved"),
             ("4000::1", "reserved"),
