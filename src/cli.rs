@@ -241,7 +241,10 @@ async fn connect_any(config: &Config) -> Result<Store, CliError> {
     Store::connect_unchecked(config).await.map_err(|e| {
         fail(
             1,
-            format!("cannot connect to Redis ({}): {e}", config.redis.url),
+            format!(
+                "cannot connect to Redis ({}): {e}",
+                crate::config::redact_url(&config.redis.url)
+            ),
         )
     })
 }

@@ -300,13 +300,16 @@ impl Config {
             redis::parse_redis_url(&r.url).with_context(|| {
                 format!(
                     "config key `redis.url`: `{}` is not a redis:// or rediss:// URL",
-                    r.url
+                    redact_url(&r.url)
                 )
             })?;
         }
         for node in &r.cluster_nodes {
             if redis::parse_redis_url(node).is_none() {
-                bail!("config key `redis.cluster_nodes`: `{node}` is not a redis:// URL");
+                bail!(
+                    "config key `redis.cluster_nodes`: `{}` is not a redis:// URL",
+                    redact_url(node)
+                );
             }
         }
         if r.namespace.is_empty()
@@ -536,9 +539,44 @@ mod humantime_serde {
     }
 }
 
+/// `url` with the credentials of its user part replaced by `***`, for
+/// printing (`redis://:secret@host:6379/0` → `redis://***@host:6379/0`);
+/// the text between `://` and the last `@` before the path, even when the
+/// URL does not parse.
+pub fn redact_url(url: &str) -> String {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
+        return url.to_string();
+    };
+    let authority_end = url[start..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| start + i);
+    match url[start..authority_end].rfind('@') {
+        Some(at) => format!("{}***{}", &url[..start], &url[start + at..]),
+        None => url.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn printed_urls_hide_their_credentials() {
+        assert_eq!(
+            redact_url("redis://:s3cret@127.0.0.1:6379/0"),
+            "redis://***@127.0.0.1:6379/0"
+        );
+        assert_eq!(
+            redact_url("rediss://user:pa@ss@host/1?x=@"),
+            "rediss://***@host/1?x=@"
+        );
+        assert_eq!(
+            redact_url("redis://127.0.0.1:6379"),
+            "redis://127.0.0.1:6379"
+        );
+        assert_eq!(redact_url("not a url:pw@x"), "not a url:pw@x");
+        assert_eq!(redact_url("redis://:pw@"), "redis://***@");
+    }
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs

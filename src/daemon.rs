@@ -117,7 +117,10 @@ impl Daemon {
             .iter()
             .map(|url| {
                 redis::Client::open(url.as_str()).with_context(|| {
-                    format!("config key `redis.url`/`redis.cluster_nodes`: cannot use `{url}`")
+                    format!(
+                        "config key `redis.url`/`redis.cluster_nodes`: cannot use `{}`",
+                        crate::config::redact_url(url)
+                    )
                 })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;

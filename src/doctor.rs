@@ -90,7 +90,10 @@ pub async fn run(config: &Config) -> Report {
             checks.push(check(
                 "connection",
                 Status::Fail,
-                format!("cannot connect to {}: {err}", config.redis.url),
+                format!(
+                    "cannot connect to {}: {err}",
+                    crate::config::redact_url(&config.redis.url)
+                ),
                 Some(
                     "start Redis (scripts/run.sh does) or fix `redis.url` / HOOKQ_REDIS__URL"
                         .into(),
@@ -102,7 +105,10 @@ pub async fn run(config: &Config) -> Report {
     checks.push(check(
         "connection",
         Status::Ok,
-        format!("connected to {}", config.redis.url),
+        format!(
+            "connected to {}",
+            crate::config::redact_url(&config.redis.url)
+        ),
         None,
     ));
 

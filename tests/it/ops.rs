@@ -906,3 +906,46 @@ async fn lateness_and_duration_are_measured_in_seconds() {
         );
     }
 }
+
+/// A password in `redis.url` never appears in what `doctor` or the CLI
+/// print, whether Redis accepts it or not; the URL itself still shows, with
+/// `***` for its credentials.
+#[tokio::test]
+async fn printed_redis_urls_hide_the_password() {
+    let redis = RedisServer::start();
+    let secret = "hunter2-do-not-print";
+    redis
+        .config_set("requirepass", secret)
+        .await
+        .expect("CONFIG SET requirepass");
+    let good = format!("redis://:{secret}@127.0.0.1:{}", redis.port());
+    let wrong = format!("redis://:wrong-{secret}@127.0.0.1:{}", redis.port());
+    let runs: [(&str, &[&str]); 4] = [
+        (&good, &["doctor"]),
+        (&good, &["--json", "doctor"]),
+        (&wrong, &["doctor"]),
+        (&wrong, &["show", "some-job"]),
+    ];
+    for (url, args) in runs {
+        let mut command = Command::new(BIN);
+        command
+            .args(args)
+            .env("HOOKQ_REDIS__URL", url)
+            .env("HOOKQ_REDIS__PARTITIONS", "4")
+            .env_remove("HOOKQ_CONFIG");
+        let out = crate::output_within(command, CLI_DEADLINE);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !text.contains(secret),
+            "hookq {args:?} printed the password:\n{text}"
+        );
+        assert!(
+            text.contains("redis://***@127.0.0.1"),
+            "hookq {args:?}:\n{text}"
+        );
+    }
+}
