@@ -282,7 +282,19 @@ impl Config {
         let config: Config =
             serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|err| {
                 let path = err.path().to_string();
-                anyhow::anyhow!("config key `{}`: {}", path, err.into_inner())
+                let message = err.into_inner().to_string();
+                if is_secret_key(&path) {
+                    // Serde quotes the value it refused: not for a secret.
+                    let expected = message
+                        .find(", expected")
+                        .map_or("", |i| &message[i..]);
+                    let expected = expected.lines().next().unwrap_or("");
+                    anyhow::anyhow!(
+                        "config key `{path}`: the value has the wrong shape{expected} (a secret: its value is not shown)"
+                    )
+                } else {
+                    anyhow::anyhow!("config key `{path}`: {message}")
+                }
             })?;
         config.validate()?;
         Ok(config)
@@ -539,6 +551,14 @@ mod humantime_serde {
     }
 }
 
+/// Whether config key `path` (e.g. `api.tokens`, `delivery.signing_secrets[0]`)
+/// holds a secret, whose value no message may repeat.
+fn is_secret_key(path: &str) -> bool {
+    let key = path.split('.').next_back().unwrap_or(path);
+    let key = key.split('[').next().unwrap_or(key);
+    key.contains("secret") || key.contains("token") || key.contains("password")
+}
+
 /// `url` with the credentials of its user part replaced by `***`, for
 /// printing (`redis://:secret@host:6379/0` → `redis://***@host:6379/0`);
 /// the text between `://` and the last `@` before the path, even when the
@@ -559,6 +579,27 @@ pub fn redact_url(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_secret_in_the_wrong_shape_is_not_echoed() {
+        for (key, value) in [
+            ("HOOKQ_API__TOKENS", "supersecret-token-value"),
+            (
+                "HOOKQ_DELIVERY__SIGNING_SECRETS",
+                "whsec_supersecret-token-value",
+            ),
+            ("HOOKQ_API__TOKENS", "[\"supersecret-token-value"),
+        ] {
+            let err = Config::load(None, [(key.to_string(), value.to_string())])
+                .expect_err("a string where a list is expected");
+            let text = format!("{err:#}");
+            assert!(!text.contains("supersecret"), "{text}");
+            assert!(text.contains("config key `"), "{text}");
+        }
+        assert!(is_secret_key("delivery.signing_secrets[1]"));
+        assert!(is_secret_key("alerts.signing_secret"));
+        assert!(!is_secret_key("delivery.timeout"));
+    }
 
     #[test]
     fn printed_urls_hide_their_credentials() {
