@@ -191,8 +191,10 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Rejects `/v1/*` requests without a configured bearer token (constant-time
-/// comparison) when `api.tokens` is not empty.
+/// Rejects `/v1/*` requests without a configured bearer token when
+/// `api.tokens` is not empty. The presented token is compared with each
+/// configured one in constant time over their SHA-256 digests, so neither
+/// the bytes nor the length of a token leak through timing.
 async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let tokens = &state.config.api.tokens;
     if tokens.is_empty() {
@@ -204,11 +206,7 @@ async fn require_token(State(state): State<AppState>, request: Request, next: Ne
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    let mut ok = false;
-    for token in tokens {
-        ok |= constant_time_eq(presented.as_bytes(), token.as_bytes());
-    }
-    if ok {
+    if token_known(presented, tokens) {
         next.run(request).await
     } else {
         ApiError::new(
@@ -220,12 +218,19 @@ async fn require_token(State(state): State<AppState>, request: Request, next: Ne
     }
 }
 
-/// Compares without an early exit on the first differing byte.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
+/// Whether `presented` is one of `tokens`: every token is compared, each in
+/// constant time over SHA-256 digests (equal lengths, no early exit).
+fn token_known(presented: &str, tokens: &[String]) -> bool {
+    use sha2::Digest;
+    use subtle::ConstantTimeEq;
+    let presented = sha2::Sha256::digest(presented.as_bytes());
+    let mut known = subtle::Choice::from(0u8);
+    for token in tokens {
+        known |= presented
+            .as_slice()
+            .ct_eq(sha2::Sha256::digest(token.as_bytes()).as_slice());
     }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    bool::from(known)
 }
 
 /// Parses a JSON request body, naming the field of a type error.
@@ -372,9 +377,13 @@ mod tests {
 
     #[test]
     fn token_comparison() {
-        assert!(constant_time_eq(b"secret-token", b"secret-token"));
-        assert!(!constant_time_eq(b"secret-token", b"secret-tokem"));
-        assert!(!constant_time_eq(b"short", b"secret-token"));
+        let tokens = vec!["secret-token".to_string(), "other-token-2".to_string()];
+        assert!(token_known("secret-token", &tokens));
+        assert!(token_known("other-token-2", &tokens));
+        assert!(!token_known("secret-tokem", &tokens));
+        assert!(!token_known("short", &tokens));
+        assert!(!token_known("", &tokens));
+        assert!(!token_known("secret-token", &[]));
     }
 
     #[test]
