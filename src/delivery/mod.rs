@@ -281,7 +281,7 @@ impl Deliverer {
         let location = headers
             .get("location")
             .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
+            .map(|l| capped(l, LOCATION_CAP));
         let retry_after = headers
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
@@ -294,6 +294,23 @@ impl Deliverer {
             body_prefix,
         })
     }
+}
+
+/// Longest `Location` kept from an answer, in bytes: it is stored with the
+/// attempt (and in its error text), and a receiver chooses its size.
+pub const LOCATION_CAP: usize = 1024;
+
+/// `text` cut to at most `cap` bytes (on a character boundary), with `…`
+/// when cut.
+fn capped(text: &str, cap: usize) -> String {
+    if text.len() <= cap {
+        return text.to_string();
+    }
+    let mut end = cap;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 /// What a receiver answered, reduced to what hookq keeps.

@@ -188,12 +188,38 @@ async fn redirects_are_failures_and_410_is_final() {
             body: Vec::new(),
             delay: None,
         },
+        "/far" => Reply {
+            status: 301,
+            headers: vec![("location".into(), format!("/{}", "x".repeat(300_000)))],
+            body: Vec::new(),
+            delay: None,
+        },
         "/gone" => Reply::status(410),
         _ => Reply::status(200),
     }))
     .await;
     let daemon = start_daemon(&test_config(&redis)).await;
     let base = daemon.url();
+    // A receiver's huge Location is kept cut to 1 KiB, in the attempt and
+    // in its error text.
+    post_created(
+        &format!("{base}/v1/jobs"),
+        json!({"id": "far", "url": receiver.url("/far"), "retry": []}),
+    )
+    .await;
+    let far = crate::wait_state(&base, "far", "dead").await;
+    let attempt = &far["history"][0];
+    let location = attempt["location"].as_str().expect("location kept");
+    assert!(
+        location.starts_with("/xxx") && location.len() <= 1024 + 3,
+        "{} bytes",
+        location.len()
+    );
+    assert!(
+        attempt.to_string().len() < 4096,
+        "{} bytes",
+        attempt.to_string().len()
+    );
     post_created(
         &format!("{base}/v1/jobs"),
         json!({"id": "redir", "url": receiver.url("/moved"), "retry": []}),
