@@ -35,14 +35,20 @@ pub enum SecretError {
     /// What follows `whsec_` is not standard base64.
     #[error("signing secret must be `whsec_` followed by standard base64")]
     InvalidBase64,
-    /// The decoded key is empty.
-    #[error("signing secret key is empty")]
-    EmptyKey,
+    /// The decoded key is shorter than [`MIN_KEY_BYTES`] (guessable).
+    #[error(
+        "signing secret key is {0} bytes; at least 24 are needed (`hookq new-secret` makes one of 32)"
+    )]
+    TooShort(usize),
     /// HMAC-SHA256 refused the key (it accepts any length, so this is not
     /// expected in practice).
     #[error("signing secret key is not a valid HMAC-SHA256 key")]
     InvalidKey,
 }
+
+/// The shortest key a signing secret may hold, in bytes (Standard Webhooks
+/// secrets are 24 to 64 bytes).
+pub const MIN_KEY_BYTES: usize = 24;
 
 /// A signing key parsed from `whsec_<base64>`. Its `Debug` never shows the key.
 #[derive(Clone)]
@@ -66,8 +72,8 @@ impl SigningSecret {
         let key = SECRET_BASE64
             .decode(encoded)
             .map_err(|_| SecretError::InvalidBase64)?;
-        if key.is_empty() {
-            return Err(SecretError::EmptyKey);
+        if key.len() < MIN_KEY_BYTES {
+            return Err(SecretError::TooShort(key.len()));
         }
         let mac = HmacSha256::new_from_slice(&key).map_err(|_| SecretError::InvalidKey)?;
         Ok(SigningSecret { mac })
@@ -240,7 +246,12 @@ mod tests {
             ),
             ("whsec_MfKQ9r8G-_", SecretError::InvalidBase64),
             ("whsec_A", SecretError::InvalidBase64),
-            ("whsec_", SecretError::EmptyKey),
+            ("whsec_", SecretError::TooShort(0)),
+            ("whsec_YWI=", SecretError::TooShort(2)),
+            (
+                "whsec_QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUE=",
+                SecretError::TooShort(23),
+            ),
         ];
         for (text, expected) in cases {
             assert_eq!(
@@ -254,7 +265,16 @@ mod tests {
     #[test]
     fn padding_is_optional() {
         // Keys whose base64 needs padding decode the same without it.
-        for (padded, unpadded) in [("whsec_YWI=", "whsec_YWI"), ("whsec_YQ==", "whsec_YQ")] {
+        for (padded, unpadded) in [
+            (
+                "whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo=",
+                "whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo",
+            ),
+            (
+                "whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWQ==",
+                "whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWQ",
+            ),
+        ] {
             let a = Signer::new(vec![secret(padded)]).signature_header("m", 1, b"x");
             let b = Signer::new(vec![secret(unpadded)]).signature_header("m", 1, b"x");
             assert_eq!(a, b);
@@ -265,7 +285,7 @@ mod tests {
     fn errors_explain_what_is_wrong() {
         assert!(SecretError::MissingPrefix.to_string().contains("whsec_"));
         assert!(SecretError::InvalidBase64.to_string().contains("base64"));
-        assert!(SecretError::EmptyKey.to_string().contains("empty"));
+        assert!(SecretError::TooShort(3).to_string().contains("at least 24"));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::support::wait_until;
 use crate::{post_created, post_json, start_daemon, test_config};
 
 pub(crate) const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-const ROTATED: &str = "whsec_Vm9yc2ljaHQgYmVpbSBSb3RpZXJlbiE=";
+const ROTATED: &str = "whsec_Vm9yc2ljaHQgYmVpbSBSb3RpZXJlbiEh";
 
 /// A received request's headers and body.
 type Signed = (Vec<(String, String)>, Vec<u8>);
