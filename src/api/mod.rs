@@ -180,6 +180,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/hosts/{*host}", any(hosts::one))
         .layer(DefaultBodyLimit::max(max_body))
         .merge(batch)
+        .route_layer(middleware::from_fn(require_json))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .merge(v1)
@@ -216,6 +217,37 @@ async fn require_token(State(state): State<AppState>, request: Request, next: Ne
         )
         .into_response()
     }
+}
+
+/// Refuses a request that sends a body in anything but JSON with 415
+/// `unsupported_media_type` naming `content-type`: a `text/plain` or form
+/// body is what a web page can send cross-site without asking (no CORS
+/// preflight), so the API must not act on it. A request without a body
+/// (`content-length: 0` or none) needs no content type.
+async fn require_json(request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    let sends_body = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .map_or_else(
+            || headers.contains_key(header::TRANSFER_ENCODING),
+            |n| n.trim() != "0",
+        );
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"));
+    if sends_body && !is_json {
+        return ApiError {
+            status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            code: "unsupported_media_type",
+            message: "the body must be JSON, sent with `content-type: application/json`".into(),
+            field: Some("content-type".into()),
+        }
+        .into_response();
+    }
+    next.run(request).await
 }
 
 /// Whether `presented` is one of `tokens`: every token is compared, each in

@@ -1376,3 +1376,49 @@ async fn a_finished_job_cannot_be_cancelled() {
     }
     daemon.stop().await.expect("clean stop");
 }
+
+/// A body in anything but JSON is refused with 415 naming `content-type`
+/// and writes nothing: a web page can send `text/plain` or a form
+/// cross-site without a CORS preflight. JSON with a charset is fine, and a
+/// request without a body needs no content type.
+#[tokio::test]
+async fn bodies_must_be_json() {
+    let redis = RedisServer::start();
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+    let body = r#"{"id": "cross-site", "url": "http://127.0.0.1:9/", "delay": "1h"}"#;
+    let before = crate::redis_snapshot(&redis).await;
+    let client = reqwest::Client::new();
+    for (path, content_type) in [
+        ("/v1/jobs", Some("text/plain")),
+        ("/v1/jobs", Some("application/x-www-form-urlencoded")),
+        ("/v1/jobs", Some("multipart/form-data; boundary=x")),
+        ("/v1/jobs", None),
+        ("/v1/dead-letters/replay", Some("text/plain")),
+        ("/v1/jobs/batch", Some("text/plain;charset=utf-8")),
+    ] {
+        let mut request = client.post(format!("{base}{path}")).body(body);
+        if let Some(ct) = content_type {
+            request = request.header("content-type", ct);
+        }
+        let response = request.send().await.expect("answered");
+        assert_eq!(response.status(), 415, "{path} with {content_type:?}");
+        let answer: serde_json::Value = response.json().await.expect("JSON error");
+        assert_eq!(answer["error"]["code"], "unsupported_media_type");
+        assert_eq!(answer["error"]["field"], "content-type");
+    }
+    assert_eq!(
+        crate::redis_snapshot(&redis).await,
+        before,
+        "a refused body changed Redis"
+    );
+    let created = client
+        .post(format!("{base}/v1/jobs"))
+        .header("content-type", "application/json; charset=utf-8")
+        .body(body)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(created.status(), 201);
+    daemon.stop().await.expect("clean stop");
+}
