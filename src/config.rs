@@ -106,6 +106,9 @@ pub struct ApiConfig {
     pub listen: String,
     /// Bearer tokens accepted on `/v1/*`; empty means no authentication.
     pub tokens: Vec<String>,
+    /// Serve without tokens on an address other than loopback (refused at
+    /// start-up otherwise).
+    pub allow_unauthenticated: bool,
     /// Request body limit, also a job's body limit.
     #[serde(deserialize_with = "de_size")]
     pub max_body: u64,
@@ -195,6 +198,7 @@ impl Default for ApiConfig {
         ApiConfig {
             listen: "127.0.0.1:8080".into(),
             tokens: Vec::new(),
+            allow_unauthenticated: false,
             max_body: 1 << 20,
             max_batch_body: 16 << 20,
         }
@@ -340,12 +344,20 @@ impl Config {
             bail!("config key `redis.wheel_bucket`: must be between 16ms and 1h");
         }
         let a = &self.api;
-        a.listen.parse::<SocketAddr>().with_context(|| {
+        let listen = a.listen.parse::<SocketAddr>().with_context(|| {
             format!(
                 "config key `api.listen`: `{}` is not an address like 127.0.0.1:8080",
                 a.listen
             )
         })?;
+        if a.tokens.is_empty() && !listen.ip().is_loopback() && !a.allow_unauthenticated {
+            bail!(
+                "config key `api.tokens`: empty while `api.listen` ({}) is not a loopback address: \
+                 anyone who reaches it could create, cancel and replay jobs; set `api.tokens`, \
+                 or `api.allow_unauthenticated = true` if the network itself is trusted",
+                a.listen
+            );
+        }
         if a.tokens.iter().any(|t| t.len() < 8) {
             bail!("config key `api.tokens`: every token must be at least 8 characters");
         }
@@ -599,6 +611,32 @@ mod tests {
         assert!(is_secret_key("delivery.signing_secrets[1]"));
         assert!(is_secret_key("alerts.signing_secret"));
         assert!(!is_secret_key("delivery.timeout"));
+    }
+
+    #[test]
+    fn no_tokens_on_a_public_address_needs_an_explicit_yes() {
+        let load = |pairs: &[(&str, &str)]| {
+            Config::load(
+                None,
+                pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+            )
+        };
+        let err = load(&[("HOOKQ_API__LISTEN", "0.0.0.0:8080")]).expect_err("refused");
+        assert!(
+            format!("{err:#}").contains("api.allow_unauthenticated"),
+            "{err:#}"
+        );
+        assert!(load(&[("HOOKQ_API__LISTEN", "127.0.0.1:8080")]).is_ok());
+        assert!(load(&[
+            ("HOOKQ_API__LISTEN", "0.0.0.0:8080"),
+            ("HOOKQ_API__ALLOW_UNAUTHENTICATED", "true")
+        ])
+        .is_ok());
+        assert!(load(&[
+            ("HOOKQ_API__LISTEN", "0.0.0.0:8080"),
+            ("HOOKQ_API__TOKENS", "[\"a-long-enough-token\"]")
+        ])
+        .is_ok());
     }
 
     #[test]

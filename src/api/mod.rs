@@ -182,14 +182,20 @@ pub fn router(state: AppState) -> Router {
         .merge(batch)
         .route_layer(middleware::from_fn(require_json))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
-    Router::new()
+    let open = state.config.api.tokens.is_empty();
+    let router = Router::new()
         .merge(v1)
         .route("/openapi.json", get(openapi))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
-        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
-        .with_state(state)
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") });
+    let router = if open {
+        router.layer(middleware::from_fn(require_ip_host))
+    } else {
+        router
+    };
+    router.with_state(state)
 }
 
 /// Rejects `/v1/*` requests without a configured bearer token when
@@ -217,6 +223,53 @@ async fn require_token(State(state): State<AppState>, request: Request, next: Ne
         )
         .into_response()
     }
+}
+
+/// Without tokens, serves only requests whose `Host` is an IP address or
+/// `localhost` (with any port), else 421 `misdirected_request` naming
+/// `host`: a page that rebinds its own DNS name to this address (DNS
+/// rebinding) sends that name, so it cannot read or drive the API.
+async fn require_ip_host(request: Request, next: Next) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| request.uri().host())
+        .unwrap_or("");
+    if host_is_ip_or_localhost(host) {
+        return next.run(request).await;
+    }
+    ApiError {
+        status: StatusCode::MISDIRECTED_REQUEST,
+        code: "misdirected_request",
+        message: "without api.tokens this API answers only requests to an IP address or localhost"
+            .into(),
+        field: Some("host".into()),
+    }
+    .into_response()
+}
+
+/// Whether a `Host` value (with or without a port) is `localhost` or an IP
+/// address literal.
+fn host_is_ip_or_localhost(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => {
+            return v6.split_once(']').is_some_and(|(ip, rest)| {
+                ip.parse::<std::net::Ipv6Addr>().is_ok()
+                    && rest.strip_prefix(':').map_or(rest.is_empty(), |port| {
+                        port.bytes().all(|b| b.is_ascii_digit())
+                    })
+            })
+        }
+        None => host.rsplit_once(':').map_or(host, |(name, port)| {
+            if port.bytes().all(|b| b.is_ascii_digit()) {
+                name
+            } else {
+                host
+            }
+        }),
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::Ipv4Addr>().is_ok()
 }
 
 /// Refuses a request that sends a body in anything but JSON with 415
@@ -406,6 +459,31 @@ async fn metrics_text(State(state): State<AppState>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hosts_without_tokens_are_ip_literals_or_localhost() {
+        for ok in [
+            "127.0.0.1:8080",
+            "127.0.0.1",
+            "localhost",
+            "LOCALHOST:80",
+            "[::1]:8080",
+            "10.1.2.3:80",
+        ] {
+            assert!(host_is_ip_or_localhost(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "evil.example",
+            "evil.example:8080",
+            "localhost.evil.example",
+            "[::1",
+            "127.0.0.1.nip.io",
+            "0x7f.1",
+        ] {
+            assert!(!host_is_ip_or_localhost(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn token_comparison() {

@@ -1422,3 +1422,34 @@ async fn bodies_must_be_json() {
     assert_eq!(created.status(), 201);
     daemon.stop().await.expect("clean stop");
 }
+
+/// Without tokens, a request whose `Host` is a DNS name (what a page that
+/// rebinds its own name to this address sends) answers 421 naming `host`;
+/// an IP address or `localhost` is served.
+#[tokio::test]
+async fn without_tokens_only_ip_or_localhost_hosts_are_served() {
+    let redis = RedisServer::start();
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let port = daemon.addr().port();
+    let client = reqwest::Client::new();
+    let get = |host: String| {
+        let client = client.clone();
+        let url = format!("{}/v1/stats", daemon.url());
+        async move {
+            client
+                .get(url)
+                .header("host", host)
+                .send()
+                .await
+                .expect("answered")
+        }
+    };
+    let refused = get(format!("rebind.example:{port}")).await;
+    assert_eq!(refused.status(), 421);
+    let answer: serde_json::Value = refused.json().await.expect("JSON error");
+    assert_eq!(answer["error"]["field"], "host");
+    for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
+        assert_eq!(get(host.clone()).await.status(), 200, "{host}");
+    }
+    daemon.stop().await.expect("clean stop");
+}
