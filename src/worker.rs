@@ -44,6 +44,31 @@ pub const HELD_PER_WORKER: usize = 2;
 /// without a signal (a safety net for lost pub/sub messages).
 pub const IDLE_RECHECK: Duration = Duration::from_secs(5);
 
+/// Most distinct topics that get a metrics label of their own (per
+/// process): a client chooses topics, and every label value is a series
+/// Prometheus keeps. Topics seen after these are counted as `other`.
+pub const METRIC_TOPICS_MAX: usize = 100;
+
+/// The `topic` label for `topic`: itself while fewer than
+/// [`METRIC_TOPICS_MAX`] topics have a label, else `other`.
+pub fn topic_label(topic: &str) -> String {
+    static LABELED: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+        std::sync::OnceLock::new();
+    let labeled = LABELED.get_or_init(Default::default);
+    let mut labeled = match labeled.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    if labeled.contains(topic) {
+        return topic.to_string();
+    }
+    if labeled.len() < METRIC_TOPICS_MAX {
+        labeled.insert(topic.to_string());
+        return topic.to_string();
+    }
+    "other".to_string()
+}
+
 /// How often lanes are checked for jobs that should go back to Redis.
 const EVICT_EVERY: Duration = Duration::from_millis(100);
 
@@ -503,8 +528,12 @@ impl WorkerPool {
             Outcome::Failed(FailureKind::Permanent) => "permanent_failure",
             Outcome::Failed(FailureKind::Retryable { .. }) => "retryable_failure",
         };
-        metrics::counter!("hookq_attempts_total", "outcome" => outcome_label, "topic" => spec.topic.clone())
-            .increment(1);
+        metrics::counter!(
+            "hookq_attempts_total",
+            "outcome" => outcome_label,
+            "topic" => topic_label(&spec.topic)
+        )
+        .increment(1);
         metrics::histogram!("hookq_attempt_duration_seconds")
             .record(report.record.duration_ms as f64 / 1000.0);
         busy.decrement(1.0);

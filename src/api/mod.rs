@@ -428,18 +428,11 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>
 
 async fn metrics_text(State(state): State<AppState>) -> Response {
     // Jobs by state are read from Redis at scrape time (a few commands per
-    // partition), so every instance reports the shared truth.
-    if let Ok(stats) = state.store.stats().await {
-        for (name, value) in [
-            ("scheduled", stats.scheduled),
-            ("ready", stats.ready),
-            ("inflight", stats.inflight),
-            ("dead", stats.dead),
-        ] {
-            metrics::gauge!("hookq_jobs", "state" => name).set(value as f64);
-        }
-        metrics::gauge!("hookq_oldest_ready_lag_seconds")
-            .set(stats.oldest_ready_lag_ms as f64 / 1000.0);
+    // partition), so every instance reports the shared truth; at most once
+    // per STATS_EVERY however often it is scraped (`/metrics` needs no
+    // token, and every read costs Redis).
+    if stats_due() {
+        refresh_job_gauges(&state).await;
     }
     match &state.metrics {
         Some(handle) => (
@@ -453,6 +446,42 @@ async fn metrics_text(State(state): State<AppState>) -> Response {
             "metrics are not enabled",
         )
         .into_response(),
+    }
+}
+
+/// Longest the `hookq_jobs` gauges go without a read from Redis while
+/// `/metrics` is scraped.
+pub const STATS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether the job gauges should be read from Redis again (true at most
+/// once per [`STATS_EVERY`] in this process).
+fn stats_due() -> bool {
+    static LAST: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+    let mut last = match LAST.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    let now = std::time::Instant::now();
+    if last.is_some_and(|t| now.duration_since(t) < STATS_EVERY) {
+        return false;
+    }
+    *last = Some(now);
+    true
+}
+
+/// Reads the job counts behind the `hookq_jobs` gauges.
+async fn refresh_job_gauges(state: &AppState) {
+    if let Ok(stats) = state.store.stats().await {
+        for (name, value) in [
+            ("scheduled", stats.scheduled),
+            ("ready", stats.ready),
+            ("inflight", stats.inflight),
+            ("dead", stats.dead),
+        ] {
+            metrics::gauge!("hookq_jobs", "state" => name).set(value as f64);
+        }
+        metrics::gauge!("hookq_oldest_ready_lag_seconds")
+            .set(stats.oldest_ready_lag_ms as f64 / 1000.0);
     }
 }
 

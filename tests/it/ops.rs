@@ -949,3 +949,49 @@ async fn printed_redis_urls_hide_the_password() {
         );
     }
 }
+
+/// 2,000 topics leave `/metrics` bounded: each of the first 100 topics gets
+/// a label, the rest are counted as `other`. (A `hookq serve` of its own:
+/// the metrics recorder is process-wide.)
+#[tokio::test]
+async fn metrics_topic_labels_are_bounded() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let port = free_port();
+    let mut serve = spawn_serve(&redis, port, &[]);
+    wait_ready(port).await;
+    let base = format!("http://127.0.0.1:{port}");
+    let jobs: Vec<Value> = (0..2000)
+        .map(|i| json!({"id": format!("t-{i}"), "topic": format!("topic-{i}"), "url": receiver.url("/")}))
+        .collect();
+    for chunk in jobs.chunks(1000) {
+        let (status, answer) =
+            crate::post_json(&format!("{base}/v1/jobs/batch"), json!({"jobs": chunk})).await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    receiver.wait_for_count(2000, Duration::from_secs(60)).await;
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    let topics: std::collections::HashSet<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("hookq_attempts_total{"))
+        .filter_map(|l| l.split("topic=\"").nth(1)?.split('"').next())
+        .collect();
+    assert!(topics.contains("other"), "{topics:?}");
+    assert!(
+        topics.len() <= hookq::worker::METRIC_TOPICS_MAX + 1,
+        "{} topic labels",
+        topics.len()
+    );
+    assert_eq!(
+        crate::metric_sum(&text, "hookq_attempts_total"),
+        2000.0,
+        "every attempt is still counted"
+    );
+    serve.signal("TERM");
+    let _ = serve.wait_exit(Duration::from_secs(10)).await;
+}
