@@ -107,13 +107,24 @@ pub fn parse_since(text: &str, field: &str) -> Result<i64, FieldError> {
     ))
 }
 
-/// The spec a dead letter revives with: its own, or sent to `url`.
+/// The spec a dead letter revives with: its own, or sent to `url`. Sent to
+/// another origin (scheme, host or port), it leaves its headers behind: they
+/// may carry the old receiver's credentials (`authorization`, an API key),
+/// which must not follow a replay to an address someone else chose.
 fn revived_spec(dead: &DeadLetter, url: Option<&str>) -> Option<JobSpec> {
     let mut spec: JobSpec = serde_json::from_str(&dead.job_json).ok()?;
     if let Some(url) = url {
+        if origin(&spec.url) != origin(url) {
+            spec.headers.clear();
+        }
         spec.url = url.to_string();
     }
     Some(spec)
+}
+
+/// The origin of `url` (scheme, host, port), or None when it does not parse.
+fn origin(url: &str) -> Option<url::Origin> {
+    url::Url::parse(url).ok().map(|u| u.origin())
 }
 
 /// Replays the selected dead letters; `progress` is called with the running

@@ -179,7 +179,8 @@ async fn every_route_works() {
     let good = Receiver::ok().await;
     let (status, _) = post_json(
         &format!("{base}/v1/jobs"),
-        json!({"id": "gone-1", "topic": "orders", "url": receiver.url("/gone")}),
+        json!({"id": "gone-1", "topic": "orders", "url": receiver.url("/gone"),
+            "headers": {"authorization": "Bearer merchant-secret", "x-trace": "t1"}}),
     )
     .await;
     assert_eq!(status, 201);
@@ -224,6 +225,12 @@ async fn every_route_works() {
     let got = good.wait_for_count(1, Duration::from_secs(10)).await;
     assert_eq!(got[0].path, "/moved");
     assert_eq!(got[0].headers["webhook-id"], "gone-1");
+    // Another origin: the old receiver's credentials stay behind.
+    assert!(
+        !got[0].headers.contains_key("authorization") && !got[0].headers.contains_key("x-trace"),
+        "a replay to another origin carried the job's headers: {:?}",
+        got[0].headers
+    );
     let (_, empty) = get_json(&format!("{base}/v1/dead-letters")).await;
     assert_eq!(empty["dead_letters"], json!([]));
 
