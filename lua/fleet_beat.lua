@@ -11,8 +11,8 @@
     ARGV[2] how long its membership lasts without another beat, in ms; 0 to
             leave now
   Output:
-    {now, id1, id2, ...}: Redis's time and the live members (this daemon
-    among them unless it left), in no particular order.
+    {id1, id2, ...}: the live members (this daemon among them unless it
+    left), in no particular order.
 ]]
 local rcall = redis.call
 local now = now_ms()
@@ -23,6 +23,4 @@ if ttl > 0 then
 else
   rcall('ZREM', KEYS[1], ARGV[1])
 end
-local out = rcall('ZRANGE', KEYS[1], 0, -1)
-table.insert(out, 1, now)
-return out
+return rcall('ZRANGE', KEYS[1], 0, -1)

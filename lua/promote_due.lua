@@ -9,8 +9,6 @@
     KEYS[2] ready list      <ns>:{p}:ready
     KEYS[3] wheel index     <ns>:{p}:wheel
     ARGV[1] batch size (at most this many jobs are moved)
-    ARGV[2] job key prefix  <ns>:{p}:job:  (unused: records are found from KEYS[1]'s
-            prefix, in the live record hashes)
   Output:
     {moved, next_due, now}: next_due is the earliest time work is left (the
     due set's head, or the next bucket to open; at most now when a bucket is

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::RedisClock;
 use crate::fleet::Fleet;
-use crate::store::Store;
+use crate::store::{Promotion, Store};
 use crate::wake::Signals;
 
 /// Jobs moved per promotion script call.
@@ -40,6 +40,20 @@ pub const MAX_SLEEP: Duration = Duration::from_secs(60);
 /// `TIME` decides, so nothing is ever promoted early): after one, the
 /// carrier waits for the due time itself.
 pub const EARLY_WAKE_MS: i64 = 1;
+
+/// What a promotion left for the carrier: when work is next due (Redis's
+/// now after a full batch: more may be due already; None: nothing), and
+/// whether the promotion came early for that time (within
+/// [`EARLY_WAKE_MS`]), so that the next one waits for the time itself.
+pub fn after_promotion(promotion: &Promotion) -> (Option<i64>, bool) {
+    let next = if promotion.moved == PROMOTE_BATCH {
+        Some(promotion.now)
+    } else {
+        promotion.next_due
+    };
+    let early = next.is_some_and(|d| d > promotion.now && d - promotion.now <= EARLY_WAKE_MS);
+    (next, early)
+}
 
 /// Sentinel for "nothing known to be due".
 const NEVER: i64 = i64::MAX;
@@ -152,16 +166,10 @@ impl Carrier {
                             metrics::counter!("hookq_promoted_total")
                                 .increment(promotion.moved as u64);
                         }
-                        if promotion.moved == PROMOTE_BATCH {
-                            again = true;
-                            next_due[p as usize] = 0;
-                        } else {
-                            next_due[p as usize] = promotion.next_due.unwrap_or(NEVER);
-                        }
-                        let head = next_due[p as usize];
-                        came_early[p as usize] = head != NEVER
-                            && head > promotion.now
-                            && head - promotion.now <= EARLY_WAKE_MS;
+                        again |= promotion.moved == PROMOTE_BATCH;
+                        let (next, early) = after_promotion(&promotion);
+                        next_due[p as usize] = next.unwrap_or(NEVER);
+                        came_early[p as usize] = early;
                     }
                     Err(err) => {
                         ok = false;

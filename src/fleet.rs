@@ -75,7 +75,7 @@ impl Fleet {
     /// Beats once and applies the deal: partitions gained are re-read
     /// (their due and ready work may have waited for an owner).
     pub async fn beat(&self, store: &Store, signals: &Signals) -> StoreResult<()> {
-        let (_, members) = store.fleet_beat(&self.id, MEMBER_TTL).await?;
+        let members = store.fleet_beat(&self.id, MEMBER_TTL).await?;
         let partitions = store.keys().partitions();
         let dealt = deal(&members, &self.id, partitions);
         let before = self.owned.borrow().clone();

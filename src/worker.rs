@@ -20,7 +20,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::carrier::{EARLY_WAKE_MS, PROMOTE_BATCH};
+use crate::carrier::PROMOTE_BATCH;
 use crate::clock::RedisClock;
 use crate::completions::Completions;
 use crate::config::Config;
@@ -304,12 +304,7 @@ impl WorkerPool {
         if promotion.moved > 0 {
             metrics::counter!("hookq_promoted_total").increment(promotion.moved as u64);
         }
-        let next = if promotion.moved == PROMOTE_BATCH {
-            Some(promotion.now)
-        } else {
-            promotion.next_due
-        };
-        let early = next.is_some_and(|d| d > promotion.now && d - promotion.now <= EARLY_WAKE_MS);
+        let (next, early) = crate::carrier::after_promotion(&promotion);
         self.signals.promoted(p, next, early);
     }
 

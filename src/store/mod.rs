@@ -474,25 +474,17 @@ impl Store {
     }
 
     /// Beats for daemon `id` in the fleet, its membership lasting `ttl` (zero:
-    /// leaves); answers Redis's time and the live members' ids, sorted.
-    pub async fn fleet_beat(&self, id: &str, ttl: Duration) -> StoreResult<(i64, Vec<String>)> {
-        let reply: Vec<Value> = self
+    /// leaves); answers the live members' ids, sorted.
+    pub async fn fleet_beat(&self, id: &str, ttl: Duration) -> StoreResult<Vec<String>> {
+        let mut members: Vec<String> = self
             .invoke(
                 &scripts::FLEET_BEAT,
                 &[&self.keys.fleet()],
                 &[arg(&id), arg(&(ttl.as_millis() as u64))],
             )
             .await?;
-        let Some((now, members)) = reply.split_first() else {
-            return Err(StoreError::reply("fleet_beat", "empty reply"));
-        };
-        let now: i64 = redis::from_redis_value(now)?;
-        let mut members = members
-            .iter()
-            .map(redis::from_redis_value::<String>)
-            .collect::<Result<Vec<_>, _>>()?;
         members.sort_unstable();
-        Ok((now, members))
+        Ok(members)
     }
 
     /// The live members of the fleet (read only; ids sorted).
@@ -717,7 +709,7 @@ impl Store {
             .invoke(
                 &scripts::PROMOTE_DUE,
                 &[&self.keys.due(p), &self.keys.ready(p), &self.keys.wheel(p)],
-                &[arg(&batch), arg(&self.keys.job_prefix(p))],
+                &[arg(&batch)],
             )
             .await?;
         Ok(Promotion {

@@ -96,7 +96,7 @@ pub const ENQUEUE_JOBS: ScriptDef = script!("enqueue_jobs", 3, 3, repeat 7);
 /// `fleet_beat`: a daemon's heartbeat; answers the live daemons.
 pub const FLEET_BEAT: ScriptDef = script!("fleet_beat", 1, 2);
 /// `promote_due`: move due jobs to the ready list.
-pub const PROMOTE_DUE: ScriptDef = script!("promote_due", 3, 2);
+pub const PROMOTE_DUE: ScriptDef = script!("promote_due", 3, 1);
 /// `claim_ready`: lease ready jobs to workers.
 pub const CLAIM_READY: ScriptDef = script!("claim_ready", 4, 4);
 /// `complete_jobs`: record 2xx attempts of one partition, three ARGV per job.

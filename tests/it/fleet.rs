@@ -4,12 +4,13 @@
 //! daemon that joins takes a share of the work.
 
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 
 use hookq::fleet::{BEAT, MEMBER_TTL};
+use hookq::job::now_ms;
 
 use crate::ops::{free_port, spawn_serve, wait_ready};
 use crate::support::process::OwnedProcess;
@@ -17,13 +18,6 @@ use crate::support::receiver::Receiver;
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
 use crate::{metric_sum, post_json, start_daemon, test_config};
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
 
 /// Members of the fleet of namespace `hookq`.
 async fn members(redis: &RedisServer) -> Vec<String> {

@@ -203,28 +203,23 @@ impl RedisServer {
     /// Script calls Redis has served (`EVALSHA` and `EVAL`): hookq's
     /// requests are all scripts.
     pub async fn script_calls(&self) -> ::redis::RedisResult<i64> {
-        let info = self.info("commandstats").await?;
-        Ok(info
-            .lines()
-            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-            .filter_map(|l| {
-                l.split("calls=")
-                    .nth(1)?
-                    .split(',')
-                    .next()?
-                    .parse::<i64>()
-                    .ok()
-            })
-            .sum())
+        self.calls_of(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+            .await
     }
 
     /// Commands Redis has served (`INFO commandstats`), those scripts run
     /// included, except `INFO` itself (which measuring sends).
     pub async fn command_calls(&self) -> ::redis::RedisResult<i64> {
+        self.calls_of(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:"))
+            .await
+    }
+
+    /// The sum of `calls=` over the `INFO commandstats` lines `wanted` keeps.
+    async fn calls_of(&self, wanted: impl Fn(&str) -> bool) -> ::redis::RedisResult<i64> {
         let info = self.info("commandstats").await?;
         Ok(info
             .lines()
-            .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:"))
+            .filter(|l| wanted(l))
             .filter_map(|l| {
                 l.split("calls=")
                     .nth(1)?
