@@ -972,6 +972,36 @@ async fn late_moves_change_nothing() {
             .spec_json,
         ready.spec_json
     );
+    // A scheduled job whose due time has passed reads as ready although no
+    // carrier moved it (its record still says scheduled), and a change is
+    // refused as for any ready job.
+    enqueue_unreached(&store, &config, "due-unmoved", Some("50ms")).await;
+    wait_until(
+        "due-unmoved reads as ready",
+        Duration::from_secs(5),
+        || async {
+            store
+                .get("due-unmoved")
+                .await
+                .expect("get")
+                .expect("record")
+                .state
+                == State::Ready
+        },
+    )
+    .await;
+    let due = store
+        .get("due-unmoved")
+        .await
+        .expect("get")
+        .expect("record");
+    assert_eq!(
+        store
+            .reschedule(&redirect("due-unmoved", &due.spec_json))
+            .await
+            .expect("reschedule"),
+        RescheduleOutcome::NotScheduled(State::Ready)
+    );
 }
 
 /// `stats` reports how long the oldest ready job has waited, on Redis's
