@@ -13,6 +13,7 @@
     KEYS[5] sequence        <ns>:{p}:seq
     KEYS[6] dead stream     <ns>:{p}:dead
     KEYS[7] stats hash      <ns>:{p}:stats
+    KEYS[8] dead-letter index <ns>:{p}:dead:ids
     ARGV[1] id
     ARGV[2] fencing token (the attempt number the lease was granted for)
     ARGV[3] attempt record JSON
@@ -21,7 +22,7 @@
     ARGV[6] last error (kind: message)
     ARGV[7] last HTTP status, or ""
     ARGV[8] topic
-    ARGV[9] dead-letter stream cap (approximate MAXLEN)
+    ARGV[9] dead-letter stream cap
     ARGV[10] wake channel
     ARGV[11] partition number
   Output:
@@ -56,8 +57,8 @@ if delay >= 0 then
   return {DONE, r.due}
 end
 
-local entry = dead_letter(KEYS[6], ARGV[9], ARGV[1], ARGV[8], r.att, ARGV[6], ARGV[7], r.spec, now,
-  r.given)
+local entry = dead_letter(KEYS[6], KEYS[8], ARGV[9], ARGV[1], ARGV[8], r.att, ARGV[6], ARGV[7],
+  r.spec, now, r.given)
 rec_set_dead(r, entry, now)
 rec_keep(prefix, ARGV[1], r, ARGV[5])
 rcall('PEXPIRE', KEYS[3], ARGV[5])

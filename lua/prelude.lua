@@ -228,14 +228,49 @@ local function history_push(key, record)
   if redis.call('LPUSH', key, record) > 20 then redis.call('LTRIM', key, 0, 19) end
 end
 
--- Appends a job's dead letter to the partition's stream; returns its entry
--- id. `given` is the record's (the spec JSON leaves the due time out).
-local function dead_letter(stream, max_len, id, topic, attempts, last_error, last_status, spec, now,
-    given)
-  return redis.call('XADD', stream, 'MAXLEN', '~', max_len, '*',
+--[[
+  Dead letters. A partition's stream `<ns>:{p}:dead` holds them oldest
+  first, at most `retention.dead_letters_max`; its index, the hash
+  `<ns>:{p}:dead:ids`, maps each job id to its newest entry, so that finding
+  a job's dead letter reads one entry, never the stream. The index's field
+  `~complete` (no job id has a `~`) says that every entry made before the
+  index existed has been indexed (`index_dead`).
+]]
+
+-- Deletes dead-letter entry `entry` of job `id`, and the index's pointer
+-- to it (a pointer to a newer entry of the job stays).
+local function dead_forget(stream, index, id, entry)
+  redis.call('XDEL', stream, entry)
+  if id and redis.call('HGET', index, id) == entry then redis.call('HDEL', index, id) end
+end
+
+-- The job id of a stream entry as XRANGE returns it ({entry id, fields}).
+local function dead_entry_job(entry)
+  local fields = entry[2]
+  for i = 1, #fields, 2 do
+    if fields[i] == 'id' then return fields[i + 1] end
+  end
+  return nil
+end
+
+-- Appends a job's dead letter to the partition's stream and indexes it;
+-- past the cap the oldest entries go (at most 8 per call, so a lowered
+-- cap is reached over later calls). Returns the entry id. `given` is the
+-- record's (the spec JSON leaves the due time out).
+local function dead_letter(stream, index, max_len, id, topic, attempts, last_error, last_status,
+    spec, now, given)
+  local entry = redis.call('XADD', stream, '*',
     'id', id, 'topic', topic, 'attempts', attempts, 'last_error', last_error,
     'last_status', last_status, 'job', spec, 'dead_at', string.format('%d', now),
     'given', string.format('%d', given or GIVEN_NEITHER))
+  redis.call('HSET', index, id, entry)
+  local over = redis.call('XLEN', stream) - tonumber(max_len)
+  if over > 0 then
+    for _, old in ipairs(redis.call('XRANGE', stream, '-', '+', 'COUNT', math.min(over, 8))) do
+      dead_forget(stream, index, dead_entry_job(old), old[1])
+    end
+  end
+  return entry
 end
 
 -- The topic in a spec JSON ('default' when absent or unreadable).

@@ -9,12 +9,13 @@
     KEYS[2] ready list      <ns>:{p}:ready
     KEYS[3] dead stream     <ns>:{p}:dead
     KEYS[4] stats hash      <ns>:{p}:stats
+    KEYS[5] dead-letter index <ns>:{p}:dead:ids
     ARGV[1] batch size
     ARGV[2] job key prefix      <ns>:{p}:job:   (same hash tag; live record
             hashes and a dead job's kept record are built from it)
     ARGV[3] history key prefix  <ns>:{p}:hist:  (same hash tag)
     ARGV[4] retention in ms
-    ARGV[5] dead-letter stream cap (approximate MAXLEN)
+    ARGV[5] dead-letter stream cap
     ARGV[6] wake channel
     ARGV[7] partition number
   Output:
@@ -46,7 +47,7 @@ for i, id in ipairs(ids) do
   if r and r.state == 'i' then
     history_push(ARGV[3] .. id, cjson.encode({at = now, error = 'lease_expired', message = lost}))
     if r.att >= r.max then
-      local entry = dead_letter(KEYS[3], ARGV[5], id, spec_topic(r.spec), r.att,
+      local entry = dead_letter(KEYS[3], KEYS[5], ARGV[5], id, spec_topic(r.spec), r.att,
         'lease_expired: ' .. lost, '', r.spec, now, r.given)
       rec_set_dead(r, entry, now)
       rec_keep(prefix, id, r, ARGV[4])

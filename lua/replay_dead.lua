@@ -11,6 +11,7 @@
     KEYS[2] ready list      <ns>:{p}:ready
     KEYS[3] dead stream     <ns>:{p}:dead
     KEYS[4] history list    <ns>:{p}:hist:<id>
+    KEYS[5] dead-letter index <ns>:{p}:dead:ids
     ARGV[1] id
     ARGV[2] dead-letter entry id
     ARGV[3] job spec JSON to revive (the entry's `job`, maybe with a new url)
@@ -31,7 +32,7 @@ local prefix = partition_prefix(KEYS[2], 'ready')
 local at = live(prefix, ARGV[1])
 local r = rec_get(at)
 if r and (r.state == 's' or r.state == 'w' or r.state == 'p' or r.state == 'r' or r.state == 'i') then
-  rcall('XDEL', KEYS[3], ARGV[2])
+  dead_forget(KEYS[3], KEYS[5], ARGV[1], ARGV[2])
   return UNCHANGED
 end
 
@@ -44,5 +45,5 @@ rec_create(at, {state = 'r', ut = now, att = 0, max = tonumber(ARGV[4]), due = n
 rcall('DEL', KEYS[1])
 rcall('PERSIST', KEYS[4])
 if rcall('RPUSH', KEYS[2], ARGV[1]) == 1 then wake_ready(ARGV[5], ARGV[6]) end
-rcall('XDEL', KEYS[3], ARGV[2])
+dead_forget(KEYS[3], KEYS[5], ARGV[1], ARGV[2])
 return DONE

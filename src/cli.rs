@@ -6,6 +6,7 @@
 //! usage, input or config (the message names the flag or key), 3 not found,
 //! 4 conflict, 5 `doctor` found a problem that must be fixed.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,7 +16,7 @@ use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::deadletter::{self, parse_since, Selection};
+use crate::deadletter::{self, parse_since, Revival, Selection};
 use crate::doctor;
 use crate::job::{format_ms, FieldError, JobInput, RunAt};
 use crate::store::{CancelOutcome, EnqueueOutcome, Store};
@@ -161,9 +162,14 @@ pub struct ReplayArgs {
     /// Every dead letter (narrowed by --topic and --since).
     #[arg(long)]
     all: bool,
-    /// Send the replayed jobs to this URL instead.
+    /// Send the replayed jobs to this URL instead (to another origin, their
+    /// headers stay behind unless given again with --header).
     #[arg(long)]
     url: Option<String>,
+    /// Send this header instead of the jobs' own, as `Name: value`
+    /// (repeatable; any --header replaces all of a job's headers).
+    #[arg(long = "header")]
+    headers: Vec<String>,
     /// Print what would be replayed; change nothing.
     #[arg(long)]
     dry_run: bool,
@@ -200,8 +206,25 @@ fn flag_for(field: &str) -> String {
         "run_at" => "--at".into(),
         "ids" => "--id".into(),
         f if f.starts_with("ids[") => "--id".into(),
+        f if f.starts_with("headers") => "--header".into(),
         f => format!("--{}", f.replace('_', "-")),
     }
+}
+
+/// Parses `--header 'Name: value'` flags into a header map.
+fn parse_header_flags(flags: &[String]) -> Result<BTreeMap<String, String>, CliError> {
+    flags
+        .iter()
+        .map(|flag| match flag.split_once(':') {
+            Some((name, value)) if !name.trim().is_empty() => {
+                Ok((name.trim().to_string(), value.trim().to_string()))
+            }
+            _ => Err(fail(
+                2,
+                format!("--header: `{}` is not `Name: value`", flag.escape_debug()),
+            )),
+        })
+        .collect()
 }
 
 fn field_error(e: FieldError) -> CliError {
@@ -588,6 +611,15 @@ async fn show(config: &Config, id: &str, json: bool) -> Result<ExitCode, CliErro
             },
         ],
         vec![
+            "headers".into(),
+            if view.headers.is_empty() {
+                "-".into()
+            } else {
+                let names: Vec<&str> = view.headers.keys().map(String::as_str).collect();
+                format!("{} (values redacted)", names.join(", "))
+            },
+        ],
+        vec![
             "attempts".into(),
             format!("{} of {}", view.attempts, view.max_attempts),
         ],
@@ -646,24 +678,18 @@ async fn replay(config: &Config, args: ReplayArgs, json: bool) -> Result<ExitCod
             .map_err(field_error)?,
     };
     selection.validate().map_err(field_error)?;
-    if let Some(url) = &args.url {
-        deadletter::validate_replay_url(url).map_err(field_error)?;
-    }
+    let headers = (!args.headers.is_empty())
+        .then(|| parse_header_flags(&args.headers))
+        .transpose()?;
+    let change = Revival::new(args.url.as_deref(), headers).map_err(field_error)?;
     let store = connect(config).await?;
     let show_progress = !json;
-    let report = deadletter::replay(
-        &store,
-        config,
-        &selection,
-        args.url.as_deref(),
-        args.dry_run,
-        |n| {
-            if show_progress && n % 1000 == 0 {
-                eprint!("\r{n} dead letters handled");
-                let _ = std::io::stderr().flush();
-            }
-        },
-    )
+    let report = deadletter::replay(&store, config, &selection, &change, args.dry_run, |n| {
+        if show_progress && n % 1000 == 0 {
+            eprint!("\r{n} dead letters handled");
+            let _ = std::io::stderr().flush();
+        }
+    })
     .await?;
     if json {
         print_json(&report)?;

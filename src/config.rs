@@ -167,7 +167,7 @@ pub struct RetentionConfig {
     /// Keep a delivered or cancelled job's whole record (spec, body, up to
     /// 20 attempt records) for `finished` instead of a summary.
     pub keep_bodies: bool,
-    /// Approximate cap on each dead-letter stream's length.
+    /// Cap on each dead-letter stream's length (the oldest go past it).
     pub dead_letters_max: u64,
 }
 

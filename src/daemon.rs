@@ -153,6 +153,23 @@ impl Daemon {
                     backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
                 scripts_loaded.store(true, Ordering::Release);
+                // Dead letters of a hookq from before the dead-letter index
+                // get indexed once, beside the traffic (a few calls per
+                // partition when there are none).
+                let indexing = {
+                    let store = store.clone();
+                    let token = token.child_token();
+                    tokio::spawn(async move {
+                        tokio::select! {
+                            _ = token.cancelled() => {}
+                            done = store.index_dead_letters() => match done {
+                                Ok(0) => {}
+                                Ok(n) => tracing::info!(entries = n, "dead letters indexed"),
+                                Err(err) => tracing::warn!(cause = %err, "cannot index the dead letters yet; the next start tries again"),
+                            },
+                        }
+                    })
+                };
                 if let Ok(now) = store.redis_time_ms().await {
                     clock.observe(now);
                 }
@@ -192,7 +209,14 @@ impl Daemon {
                 let cues = Cues { signals, fleet };
                 let pool = WorkerPool::new(store, deliverer, config, cues, clock, lanes, breaker);
                 let pool = tokio::spawn(pool.run(token.child_token()));
-                let _ = tokio::join!(subscriber, carrier, pool, breaker_task, fleet_task);
+                let _ = tokio::join!(
+                    subscriber,
+                    carrier,
+                    pool,
+                    breaker_task,
+                    fleet_task,
+                    indexing
+                );
             })
         };
         let task = {

@@ -10,7 +10,11 @@
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::job::{validate_id, validate_topic, validate_url, FieldError, JobSpec};
+use std::collections::BTreeMap;
+
+use crate::job::{
+    same_origin, validate_headers, validate_id, validate_topic, validate_url, FieldError, JobSpec,
+};
 use crate::store::listing::DeadLetter;
 use crate::store::{ReplayOutcome, Store, StoreResult};
 
@@ -111,20 +115,43 @@ pub fn parse_since(text: &str, field: &str) -> Result<i64, FieldError> {
 /// another origin (scheme, host or port), it leaves its headers behind: they
 /// may carry the old receiver's credentials (`authorization`, an API key),
 /// which must not follow a replay to an address someone else chose.
-fn revived_spec(dead: &DeadLetter, url: Option<&str>) -> Option<JobSpec> {
+/// Headers given with the replay replace the job's, wherever it goes.
+fn revived_spec(dead: &DeadLetter, change: &Revival) -> Option<JobSpec> {
     let mut spec: JobSpec = serde_json::from_str(&dead.job_json).ok()?;
-    if let Some(url) = url {
-        if origin(&spec.url) != origin(url) {
+    if let Some(url) = &change.url {
+        if !same_origin(&spec.url, url) {
             spec.headers.clear();
         }
-        spec.url = url.to_string();
+        spec.url = url.clone();
+    }
+    if let Some(headers) = &change.headers {
+        spec.headers = headers.clone();
     }
     Some(spec)
 }
 
-/// The origin of `url` (scheme, host, port), or None when it does not parse.
-fn origin(url: &str) -> Option<url::Origin> {
-    url::Url::parse(url).ok().map(|u| u.origin())
+/// What a replay changes in the jobs it revives.
+#[derive(Debug, Clone, Default)]
+pub struct Revival {
+    /// Send them to this URL (normalised; see [`Revival::new`]).
+    pub url: Option<String>,
+    /// Send these headers instead of the jobs' own.
+    pub headers: Option<BTreeMap<String, String>>,
+}
+
+impl Revival {
+    /// Checks a replay's new `url` and `headers` (fields named as in the
+    /// request; the CLI maps them to its flags).
+    pub fn new(
+        url: Option<&str>,
+        headers: Option<BTreeMap<String, String>>,
+    ) -> Result<Revival, FieldError> {
+        let url = url.map(|u| validate_url(u, "url")).transpose()?;
+        if let Some(headers) = &headers {
+            validate_headers(headers)?;
+        }
+        Ok(Revival { url, headers })
+    }
 }
 
 /// Replays the selected dead letters; `progress` is called with the running
@@ -133,7 +160,7 @@ pub async fn replay(
     store: &Store,
     config: &Config,
     selection: &Selection,
-    url: Option<&str>,
+    change: &Revival,
     dry_run: bool,
     mut progress: impl FnMut(usize),
 ) -> StoreResult<ReplayReport> {
@@ -145,7 +172,7 @@ pub async fn replay(
     if !selection.ids.is_empty() {
         for id in &selection.ids {
             match store.find_dead(id).await? {
-                Some(dead) => revive(store, config, &dead, url, dry_run, &mut report).await?,
+                Some(dead) => revive(store, config, &dead, change, dry_run, &mut report).await?,
                 None => report.not_found.push(id.clone()),
             }
             handled += 1;
@@ -159,7 +186,7 @@ pub async fn replay(
             .list_dead(selection.topic.as_deref(), selection.since_ms, PAGE, cursor)
             .await?;
         for dead in &page.items {
-            revive(store, config, dead, url, dry_run, &mut report).await?;
+            revive(store, config, dead, change, dry_run, &mut report).await?;
             handled += 1;
             progress(handled);
         }
@@ -187,11 +214,11 @@ async fn revive(
     store: &Store,
     config: &Config,
     dead: &DeadLetter,
-    url: Option<&str>,
+    change: &Revival,
     dry_run: bool,
     report: &mut ReplayReport,
 ) -> StoreResult<()> {
-    let Some(spec) = revived_spec(dead, url) else {
+    let Some(spec) = revived_spec(dead, change) else {
         tracing::warn!(job_id = %dead.id, entry = %dead.entry_id, "dead letter has no readable job; skipped");
         report.not_found.push(dead.id.clone());
         return Ok(());
@@ -214,11 +241,6 @@ async fn revive(
         ReplayOutcome::Gone => report.not_found.push(dead.id.clone()),
     }
     Ok(())
-}
-
-/// Checks a replay's new URL.
-pub fn validate_replay_url(url: &str) -> Result<(), FieldError> {
-    validate_url(url, "url")
 }
 
 #[cfg(test)]

@@ -269,11 +269,14 @@ impl JobSpec {
         }
     }
 
-    /// The spec as a client would write it, with `run_at` in RFC 3339 (dead
-    /// letters and replay previews show this).
-    pub fn to_input_json(&self) -> serde_json::Value {
+    /// The spec as a client would write it, with `run_at` in RFC 3339 and
+    /// header values [`REDACTED`]: what a dead letter shows.
+    pub fn to_shown_json(&self) -> serde_json::Value {
         let mut input = self.to_input(None);
         input.run_at = self.run_at.map(|ms| RunAt::Text(format_ms(ms)));
+        if let Some(headers) = &mut input.headers {
+            headers.values_mut().for_each(|v| *v = REDACTED.to_string());
+        }
         serde_json::to_value(input).unwrap_or(serde_json::Value::Null)
     }
 
@@ -465,7 +468,7 @@ pub fn validate_topic(topic: &str) -> Result<(), FieldError> {
 /// no control characters (a URL parser drops tabs and newlines silently,
 /// and an escape sequence printed raw by `hookq show` would rewrite the
 /// operator's terminal).
-pub fn validate_url(url: &str, field: &str) -> Result<(), FieldError> {
+pub fn validate_url(url: &str, field: &str) -> Result<String, FieldError> {
     if url.len() > MAX_URL_LEN {
         return Err(FieldError::new(
             "invalid_url",
@@ -501,7 +504,37 @@ pub fn validate_url(url: &str, field: &str) -> Result<(), FieldError> {
             format!("{field} has no host"),
         ));
     }
-    Ok(())
+    let normalised = String::from(parsed);
+    if normalised.len() > MAX_URL_LEN {
+        return Err(FieldError::new(
+            "invalid_url",
+            field,
+            format!("{field} is longer than {MAX_URL_LEN} bytes once normalised"),
+        ));
+    }
+    Ok(normalised)
+}
+
+/// Whether two URLs share an origin (scheme, host and port). A URL that
+/// does not parse shares none.
+pub fn same_origin(a: &str, b: &str) -> bool {
+    match (url::Url::parse(a), url::Url::parse(b)) {
+        (Ok(a), Ok(b)) => a.origin() == b.origin(),
+        _ => false,
+    }
+}
+
+/// What every view shows in place of a header's value: header values are
+/// write-only (they often hold the receiver's credentials); deliveries send
+/// them, nothing shows them.
+pub const REDACTED: &str = "[redacted]";
+
+/// Serializes headers as their names, each with the value [`REDACTED`].
+fn serialize_redacted<S: serde::Serializer>(
+    headers: &BTreeMap<String, String>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(headers.keys().map(|name| (name, REDACTED)))
 }
 
 fn parse_duration(text: &str, field: &str) -> Result<Duration, FieldError> {
@@ -742,7 +775,7 @@ impl JobInput {
             .url
             .clone()
             .ok_or_else(|| FieldError::new("missing_field", "url", "url is required"))?;
-        validate_url(&url, "url")?;
+        let url = validate_url(&url, "url")?;
         let method = match self.method.as_deref() {
             None => Method::Post,
             Some(m) if m.eq_ignore_ascii_case("POST") => Method::Post,
@@ -859,8 +892,11 @@ pub struct JobView {
     /// HTTP method (absent from a finished job's summary).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub method: Option<Method>,
-    /// Extra headers.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    /// Extra headers: shown by name, every value [`REDACTED`].
+    #[serde(
+        skip_serializing_if = "BTreeMap::is_empty",
+        serialize_with = "serialize_redacted"
+    )]
     pub headers: BTreeMap<String, String>,
     /// JSON body.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -1053,6 +1089,75 @@ mod tests {
         assert!(validate_url("http://a.example/caf\u{e9}?q=1", "url").is_ok());
     }
 
+    /// What is stored is the URL as it will be requested: host lower-cased,
+    /// default port and dot segments gone, non-ASCII percent-encoded.
+    #[test]
+    fn urls_are_stored_normalised() {
+        for (given, stored) in [
+            ("HTTP://A.Example:80/a/../b?q=1", "http://a.example/b?q=1"),
+            ("https://a.example", "https://a.example/"),
+            ("http://a.example/caf\u{e9}", "http://a.example/caf%C3%A9"),
+            ("http://[::1]:8080/x", "http://[::1]:8080/x"),
+        ] {
+            assert_eq!(validate_url(given, "url").as_deref(), Ok(stored), "{given}");
+        }
+        let job = input(r#"{"url":"HTTPS://Shop.Example:443/hook"}"#).expect("valid");
+        assert_eq!(job.spec.url, "https://shop.example/hook");
+        let long = format!("http://a.example/{}", "\u{e9}".repeat(1000));
+        assert!(long.len() <= MAX_URL_LEN);
+        let err = validate_url(&long, "url").expect_err("too long once encoded");
+        assert!(err.message.contains("normalised"), "{}", err.message);
+    }
+
+    #[test]
+    fn origins() {
+        assert!(same_origin("http://a.example/x", "HTTP://a.example:80/y"));
+        assert!(!same_origin("http://a.example/", "https://a.example/"));
+        assert!(!same_origin("http://a.example/", "http://a.example:8080/"));
+        assert!(!same_origin("http://a.example/", "http://b.example/"));
+        assert!(!same_origin("not a url", "not a url"));
+    }
+
+    /// Header values are write-only: the view and a dead letter's job show
+    /// the names only.
+    #[test]
+    fn views_show_header_names_but_never_values() {
+        let spec = input(
+            r#"{"url":"https://a.example/","headers":{"Authorization":"Bearer s3cret-token","X-Trace":"t1"}}"#,
+        )
+        .expect("valid")
+        .spec;
+        let shown = spec.to_shown_json();
+        assert_eq!(
+            shown["headers"],
+            serde_json::json!({"Authorization": REDACTED, "X-Trace": REDACTED})
+        );
+        let view = JobView {
+            id: "a".into(),
+            topic: "t".into(),
+            url: Some(spec.url.clone()),
+            method: Some(Method::Post),
+            headers: spec.headers.clone(),
+            body: None,
+            body_text: None,
+            content_type: None,
+            retry: None,
+            timeout: None,
+            state: State::Scheduled,
+            attempts: 0,
+            max_attempts: 1,
+            next_attempt_at: None,
+            created_at: String::new(),
+            updated_at: String::new(),
+            history: Vec::new(),
+            summarized: false,
+        };
+        let json = serde_json::to_string(&view).expect("serializes");
+        assert!(!json.contains("s3cret") && !json.contains("t1"), "{json}");
+        assert!(json.contains(r#""Authorization":"[redacted]""#), "{json}");
+        assert_eq!(spec.headers["Authorization"], "Bearer s3cret-token");
+    }
+
     #[test]
     fn the_input_form_shows_times_and_durations_as_a_client_writes_them() {
         let spec = input(
@@ -1060,7 +1165,7 @@ mod tests {
         )
         .expect("valid")
         .spec;
-        let shown = spec.to_input_json();
+        let shown = spec.to_shown_json();
         assert_eq!(shown["run_at"], "2026-11-23T06:37:53.572Z");
         assert_eq!(shown["retry"], serde_json::json!(["1s", "1m"]));
         assert_eq!(shown["timeout"], "5s");

@@ -1,5 +1,7 @@
 //! Dead-letter routes: list, replay, drop.
 
+use std::collections::BTreeMap;
+
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, RawQuery, State};
@@ -9,7 +11,7 @@ use axum::Json;
 use serde::Deserialize;
 
 use super::{parse_json, parse_limit, parse_query, ApiError, AppState};
-use crate::deadletter::{self, parse_since, Selection};
+use crate::deadletter::{self, parse_since, Revival, Selection};
 use crate::job::{validate_id, validate_topic};
 use crate::store::listing::{Cursor, CursorKind};
 
@@ -58,6 +60,7 @@ struct ReplayInput {
     topic: Option<String>,
     since: Option<String>,
     url: Option<String>,
+    headers: Option<BTreeMap<String, String>>,
     #[serde(default)]
     dry_run: bool,
 }
@@ -79,19 +82,38 @@ pub(super) async fn replay(
             .transpose()?,
     };
     selection.validate()?;
-    if let Some(url) = &input.url {
-        deadletter::validate_replay_url(url)?;
-    }
+    let change = Revival::new(input.url.as_deref(), input.headers)?;
     let report = deadletter::replay(
         &state.store,
         &state.config,
         &selection,
-        input.url.as_deref(),
+        &change,
         input.dry_run,
         |_| {},
     )
     .await?;
     Ok(Json(report).into_response())
+}
+
+/// `GET /v1/dead-letters/{id}`: job `id`'s newest dead letter, with its
+/// body (listings leave bodies out).
+pub(super) async fn show(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    validate_id(&id)?;
+    match state.store.find_dead(&id).await? {
+        Some(dead) => Ok(Json(dead).into_response()),
+        None => Err(no_dead_letter(&id)),
+    }
+}
+
+fn no_dead_letter(id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!("no dead letter for job `{id}`"),
+    )
 }
 
 /// `DELETE /v1/dead-letters/{id}`: drop job `id`'s dead letter.
@@ -103,10 +125,6 @@ pub(super) async fn drop(
     if state.store.drop_dead(&id).await? {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
-        Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("no dead letter for job `{id}`"),
-        ))
+        Err(no_dead_letter(&id))
     }
 }

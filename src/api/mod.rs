@@ -18,7 +18,7 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, delete, get, post};
+use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -175,7 +175,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/stats", get(jobs::stats))
         .route("/v1/dead-letters", get(dead_letters::list))
         .route("/v1/dead-letters/replay", post(dead_letters::replay))
-        .route("/v1/dead-letters/{id}", delete(dead_letters::drop))
+        .route(
+            "/v1/dead-letters/{id}",
+            get(dead_letters::show).delete(dead_letters::drop),
+        )
         .route("/v1/hosts", get(hosts::list))
         .route("/v1/hosts/{*host}", any(hosts::one))
         .layer(DefaultBodyLimit::max(max_body))
@@ -451,7 +454,7 @@ async fn metrics_text(State(state): State<AppState>) -> Response {
 
 /// Longest the `hookq_jobs` gauges go without a read from Redis while
 /// `/metrics` is scraped.
-pub const STATS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+pub const STATS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Whether the job gauges should be read from Redis again (true at most
 /// once per [`STATS_EVERY`] in this process).

@@ -124,6 +124,12 @@ impl Keys {
         format!("{}dead", self.prefix(p))
     }
 
+    /// HASH `<ns>:{p}:dead:ids`: job id -> the stream entry id of its newest
+    /// dead letter (and `~complete` once older entries are indexed).
+    pub fn dead_index(&self, p: u16) -> String {
+        format!("{}dead:ids", self.prefix(p))
+    }
+
     /// HASH `<ns>:{p}:stats`: delivery counters (`delivered`,
     /// `failed_attempts`, `dead_lettered`, `expired_leases`).
     pub fn stats(&self, p: u16) -> String {
@@ -227,6 +233,7 @@ mod tests {
             k.ready(p),
             k.inflight(p),
             k.dead(p),
+            k.dead_index(p),
             k.seq(p),
             k.history(p, "order-1"),
         ] {

@@ -13,7 +13,10 @@ use std::collections::HashMap;
 use redis::streams::{StreamId, StreamRangeReply};
 use serde::Serialize;
 
-use super::{JobRecord, Store, StoreResult, Summary};
+use redis::Value;
+
+use super::scripts::{self, Code};
+use super::{arg, JobRecord, Store, StoreResult, Summary};
 use crate::job::{FieldError, State};
 
 /// Partitions visited at most per page, so one request stays bounded.
@@ -21,6 +24,63 @@ const MAX_PARTITIONS_PER_PAGE: u16 = 64;
 
 /// Summary shards (about 40 to 80 summaries each) read at most per page.
 const MAX_SHARDS_PER_PAGE: u32 = 64;
+
+/// Bytes of stored jobs (or dead letters) one page reads from Redis before
+/// it ends early with a cursor, once it holds at least one item: a page over
+/// large jobs stays small in time and memory however high its `limit`.
+pub const PAGE_READ_BYTES: usize = 8 << 20;
+
+/// Most records one Redis call of a listing reads.
+const MAX_READ_BATCH: usize = 100;
+
+/// What one page may still read from Redis ([`PAGE_READ_BYTES`]), and how
+/// many records to ask for per call so that one call stays within it.
+struct ReadBudget {
+    left: usize,
+    read_bytes: usize,
+    read_records: usize,
+}
+
+impl ReadBudget {
+    fn new() -> ReadBudget {
+        ReadBudget {
+            left: PAGE_READ_BYTES,
+            read_bytes: 0,
+            read_records: 0,
+        }
+    }
+
+    /// Counts one record of `bytes` read.
+    fn spend(&mut self, bytes: usize) {
+        self.left = self.left.saturating_sub(bytes);
+        self.read_bytes += bytes;
+        self.read_records += 1;
+    }
+
+    /// Whether a page that holds `items` so far must end here.
+    fn exhausted(&self, items: usize) -> bool {
+        self.left == 0 && items > 0
+    }
+
+    /// Records to read in the next call, at most `want`: 4 until sizes are
+    /// known, then as many as the budget left holds at the average size.
+    fn batch(&self, want: usize) -> usize {
+        let fit = match self.read_bytes.checked_div(self.read_records) {
+            None => 4,
+            Some(average) => self.left / average.max(1),
+        };
+        fit.clamp(1, MAX_READ_BATCH).min(want.max(1))
+    }
+}
+
+/// A record as a listing shows it: without its body (the job view has it),
+/// so that a page's answer stays small.
+fn listed(mut record: JobRecord) -> JobRecord {
+    record.spec.body = None;
+    record.spec.body_text = None;
+    record.spec_json = String::new();
+    record
+}
 
 /// A page of results.
 #[derive(Debug, Clone, Serialize)]
@@ -51,25 +111,29 @@ pub enum CursorKind {
     DeadLetters,
 }
 
-/// Whether `position` has a shape `kind`'s listing writes, every number
-/// small enough that no arithmetic on it overflows (at most 18 digits).
+/// Whether `position` has a shape `kind`'s listing writes. An offset has
+/// at most 18 digits, so that no arithmetic on it overflows; the positions
+/// that hold an `HSCAN`/`SCAN` cursor (which may use all 64 bits) take any
+/// u64, and what is added to their numbers saturates.
 fn position_fits(kind: CursorKind, position: &str) -> bool {
-    let numbers = |text: &str, separator: char, parts: &[usize]| {
+    let numbers = |text: &str, separator: char, parts: &[usize], digits: usize| {
         let numbers: Vec<&str> = text.split(separator).collect();
         parts.contains(&numbers.len())
-            && numbers
-                .iter()
-                .all(|n| (1..=18).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_digit()))
+            && numbers.iter().all(|n| {
+                (1..=digits).contains(&n.len())
+                    && n.bytes().all(|b| b.is_ascii_digit())
+                    && n.parse::<u64>().is_ok()
+            })
     };
     match kind {
         CursorKind::Jobs => match position.strip_prefix(['k', 's']) {
-            Some(rest) if position.starts_with('k') => numbers(rest, '.', &[2]),
-            Some(rest) => numbers(rest, '.', &[3]),
-            None => numbers(position, '.', &[1, 3]),
+            Some(rest) if position.starts_with('k') => numbers(rest, '.', &[1, 2], 20),
+            Some(rest) => numbers(rest, '.', &[3], 18),
+            None => numbers(position, '.', &[1], 18) || numbers(position, '.', &[3], 20),
         },
         CursorKind::DeadLetters => match position.strip_prefix('(') {
-            Some(id) => numbers(id, '-', &[2]),
-            None => position == "-" || numbers(position, '-', &[1, 2]),
+            Some(id) => numbers(id, '-', &[2], 18),
+            None => position == "-" || numbers(position, '-', &[1, 2], 18),
         },
     }
 }
@@ -171,6 +235,16 @@ pub struct DeadLetter {
 }
 
 impl DeadLetter {
+    /// The dead letter as a listing shows it: its job without `body` and
+    /// `body_text` (reading the one dead letter shows them).
+    fn listed(mut self) -> DeadLetter {
+        if let Some(job) = self.job.as_object_mut() {
+            job.remove("body");
+            job.remove("body_text");
+        }
+        self
+    }
+
     fn from_entry(partition: u16, entry: &StreamId) -> Option<DeadLetter> {
         let text = |name: &str| -> Option<String> { entry.get(name) };
         let id = text("id")?;
@@ -197,12 +271,24 @@ impl DeadLetter {
                     if let Some(given) = text("given").and_then(|g| g.parse().ok()) {
                         spec.restore_given(given);
                     }
-                    spec.to_input_json()
+                    spec.to_shown_json()
                 })
                 .unwrap_or(serde_json::Value::Null),
             job_json,
         })
     }
+}
+
+/// The bytes of a stream entry's values (what reading it cost).
+fn entry_bytes(entry: &StreamId) -> usize {
+    entry
+        .map
+        .values()
+        .map(|v| match v {
+            redis::Value::BulkString(bytes) => bytes.len(),
+            _ => 8,
+        })
+        .sum()
 }
 
 /// Which ids a job listing walks.
@@ -262,10 +348,12 @@ impl Store {
         let mut cursor = cursor.unwrap_or_else(|| Cursor::start(0, initial));
         let mut items = Vec::new();
         let mut visited = 0;
+        let mut budget = ReadBudget::new();
         let mut conn = self.conn.clone();
         while cursor.partition < partitions
             && items.len() < limit
             && visited < MAX_PARTITIONS_PER_PAGE
+            && !budget.exhausted(items.len())
         {
             let p = cursor.partition;
             let want = limit - items.len();
@@ -288,12 +376,26 @@ impl Store {
                         .query_async(&mut conn)
                         .await?;
                     let full = ids.len() == want;
-                    for record in self.records(p, &ids).await?.into_iter().flatten() {
-                        if keep(&record) {
-                            items.push(record);
+                    let mut done = 0;
+                    while done < ids.len() && !budget.exhausted(items.len()) {
+                        let batch =
+                            &ids[done..(done + budget.batch(ids.len() - done)).min(ids.len())];
+                        let mut pipe = redis::pipe();
+                        for id in batch {
+                            pipe.hget(self.keys.live_records(p, id), id);
                         }
+                        let values: Vec<Vec<u8>> = pipe.query_async(&mut conn).await?;
+                        for (id, value) in batch.iter().zip(values) {
+                            budget.spend(value.len());
+                            if let Some(record) = JobRecord::decode(id, &value, Vec::new())? {
+                                if keep(&record) {
+                                    items.push(listed(record));
+                                }
+                            }
+                        }
+                        done += batch.len();
                     }
-                    full.then(|| (offset + ids.len() as isize).to_string())
+                    (full || done < ids.len()).then(|| (offset + done as isize).to_string())
                 }
                 Source::Scan if cursor.position.starts_with('s') => {
                     let (found, resume) = self
@@ -304,13 +406,15 @@ impl Store {
                 }
                 Source::Scan if cursor.position.starts_with('k') => {
                     let (found, resume) = self
-                        .kept_page(p, &cursor.position[1..], want, &keep)
+                        .kept_page(p, &cursor.position[1..], want, &keep, &mut budget)
                         .await?;
                     items.extend(found);
                     resume.or_else(|| with_kept.then(|| "s".to_string()))
                 }
                 Source::Scan => {
-                    let (found, resume) = self.live_page(p, &cursor.position, want, &keep).await?;
+                    let (found, resume) = self
+                        .live_page(p, &cursor.position, want, &keep, &mut budget)
+                        .await?;
                     items.extend(found);
                     resume.or_else(|| with_kept.then(|| "k0".to_string()))
                 }
@@ -339,6 +443,7 @@ impl Store {
         position: &str,
         want: usize,
         keep: &(dyn Fn(&JobRecord) -> bool + Sync),
+        budget: &mut ReadBudget,
     ) -> StoreResult<(Vec<JobRecord>, Option<String>)> {
         let mut parts = position.splitn(3, '.');
         let mut shard: u32 = parts.next().and_then(|n| n.parse().ok()).unwrap_or(0);
@@ -351,16 +456,18 @@ impl Store {
                 .arg(self.keys.live_shard(p, shard))
                 .arg(&scan)
                 .arg("COUNT")
-                .arg(want.max(100))
+                .arg(budget.batch(want.max(MAX_READ_BATCH)))
                 .query_async(&mut conn)
                 .await?;
-            for (i, (id, value)) in entries.iter().enumerate().skip(skip) {
-                if items.len() == want {
+            for (i, (id, value)) in entries.into_iter().enumerate().skip(skip) {
+                if items.len() == want || budget.exhausted(items.len()) {
                     return Ok((items, Some(format!("{shard}.{scan}.{i}"))));
                 }
-                if let Some(record) = JobRecord::decode(id, value, Vec::new())?.filter(|r| keep(r))
+                budget.spend(value.len());
+                if let Some(record) =
+                    JobRecord::decode(&id, &value, Vec::new())?.filter(|r| keep(r))
                 {
-                    items.push(record);
+                    items.push(listed(record));
                 }
             }
             skip = 0;
@@ -388,6 +495,7 @@ impl Store {
         position: &str,
         want: usize,
         keep: &(dyn Fn(&JobRecord) -> bool + Sync),
+        budget: &mut ReadBudget,
     ) -> StoreResult<(Vec<JobRecord>, Option<String>)> {
         let (scan_cursor, skip) = match position.split_once('.') {
             Some((c, n)) => (c.to_string(), n.parse().unwrap_or(0)),
@@ -408,23 +516,35 @@ impl Store {
             .skip(skip)
             .map(|k| k[prefix_len..].to_string())
             .collect();
-        let mut pipe = redis::pipe();
-        for id in &ids {
-            pipe.get(self.keys.job(p, id));
-        }
-        let values: Vec<Vec<u8>> = if ids.is_empty() {
-            Vec::new()
-        } else {
-            pipe.query_async(&mut conn).await?
-        };
         let mut items = Vec::new();
-        for (i, (id, value)) in ids.iter().zip(values).enumerate() {
-            if items.len() == want {
-                return Ok((items, Some(format!("k{scan_cursor}.{}", skip + i))));
+        let mut done = 0;
+        while done < ids.len() {
+            if items.len() == want || budget.exhausted(items.len()) {
+                return Ok((
+                    items,
+                    Some(format!("k{scan_cursor}.{}", skip.saturating_add(done))),
+                ));
             }
-            if let Some(record) = JobRecord::decode(id, &value, Vec::new())?.filter(|r| keep(r)) {
-                items.push(record);
+            let batch = &ids[done..(done + budget.batch(want - items.len())).min(ids.len())];
+            let mut pipe = redis::pipe();
+            for id in batch {
+                pipe.get(self.keys.job(p, id));
             }
+            let values: Vec<Vec<u8>> = pipe.query_async(&mut conn).await?;
+            for (i, (id, value)) in batch.iter().zip(values).enumerate() {
+                if items.len() == want {
+                    return Ok((
+                        items,
+                        Some(format!("k{scan_cursor}.{}", skip.saturating_add(done + i))),
+                    ));
+                }
+                budget.spend(value.len());
+                if let Some(record) = JobRecord::decode(id, &value, Vec::new())?.filter(|r| keep(r))
+                {
+                    items.push(listed(record));
+                }
+            }
+            done += batch.len();
         }
         Ok((items, (next_scan != "0").then(|| format!("k{next_scan}"))))
     }
@@ -553,13 +673,15 @@ impl Store {
         let mut cursor = cursor.unwrap_or_else(|| Cursor::start(0, &initial));
         let mut items = Vec::new();
         let mut visited = 0;
+        let mut budget = ReadBudget::new();
         let mut conn = self.conn.clone();
         while cursor.partition < partitions
             && items.len() < limit
             && visited < MAX_PARTITIONS_PER_PAGE
+            && !budget.exhausted(items.len())
         {
             let p = cursor.partition;
-            let want = limit - items.len();
+            let want = budget.batch(limit - items.len());
             let reply: StreamRangeReply = redis::cmd("XRANGE")
                 .arg(self.keys.dead(p))
                 .arg(&cursor.position)
@@ -571,9 +693,10 @@ impl Store {
             let full = reply.ids.len() == want;
             let last = reply.ids.last().map(|e| format!("({}", e.id));
             for entry in &reply.ids {
+                budget.spend(entry_bytes(entry));
                 if let Some(dead) = DeadLetter::from_entry(p, entry) {
                     if topic.is_none_or(|t| t == dead.topic) {
-                        items.push(dead);
+                        items.push(dead.listed());
                     }
                 }
             }
@@ -591,47 +714,39 @@ impl Store {
         })
     }
 
-    /// The newest dead letter of job `id`, found through the dead job's
-    /// record (which points at its entry) or, once the record has expired,
-    /// by reading the partition's stream from the newest entry back.
+    /// The newest dead letter of job `id`: its entry is named by the
+    /// partition's dead-letter index (or, for a dead letter made before the
+    /// index and not yet indexed, by the dead job's record), so a lookup
+    /// reads one entry and never walks the stream.
     pub async fn find_dead(&self, id: &str) -> StoreResult<Option<DeadLetter>> {
         let p = self.keys.partition_of(id);
         let mut conn = self.conn.clone();
-        let entry_id = self
-            .record_header(p, id)
-            .await?
-            .and_then(|h| h.dead_letter_entry());
-        if let Some(entry_id) = entry_id {
-            let reply: StreamRangeReply = redis::cmd("XRANGE")
-                .arg(self.keys.dead(p))
-                .arg(&entry_id)
-                .arg(&entry_id)
-                .query_async(&mut conn)
-                .await?;
-            if let Some(dead) = reply.ids.first().and_then(|e| DeadLetter::from_entry(p, e)) {
-                return Ok(Some(dead));
-            }
-        }
-        let mut end = "+".to_string();
-        loop {
-            let reply: StreamRangeReply = redis::cmd("XREVRANGE")
-                .arg(self.keys.dead(p))
-                .arg(&end)
-                .arg("-")
-                .arg("COUNT")
-                .arg(500)
-                .query_async(&mut conn)
-                .await?;
-            for entry in &reply.ids {
-                if entry.get::<String>("id").as_deref() == Some(id) {
-                    return Ok(DeadLetter::from_entry(p, entry));
-                }
-            }
-            match reply.ids.last() {
-                Some(last) if reply.ids.len() == 500 => end = format!("({}", last.id),
-                _ => return Ok(None),
-            }
-        }
+        let indexed: Option<String> = redis::cmd("HGET")
+            .arg(self.keys.dead_index(p))
+            .arg(id)
+            .query_async(&mut conn)
+            .await?;
+        let entry_id = match indexed {
+            Some(entry) => Some(entry),
+            None => self
+                .record_header(p, id)
+                .await?
+                .and_then(|h| h.dead_letter_entry()),
+        };
+        let Some(entry_id) = entry_id else {
+            return Ok(None);
+        };
+        let reply: StreamRangeReply = redis::cmd("XRANGE")
+            .arg(self.keys.dead(p))
+            .arg(&entry_id)
+            .arg(&entry_id)
+            .query_async(&mut conn)
+            .await?;
+        Ok(reply
+            .ids
+            .first()
+            .and_then(|e| DeadLetter::from_entry(p, e))
+            .filter(|dead| dead.id == id))
     }
 
     /// Deletes job `id`'s newest dead letter; false when it has none.
@@ -639,15 +754,76 @@ impl Store {
         let Some(dead) = self.find_dead(id).await? else {
             return Ok(false);
         };
-        let mut conn = self.conn.clone();
-        let deleted: i64 = redis::cmd("XDEL")
-            .arg(self.keys.dead(dead.partition))
-            .arg(&dead.entry_id)
-            .query_async(&mut conn)
+        let p = dead.partition;
+        let reply: Value = self
+            .invoke(
+                &scripts::DROP_DEAD,
+                &[&self.keys.dead(p), &self.keys.dead_index(p)],
+                &[arg(&id), arg(&dead.entry_id)],
+            )
             .await?;
-        Ok(deleted == 1)
+        Ok(Code::decode("drop_dead", Some(&reply))? == Code::Done)
+    }
+
+    /// Indexes the dead letters of partitions whose index is not complete
+    /// yet (those made by a hookq from before the index), walking each such
+    /// stream once, oldest first; the number of entries indexed. An empty
+    /// stream costs two reads and writes nothing. Safe to run beside live
+    /// traffic and from several daemons at once.
+    pub async fn index_dead_letters(&self) -> StoreResult<u64> {
+        let mut indexed = 0;
+        let mut conn = self.conn.clone();
+        for p in 0..self.keys.partitions() {
+            let complete: bool = redis::cmd("HEXISTS")
+                .arg(self.keys.dead_index(p))
+                .arg("~complete")
+                .query_async(&mut conn)
+                .await?;
+            if complete {
+                continue;
+            }
+            let mut from = "-".to_string();
+            loop {
+                let reply: StreamRangeReply = redis::cmd("XRANGE")
+                    .arg(self.keys.dead(p))
+                    .arg(&from)
+                    .arg("+")
+                    .arg("COUNT")
+                    .arg(INDEX_BATCH)
+                    .query_async(&mut conn)
+                    .await?;
+                if reply.ids.is_empty() && from == "-" {
+                    // No dead letters: nothing to index, nothing written.
+                    break;
+                }
+                let last = reply.ids.len() < INDEX_BATCH;
+                let mut args = vec![arg(&if last { 1 } else { 0 })];
+                for entry in &reply.ids {
+                    if let Some(id) = entry.get::<String>("id") {
+                        args.push(arg(&id));
+                        args.push(arg(&entry.id));
+                    }
+                }
+                let written: u64 = self
+                    .invoke(
+                        &scripts::INDEX_DEAD,
+                        &[&self.keys.dead(p), &self.keys.dead_index(p)],
+                        &args,
+                    )
+                    .await?;
+                indexed += written;
+                match reply.ids.last() {
+                    Some(entry) if !last => from = format!("({}", entry.id),
+                    _ => break,
+                }
+            }
+        }
+        Ok(indexed)
     }
 }
+
+/// Stream entries handed to one `index_dead` call.
+const INDEX_BATCH: usize = 32;
 
 #[cfg(test)]
 mod tests {
@@ -661,6 +837,10 @@ mod tests {
             "1:12.4096.3",
             "0:k88.2",
             "2:s1795468361728.3.0",
+            "1:63.18446744073709551615.7",
+            "0:k18446744073709551615.2",
+            "0:k0",
+            "3:k1536",
         ] {
             assert!(
                 Cursor::parse(ok, 4, CursorKind::Jobs, "cursor").is_ok(),
@@ -680,13 +860,15 @@ mod tests {
         }
         for bad in [
             "0:9223372036854775807",
+            "1:63.18446744073709551616.7",
+            "0:k18446744073709551616.2",
             "0:abc",
             "0:",
             "4:0",
             "x:0",
             "0",
             "0:1.2",
-            "0:k1",
+            "0:k",
             "0:s1.2",
             "0:-1",
             "0:(1-2",

@@ -512,7 +512,7 @@ impl Store {
         let args_fit = if def.repeat == 0 {
             args.len() == def.args
         } else {
-            args.len() > def.args && (args.len() - def.args) % def.repeat == 0
+            args.len() >= def.args && (args.len() - def.args) % def.repeat == 0
         };
         if keys.len() != def.keys || !args_fit {
             return Err(StoreError::reply(
@@ -884,6 +884,7 @@ impl Store {
                     &self.keys.seq(p),
                     &self.keys.dead(p),
                     &self.keys.stats(p),
+                    &self.keys.dead_index(p),
                 ],
                 &[
                     arg(&job.id),
@@ -958,6 +959,7 @@ impl Store {
                     &self.keys.ready(p),
                     &self.keys.dead(p),
                     &self.keys.stats(p),
+                    &self.keys.dead_index(p),
                 ],
                 &[
                     arg(&batch),
@@ -1116,6 +1118,7 @@ impl Store {
                     &self.keys.ready(p),
                     &self.keys.dead(p),
                     &self.keys.history(p, id),
+                    &self.keys.dead_index(p),
                 ],
                 &[
                     arg(&id),

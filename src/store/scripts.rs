@@ -102,16 +102,21 @@ pub const CLAIM_READY: ScriptDef = script!("claim_ready", 4, 4);
 /// `complete_jobs`: record 2xx attempts of one partition, three ARGV per job.
 pub const COMPLETE_JOBS: ScriptDef = script!("complete_jobs", 2, 4, repeat 3);
 /// `fail_job`: record a failure (next rung or dead letter).
-pub const FAIL_JOB: ScriptDef = script!("fail_job", 7, 11);
+pub const FAIL_JOB: ScriptDef = script!("fail_job", 8, 11);
 /// `reclaim_expired`: take back attempts whose lease expired.
-pub const RECLAIM_EXPIRED: ScriptDef = script!("reclaim_expired", 4, 7);
+pub const RECLAIM_EXPIRED: ScriptDef = script!("reclaim_expired", 5, 7);
 /// `cancel_job`: cancel an unfinished job.
 pub const CANCEL_JOB: ScriptDef = script!("cancel_job", 4, 6);
 /// `reschedule_job`: change a scheduled job.
 pub const RESCHEDULE_JOB: ScriptDef = script!("reschedule_job", 4, 10);
 
 /// `replay_dead`: revive a dead letter.
-pub const REPLAY_DEAD: ScriptDef = script!("replay_dead", 4, 6);
+pub const REPLAY_DEAD: ScriptDef = script!("replay_dead", 5, 6);
+/// `drop_dead`: delete a dead letter and its index pointer.
+pub const DROP_DEAD: ScriptDef = script!("drop_dead", 2, 2);
+/// `index_dead`: index dead letters made before the index, two ARGV per
+/// entry.
+pub const INDEX_DEAD: ScriptDef = script!("index_dead", 2, 1, repeat 2);
 
 /// `defer_jobs`: give claimed jobs of one partition back unattempted, three
 /// ARGV per job.
@@ -157,6 +162,8 @@ pub const ALL: &[&ScriptDef] = &[
     &CANCEL_JOB,
     &RESCHEDULE_JOB,
     &REPLAY_DEAD,
+    &DROP_DEAD,
+    &INDEX_DEAD,
     &DEFER_JOBS,
     &TAKE_RATE,
     &PARK_JOBS,

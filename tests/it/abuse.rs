@@ -20,7 +20,7 @@ use crate::support::redis::RedisServer;
 /// Resident memory of process `pid` in KiB (the daemon runs alone in it, so
 /// the tests running beside this one do not count); panics if it cannot be
 /// read, so an unreadable `/proc` cannot pass the memory bound.
-fn rss_kib(pid: u32) -> u64 {
+pub(crate) fn rss_kib(pid: u32) -> u64 {
     let path = format!("/proc/{pid}/status");
     let status = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {path} to measure the daemon's memory: {e}"));

@@ -16,6 +16,7 @@ mod footprint;
 mod hosts;
 mod migrate;
 mod ops;
+mod security;
 
 use std::time::Duration;
 

@@ -439,7 +439,7 @@ async fn an_interrupted_replay_never_makes_two_live_jobs() {
         .expect("replay");
     assert_eq!(outcome, hookq::store::ReplayOutcome::Revived);
     let mut conn = redis.conn().await;
-    let _: String = conn
+    let stale: String = conn
         .xadd(
             store.keys().dead(p),
             "*",
@@ -455,6 +455,10 @@ async fn an_interrupted_replay_never_makes_two_live_jobs() {
         )
         .await
         .expect("XADD");
+    let _: () = conn
+        .hset(store.keys().dead_index(p), "twice", &stale)
+        .await
+        .expect("HSET");
 
     // Replaying again drops the stale entry and revives nothing.
     let report = hookq::deadletter::replay(
@@ -464,7 +468,7 @@ async fn an_interrupted_replay_never_makes_two_live_jobs() {
             ids: vec!["twice".into()],
             ..Default::default()
         },
-        None,
+        &hookq::deadletter::Revival::default(),
         false,
         |_| {},
     )

@@ -215,7 +215,7 @@ impl RedisServer {
     }
 
     /// The sum of `calls=` over the `INFO commandstats` lines `wanted` keeps.
-    async fn calls_of(&self, wanted: impl Fn(&str) -> bool) -> ::redis::RedisResult<i64> {
+    pub async fn calls_of(&self, wanted: impl Fn(&str) -> bool) -> ::redis::RedisResult<i64> {
         let info = self.info("commandstats").await?;
         Ok(info
             .lines()

@@ -1,0 +1,386 @@
+//! What the security review (issue 24) asked for, end to end against a real
+//! daemon, Redis and receivers: header values are write-only in every view
+//! (API, CLI, dead letters) while deliveries still send them; a job moved to
+//! another origin leaves its headers behind unless they are given again.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::abuse::rss_kib;
+use crate::ops::{free_port, hookq, spawn_serve, wait_ready};
+use crate::support::receiver::Receiver;
+use crate::support::redis::RedisServer;
+use crate::{get_json, post_created, post_json, start_daemon, test_config, wait_state};
+
+/// Header values no view may show.
+const SECRETS: [&str; 2] = ["Bearer merchant-s3cret-7f3a", "key-9c2e51"];
+
+/// The job's headers: an authorization and an API key.
+fn secret_headers() -> Value {
+    json!({"Authorization": SECRETS[0], "X-Api-Key": SECRETS[1]})
+}
+
+/// Panics if `text` (what some view showed) holds a secret header value.
+fn assert_no_secret(text: &str, what: &str) {
+    for secret in SECRETS {
+        assert!(!text.contains(secret), "{what} shows `{secret}`: {text}");
+    }
+}
+
+/// Panics unless `view`'s headers are exactly these names, each redacted.
+fn assert_redacted_names(view: &Value, names: &[&str], what: &str) {
+    let expected: serde_json::Map<String, Value> = names
+        .iter()
+        .map(|n| (n.to_string(), json!("[redacted]")))
+        .collect();
+    if names.is_empty() {
+        assert!(view.get("headers").is_none(), "{what}: {view}");
+    } else {
+        assert_eq!(view["headers"], Value::Object(expected), "{what}: {view}");
+    }
+}
+
+async fn patch(url: &str, body: Value) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .patch(url)
+        .json(&body)
+        .send()
+        .await
+        .expect("PATCH is sent");
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn header_values_never_show_in_a_view_and_stay_with_their_origin() {
+    let redis = RedisServer::start();
+    let failing = Receiver::with_status(500).await;
+    let other = Receiver::ok().await;
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+    let jobs = format!("{base}/v1/jobs");
+
+    // Create and batch answers, job view and listing.
+    let created = post_created(
+        &jobs,
+        json!({"id": "sec-dead", "url": failing.url("/hook"), "headers": secret_headers()}),
+    )
+    .await;
+    assert_no_secret(&created.to_string(), "the create answer");
+    assert_redacted_names(&created, &["Authorization", "X-Api-Key"], "create");
+    let (status, batch) = post_json(
+        &format!("{jobs}/batch"),
+        json!({"jobs": [{"id": "sec-later", "url": failing.url("/hook"), "delay": "1h",
+            "headers": secret_headers()}]}),
+    )
+    .await;
+    assert!(status < 300, "batch answered {status}: {batch}");
+    assert_no_secret(&batch.to_string(), "the batch answer");
+    let (_, view) = get_json(&format!("{jobs}/sec-later")).await;
+    assert_redacted_names(&view, &["Authorization", "X-Api-Key"], "job view");
+    let (_, list) = get_json(&format!("{jobs}?state=scheduled")).await;
+    assert_no_secret(&list.to_string(), "the job listing");
+    assert_eq!(list["jobs"][0]["id"], "sec-later", "{list}");
+
+    // Deliveries still send the values; the dead letter and the dead job do
+    // not show them.
+    let dead = wait_state(&base, "sec-dead", "dead").await;
+    assert_no_secret(&dead.to_string(), "the dead job's view");
+    let sent = failing.requests();
+    assert!(!sent.is_empty());
+    assert_eq!(sent[0].header("authorization"), Some(SECRETS[0]));
+    assert_eq!(sent[0].header("x-api-key"), Some(SECRETS[1]));
+    let (_, letters) = get_json(&format!("{base}/v1/dead-letters")).await;
+    assert_no_secret(&letters.to_string(), "the dead-letter listing");
+    assert_redacted_names(
+        &letters["dead_letters"][0]["job"],
+        &["Authorization", "X-Api-Key"],
+        "dead letter",
+    );
+
+    // The CLI: `show` as JSON and as a table.
+    let out = hookq(&redis, "hookq", &["show", "sec-dead", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_no_secret(&String::from_utf8_lossy(&out.stdout), "hookq show --json");
+    let out = hookq(&redis, "hookq", &["show", "sec-later"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert_no_secret(&table, "hookq show");
+    assert!(
+        table.contains("Authorization, X-Api-Key (values redacted)"),
+        "{table}"
+    );
+
+    // PATCH: the same origin keeps the headers, another drops them unless
+    // the change gives them again.
+    let one = format!("{jobs}/sec-later");
+    let (status, kept) = patch(&one, json!({"url": failing.url("/elsewhere")})).await;
+    assert_eq!(status, 200, "{kept}");
+    assert_redacted_names(&kept, &["Authorization", "X-Api-Key"], "same origin");
+    let (status, moved) = patch(&one, json!({"url": other.url("/new")})).await;
+    assert_eq!(status, 200, "{moved}");
+    assert_redacted_names(&moved, &[], "another origin");
+    let (status, given) = patch(
+        &one,
+        json!({"url": failing.url("/back"), "headers": {"X-Api-Key": "k2"}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{given}");
+    assert_redacted_names(&given, &["X-Api-Key"], "headers given again");
+
+    // Replay to another origin with headers given anew: those arrive, the
+    // old ones do not.
+    let (status, report) = post_json(
+        &format!("{base}/v1/dead-letters/replay"),
+        json!({"ids": ["sec-dead"], "url": other.url("/replayed"), "headers": {"X-New": "n1"}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{report}");
+    let got = other.wait_for_count(1, Duration::from_secs(10)).await;
+    assert_eq!(got[0].path, "/replayed");
+    assert_eq!(got[0].header("x-new"), Some("n1"));
+    assert!(
+        got[0].header("authorization").is_none() && got[0].header("x-api-key").is_none(),
+        "{:?}",
+        got[0].headers
+    );
+
+    // A replay's headers are checked like a job's; the CLI names its flag.
+    let (status, error) = post_json(
+        &format!("{base}/v1/dead-letters/replay"),
+        json!({"all": true, "headers": {"Webhook-Signature": "forged"}}),
+    )
+    .await;
+    assert_eq!(status, 400, "{error}");
+    assert_eq!(error["error"]["field"], "headers.Webhook-Signature");
+    let out = hookq(
+        &redis,
+        "hookq",
+        &["replay", "--dead-letters", "--all", "--header", "no-colon"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--header"));
+}
+
+/// Bytes of one large job's body (the API takes up to 1 MiB).
+const LARGE_BODY: usize = 900_000;
+
+#[tokio::test]
+async fn a_list_over_large_jobs_stays_small_in_bytes_and_memory() {
+    let redis = RedisServer::start();
+    let port = free_port();
+    let daemon = spawn_serve(&redis, port, &[]);
+    wait_ready(port).await;
+    let base = format!("http://127.0.0.1:{port}");
+    let jobs = 40;
+    let blob = "x".repeat(LARGE_BODY);
+    for i in 0..jobs {
+        post_created(
+            &format!("{base}/v1/jobs"),
+            json!({"id": format!("big-{i}"), "url": "http://127.0.0.1:9/never", "delay": "1h",
+                "body": {"blob": blob}}),
+        )
+        .await;
+    }
+    let before = rss_kib(daemon.pid());
+
+    // Every page stays small, and the pages together hold every job.
+    let mut seen = std::collections::BTreeSet::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut url = format!("{base}/v1/jobs?limit=1000");
+        if let Some(c) = &cursor {
+            url.push_str(&format!("&cursor={c}"));
+        }
+        let response = reqwest::get(&url).await.expect("GET /v1/jobs");
+        let status = response.status();
+        let text = response.text().await.expect("page body");
+        assert_eq!(status, 200, "{url}: {text}");
+        assert!(
+            text.len() < 64 * 1024,
+            "a page of the listing holds {} bytes",
+            text.len()
+        );
+        assert!(!text.contains("xxxx"), "a listed job shows its body");
+        let page: Value = serde_json::from_str(&text).expect("JSON page");
+        for job in page["jobs"].as_array().expect("jobs") {
+            assert!(seen.insert(job["id"].as_str().expect("id").to_string()));
+        }
+        pages += 1;
+        assert!(pages <= 64, "the listing does not end");
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), jobs, "the pages missed jobs");
+    assert!(pages >= 4, "{pages} pages: 36 MB of jobs read in too few");
+    let grown_mib = rss_kib(daemon.pid()).saturating_sub(before) / 1024;
+    assert!(grown_mib < 48, "listing grew the daemon by {grown_mib} MiB");
+
+    // The job itself still shows its body.
+    let (_, one) = get_json(&format!("{base}/v1/jobs/big-0")).await;
+    assert_eq!(one["body"]["blob"].as_str().map(str::len), Some(LARGE_BODY));
+}
+
+#[tokio::test]
+async fn dead_letters_are_found_by_id_without_reading_the_stream() {
+    let redis = RedisServer::start();
+    let failing = Receiver::with_status(500).await;
+    let mut config = test_config(&redis);
+    config.retention.dead_letters_max = 5;
+    config.breaker.failures = 0;
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    let ids: Vec<String> = (0..60).map(|i| format!("dl-{i}")).collect();
+    for id in &ids {
+        post_created(
+            &format!("{base}/v1/jobs"),
+            json!({"id": id, "url": failing.url("/x"), "retry": [], "body": {"n": id}}),
+        )
+        .await;
+    }
+    crate::wait_until_idle(&base, Duration::from_secs(30)).await;
+    let mut conn = redis.conn().await;
+    let partitions = config.redis.partitions;
+    let mut kept = 0;
+    for p in 0..partitions {
+        let stream: usize = redis::cmd("XLEN")
+            .arg(format!("hookq:{{{p}}}:dead"))
+            .query_async(&mut conn)
+            .await
+            .expect("XLEN");
+        let index: Vec<String> = redis::cmd("HKEYS")
+            .arg(format!("hookq:{{{p}}}:dead:ids"))
+            .query_async(&mut conn)
+            .await
+            .expect("HKEYS");
+        let pointers = index.iter().filter(|f| !f.starts_with('~')).count();
+        assert_eq!(stream.min(5), stream, "the cap holds");
+        assert_eq!(
+            pointers, stream,
+            "partition {p}: the index follows the stream"
+        );
+        kept += stream;
+    }
+
+    // Each job's dead letter is found by id (with its body), or, trimmed
+    // away by the cap, answers 404 as an unknown id does; none of it reads
+    // the stream beyond the one entry.
+    let before = stream_reads(&redis).await;
+    let mut found = Vec::new();
+    for id in &ids {
+        let (status, dead) = get_json(&format!("{base}/v1/dead-letters/{id}")).await;
+        match status {
+            200 => {
+                assert_eq!(dead["id"], id.as_str());
+                assert_eq!(dead["job"]["body"]["n"], id.as_str(), "{dead}");
+                found.push(id.clone());
+            }
+            404 => {}
+            other => panic!("{id}: {other} {dead}"),
+        }
+    }
+    assert_eq!(found.len(), kept);
+    let reads = stream_reads(&redis).await - before;
+    assert!(
+        reads <= ids.len() as i64,
+        "{reads} stream reads to look up {} dead letters",
+        ids.len()
+    );
+    let before = stream_reads(&redis).await;
+    for i in 0..100 {
+        let (status, _) = get_json(&format!("{base}/v1/dead-letters/unknown-{i}")).await;
+        assert_eq!(status, 404);
+    }
+    assert_eq!(
+        stream_reads(&redis).await,
+        before,
+        "an unknown id read the stream"
+    );
+    let (_, listed) = get_json(&format!("{base}/v1/dead-letters")).await;
+    let listed = listed["dead_letters"].as_array().expect("list").clone();
+    assert_eq!(listed.len(), kept);
+    assert!(listed.iter().all(|d| d["job"].get("body").is_none()));
+
+    // Dead letters of a hookq from before the index: their pointers and
+    // the dead jobs' records are gone; a restarted daemon indexes them.
+    daemon.stop().await.expect("stops");
+    for p in 0..partitions {
+        let _: () = redis::cmd("DEL")
+            .arg(format!("hookq:{{{p}}}:dead:ids"))
+            .query_async(&mut conn)
+            .await
+            .expect("DEL");
+    }
+    for id in &found {
+        let _: () = redis::cmd("DEL")
+            .arg(format!("hookq:{{{}}}:job:{id}", partition_of(&config, id)))
+            .query_async(&mut conn)
+            .await
+            .expect("DEL");
+    }
+    let (status, _) = {
+        let daemon = start_daemon(&config).await;
+        let base = daemon.url();
+        crate::support::wait_until(
+            "the dead letters are indexed",
+            Duration::from_secs(15),
+            || async {
+                let mut conn = redis.conn().await;
+                let mut complete = true;
+                for p in 0..partitions {
+                    let done: bool = redis::cmd("HEXISTS")
+                        .arg(format!("hookq:{{{p}}}:dead:ids"))
+                        .arg("~complete")
+                        .query_async(&mut conn)
+                        .await
+                        .expect("HEXISTS");
+                    complete &= done;
+                }
+                complete
+            },
+        )
+        .await;
+        for id in &found {
+            let (status, dead) = get_json(&format!("{base}/v1/dead-letters/{id}")).await;
+            assert_eq!(status, 200, "{id}: {dead}");
+        }
+        // Dropping one removes its pointer with it.
+        let response = reqwest::Client::new()
+            .delete(format!("{base}/v1/dead-letters/{}", found[0]))
+            .send()
+            .await
+            .expect("DELETE");
+        assert_eq!(response.status(), 204);
+        let answer = get_json(&format!("{base}/v1/dead-letters/{}", found[0])).await;
+        daemon.stop().await.expect("stops");
+        answer
+    };
+    assert_eq!(status, 404);
+    let pointer: Option<String> = redis::cmd("HGET")
+        .arg(format!(
+            "hookq:{{{}}}:dead:ids",
+            partition_of(&config, &found[0])
+        ))
+        .arg(&found[0])
+        .query_async(&mut conn)
+        .await
+        .expect("HGET");
+    assert_eq!(pointer, None);
+}
+
+/// The partition of job `id` under `config`.
+fn partition_of(config: &hookq::config::Config, id: &str) -> u16 {
+    hookq::store::Keys::new(&config.redis.namespace, config.redis.partitions).partition_of(id)
+}
+
+/// `XRANGE` and `XREVRANGE` calls Redis has served.
+async fn stream_reads(redis: &RedisServer) -> i64 {
+    redis
+        .calls_of(|l| l.starts_with("cmdstat_xrange:") || l.starts_with("cmdstat_xrevrange:"))
+        .await
+        .expect("INFO commandstats")
+}
