@@ -10,8 +10,10 @@
 #   2. checks formatting (`cargo fmt --check`) and lints (`cargo clippy
 #      --all-targets -D warnings`);
 #   3. runs every test (`cargo test`: unit, integration, fuzz and doc tests);
-#   4. runs the benchmark's smoke test (`--quick`: every scenario at tiny
-#      sizes, release build, no timing assertions);
+#   4. fuzzes the HTTP API from its OpenAPI document (`scripts/api-fuzz.sh`:
+#      schemathesis, installed with pip if missing) and runs the benchmark's
+#      smoke test (`--quick`: every scenario at tiny sizes, release build, no
+#      timing assertions);
 #   5. fails if any process the suite started is still running, naming it.
 #
 # A distro redis-server service that apt starts on 6379, or nginx service on
@@ -71,6 +73,10 @@ cargo clippy --all-targets --quiet -- -D warnings
 # Every test. (Not --all-targets: that would also run the benchmark in full.)
 echo "== cargo test"
 cargo test
+
+# The API against its own OpenAPI document (schemathesis).
+echo "== API fuzzing (scripts/api-fuzz.sh)"
+scripts/api-fuzz.sh target/debug/hookq
 
 echo "== benchmark smoke test (scripts/bench.sh --quick)"
 cargo bench --quiet --bench bench -- --quick

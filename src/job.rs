@@ -662,7 +662,9 @@ pub fn validate_headers(headers: &BTreeMap<String, String>) -> Result<(), FieldE
                 format!("header `{name}` is set by hookq (hop-by-hop, framing or signature header) and may not be given"),
             ));
         }
-        if value.len() > MAX_HEADER_VALUE || reqwest::header::HeaderValue::from_str(value).is_err()
+        if value.len() > MAX_HEADER_VALUE
+            || !value.is_ascii()
+            || reqwest::header::HeaderValue::from_str(value).is_err()
         {
             return Err(FieldError::new(
                 "invalid_header",
@@ -1215,6 +1217,10 @@ mod tests {
             (
                 r#"{"url":"http://a.example/","headers":{"x-a":"line\nbreak"}}"#,
                 "headers.x-a",
+            ),
+            (
+                r#"{"url":"http://a.example/","headers":{"x-b":"caf\u00e9"}}"#,
+                "headers.x-b",
             ),
             (
                 r#"{"url":"http://a.example/","body":1,"body_text":"x"}"#,

@@ -96,9 +96,18 @@ fn valid_name(name: &str) -> bool {
                 && !l.starts_with('-')
                 && !l.ends_with('-')
         })
-        && labels
-            .last()
-            .is_some_and(|l| l.as_bytes()[0].is_ascii_alphabetic())
+        && labels.last().is_some_and(|l| !numeric_label(l))
+}
+
+/// Whether a last label would make a URL parser read the name as an IPv4
+/// address (all digits, or `0x` hex): such a name is no host name. Any other
+/// label is fine, `4hxv0` included, as in a job's URL.
+fn numeric_label(label: &str) -> bool {
+    let lower = label.to_ascii_lowercase();
+    match lower.strip_prefix("0x") {
+        Some(hex) => hex.bytes().all(|b| b.is_ascii_hexdigit()),
+        None => lower.bytes().all(|b| b.is_ascii_digit()),
+    }
 }
 
 /// A `[[hosts]]` `match` pattern: an exact name or `*.suffix` (subdomains of
@@ -262,7 +271,11 @@ mod tests {
             parse_host("http://[::1]:8080").as_deref(),
             Ok("http://[::1]:8080")
         );
+        // Any name a job's URL may have: a last label may begin with a digit.
+        assert_eq!(parse_host("http://4hxv0").as_deref(), Ok("http://4hxv0:80"));
         for bad in [
+            "1.2.3",
+            "a.0x1f",
             "__main__",
             "ünï.example",
             "a..b",
