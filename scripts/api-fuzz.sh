@@ -80,5 +80,6 @@ ready || {
   --exclude-checks negative_data_rejection,use_after_free \
   --max-examples "$examples" \
   --seed 20261123 \
+  --no-shrink \
   -H "Authorization: Bearer $token" \
   --no-color

@@ -94,6 +94,16 @@ pub enum Command {
     /// Print a fresh Standard Webhooks signing secret (`whsec_...`) for
     /// `delivery.signing_secrets`; give the same secret to the receiver.
     NewSecret,
+    /// Print a fresh API key: the bearer token to hand out, and the
+    /// `[[api.keys]]` entry (its SHA-256, never the token) for the config.
+    NewKey {
+        /// Who will hold it (the entry's `name`).
+        #[arg(long)]
+        name: String,
+        /// Its scopes, comma-separated: read, write, admin.
+        #[arg(long, value_delimiter = ',', default_value = "read")]
+        scopes: Vec<String>,
+    },
 }
 
 /// `hookq hosts` actions.
@@ -209,6 +219,45 @@ fn flag_for(field: &str) -> String {
         f if f.starts_with("headers") => "--header".into(),
         f => format!("--{}", f.replace('_', "-")),
     }
+}
+
+/// `hookq new-key`: a random token (`hq_` + 32 random bytes, hex) and the
+/// config entry that admits it with `scopes`.
+fn new_key(name: &str, scopes: &[String], json: bool) -> Result<ExitCode, CliError> {
+    use sha2::Digest;
+    let scopes: Vec<String> = scopes.iter().map(|s| s.trim().to_string()).collect();
+    if let Some(bad) = scopes
+        .iter()
+        .find(|s| !["read", "write", "admin"].contains(&s.as_str()))
+    {
+        return Err(fail(
+            2,
+            format!("--scopes: `{bad}` is not read, write or admin"),
+        ));
+    }
+    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let token = format!("hq_{}", hex(&rand::random::<[u8; 32]>()));
+    let digest = hex(&sha2::Sha256::digest(token.as_bytes()));
+    if !crate::config::ApiKey::name_is_valid(name) {
+        return Err(fail(
+            2,
+            "--name: 1-64 characters of A-Z a-z 0-9 . _ -".into(),
+        ));
+    }
+    let quoted: Vec<String> = scopes.iter().map(|s| format!("\"{s}\"")).collect();
+    if json {
+        print_json(&serde_json::json!({
+            "name": name, "token": token, "token_sha256": digest, "scopes": scopes,
+        }))?;
+    } else {
+        println!("token (give it to {name}; it is not stored anywhere): {token}");
+        println!();
+        println!("[[api.keys]]");
+        println!("name = \"{name}\"");
+        println!("token_sha256 = \"{digest}\"");
+        println!("scopes = [{}]", quoted.join(", "));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Parses `--header 'Name: value'` flags into a header map.
@@ -511,6 +560,7 @@ pub async fn run(cli: Cli, config: Config) -> Result<ExitCode, CliError> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::NewKey { name, scopes } => new_key(&name, &scopes, json),
         Command::Migrate => migrate(&config, json).await,
         Command::Doctor => {
             let report = doctor::run(&config).await;

@@ -104,8 +104,11 @@ pub const DEFAULT_WHEEL_BUCKET: Duration = Duration::from_millis(65_536);
 pub struct ApiConfig {
     /// Address the HTTP API listens on.
     pub listen: String,
-    /// Bearer tokens accepted on `/v1/*`; empty means no authentication.
+    /// Bearer tokens accepted on `/v1/*` with every scope; with `keys` also
+    /// empty, no authentication.
     pub tokens: Vec<String>,
+    /// `[[api.keys]]`: named keys, each with its scopes.
+    pub keys: Vec<ApiKey>,
     /// Serve without tokens on an address other than loopback (refused at
     /// start-up otherwise).
     pub allow_unauthenticated: bool,
@@ -115,6 +118,79 @@ pub struct ApiConfig {
     /// Request body limit of `POST /v1/jobs/batch`.
     #[serde(deserialize_with = "de_size")]
     pub max_batch_body: u64,
+}
+
+/// What a key may do (SPEC §11.3). The scopes are independent: a key that
+/// creates jobs and reads them back needs `read` and `write`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// GET routes (and the console's views).
+    Read,
+    /// Create, patch and cancel jobs.
+    Write,
+    /// Replay and delete dead letters, pause and resume hosts.
+    Admin,
+}
+
+impl Scope {
+    /// Every scope (what an `api.tokens` token may do).
+    pub const ALL: [Scope; 3] = [Scope::Read, Scope::Write, Scope::Admin];
+
+    /// The scope's name as configured.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Read => "read",
+            Scope::Write => "write",
+            Scope::Admin => "admin",
+        }
+    }
+}
+
+/// One `[[api.keys]]` entry: a named key stored as the SHA-256 of its token
+/// (the token itself is never stored), with its scopes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKey {
+    /// Who holds it (shown in logs, never secret).
+    pub name: String,
+    /// SHA-256 of the bearer token, 64 hex digits (`hookq new-key` prints
+    /// a token and its digest).
+    pub token_sha256: String,
+    /// What it may do.
+    pub scopes: Vec<Scope>,
+}
+
+impl ApiKey {
+    /// Whether `name` may name a key: 1-64 characters of A-Z a-z 0-9 . _ -.
+    pub fn name_is_valid(name: &str) -> bool {
+        (1..=64).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+    }
+
+    /// The token's digest as bytes (None unless 64 hex digits).
+    pub fn digest(&self) -> Option<[u8; 32]> {
+        let hex = self.token_sha256.as_bytes();
+        if hex.len() != 64 {
+            return None;
+        }
+        let mut out = [0u8; 32];
+        for (i, pair) in hex.chunks(2).enumerate() {
+            let text = std::str::from_utf8(pair).ok()?;
+            out[i] = u8::from_str_radix(text, 16).ok()?;
+        }
+        Some(out)
+    }
+}
+
+impl ApiConfig {
+    /// True when neither `tokens` nor `keys` is set: the API asks for no
+    /// authentication.
+    pub fn is_open(&self) -> bool {
+        self.tokens.is_empty() && self.keys.is_empty()
+    }
 }
 
 /// `[delivery]` section.
@@ -198,6 +274,7 @@ impl Default for ApiConfig {
         ApiConfig {
             listen: "127.0.0.1:8080".into(),
             tokens: Vec::new(),
+            keys: Vec::new(),
             allow_unauthenticated: false,
             max_body: 1 << 20,
             max_batch_body: 16 << 20,
@@ -350,13 +427,35 @@ impl Config {
                 a.listen
             )
         })?;
-        if a.tokens.is_empty() && !listen.ip().is_loopback() && !a.allow_unauthenticated {
+        if a.is_open() && !listen.ip().is_loopback() && !a.allow_unauthenticated {
             bail!(
-                "config key `api.tokens`: empty while `api.listen` ({}) is not a loopback address: \
-                 anyone who reaches it could create, cancel and replay jobs; set `api.tokens`, \
-                 or `api.allow_unauthenticated = true` if the network itself is trusted",
+                "config key `api.tokens`: empty (and no `api.keys`) while `api.listen` ({}) is not \
+                 a loopback address: anyone who reaches it could create, cancel and replay jobs; \
+                 set `api.tokens` or `[[api.keys]]`, or `api.allow_unauthenticated = true` if the \
+                 network itself is trusted",
                 a.listen
             );
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, key) in a.keys.iter().enumerate() {
+            if !ApiKey::name_is_valid(&key.name) {
+                bail!("config key `api.keys[{i}].name`: 1-64 characters of A-Z a-z 0-9 . _ -");
+            }
+            if !names.insert(key.name.as_str()) {
+                bail!(
+                    "config key `api.keys[{i}].name`: `{}` names two keys",
+                    key.name
+                );
+            }
+            if key.digest().is_none() {
+                bail!(
+                    "config key `api.keys[{i}].token_sha256`: must be the SHA-256 of the token \
+                     as 64 hex digits (`hookq new-key` prints one)"
+                );
+            }
+            if key.scopes.is_empty() {
+                bail!("config key `api.keys[{i}].scopes`: give at least one of read, write, admin");
+            }
         }
         if a.tokens.iter().any(|t| t.len() < 8) {
             bail!("config key `api.tokens`: every token must be at least 8 characters");
@@ -637,6 +736,63 @@ mod tests {
             ("HOOKQ_API__TOKENS", "[\"a-long-enough-token\"]")
         ])
         .is_ok());
+    }
+
+    #[test]
+    fn api_keys_are_checked_naming_the_entry() {
+        let digest = "9710efa87f3a003badd610a0cf71b37bf4973cbbb531fc6a66a561add632ab2e";
+        let load = |keys: String| Config::load(None, [("HOOKQ_API__KEYS".to_string(), keys)]);
+        let entry = |name: &str, digest: &str, scopes: &str| {
+            format!(r#"{{name = "{name}", token_sha256 = "{digest}", scopes = {scopes}}}"#)
+        };
+        let ok = load(format!("[{}]", entry("support", digest, r#"["read"]"#))).expect("valid");
+        assert_eq!(ok.api.keys[0].scopes, [Scope::Read]);
+        assert!(!ok.api.is_open());
+        // A key alone makes a public address fine.
+        assert!(Config::load(
+            None,
+            [
+                (
+                    "HOOKQ_API__KEYS".to_string(),
+                    format!("[{}]", entry("a", digest, r#"["admin"]"#))
+                ),
+                ("HOOKQ_API__LISTEN".to_string(), "0.0.0.0:8080".to_string()),
+            ]
+        )
+        .is_ok());
+        for (keys, named) in [
+            (
+                format!("[{}]", entry("a b", digest, r#"["read"]"#)),
+                "api.keys[0].name",
+            ),
+            (
+                format!("[{}]", entry("a", &digest[1..], r#"["read"]"#)),
+                "api.keys[0].token_sha256",
+            ),
+            (
+                format!("[{}]", entry("a", &digest.replace('9', "g"), r#"["read"]"#)),
+                "api.keys[0].token_sha256",
+            ),
+            (
+                format!("[{}]", entry("a", digest, "[]")),
+                "api.keys[0].scopes",
+            ),
+            (
+                format!(
+                    "[{}, {}]",
+                    entry("a", digest, r#"["read"]"#),
+                    entry("a", digest, r#"["write"]"#)
+                ),
+                "api.keys[1].name",
+            ),
+            (
+                format!("[{}]", entry("a", digest, r#"["root"]"#)),
+                "api.keys",
+            ),
+        ] {
+            let err = format!("{:#}", load(keys.clone()).expect_err(&keys));
+            assert!(err.contains(named), "{keys}: {err}");
+        }
     }
 
     #[test]

@@ -87,8 +87,8 @@ impl Daemon {
                 )
             })?;
         let addr = listener.local_addr()?;
-        if config.api.tokens.is_empty() {
-            tracing::warn!("api.tokens is empty: the API accepts requests without authentication");
+        if config.api.is_open() {
+            tracing::warn!("api.tokens and api.keys are empty: the API accepts requests without authentication");
         }
         let store = connect_store(&config, &token).await?;
         let deliverer = Deliverer::new(&config)?;

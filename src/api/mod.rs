@@ -23,7 +23,7 @@ use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use crate::config::Config;
+use crate::config::{Config, Scope};
 use crate::job::FieldError;
 use crate::store::{Store, StoreError};
 
@@ -184,15 +184,26 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(max_body))
         .merge(batch)
         .route_layer(middleware::from_fn(require_json))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
-    let open = state.config.api.tokens.is_empty();
+        .route_layer(middleware::from_fn_with_state(
+            Arc::new(Credentials::new(&state.config.api)),
+            require_scope,
+        ));
+    let open = state.config.api.is_open();
     let router = Router::new()
         .merge(v1)
         .route("/openapi.json", get(openapi))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
-        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") });
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this route does not take this method (see /openapi.json)",
+            )
+        })
+        .layer(middleware::map_response(security_headers));
     let router = if open {
         router.layer(middleware::from_fn(require_ip_host))
     } else {
@@ -201,13 +212,102 @@ pub fn router(state: AppState) -> Router {
     router.with_state(state)
 }
 
-/// Rejects `/v1/*` requests without a configured bearer token when
-/// `api.tokens` is not empty. The presented token is compared with each
-/// configured one in constant time over their SHA-256 digests, so neither
-/// the bytes nor the length of a token leak through timing.
-async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let tokens = &state.config.api.tokens;
-    if tokens.is_empty() {
+/// The digests of the configured bearer tokens, each with its scopes:
+/// `api.tokens` have every scope, `[[api.keys]]` their own.
+pub struct Credentials {
+    known: Vec<([u8; 32], Vec<Scope>)>,
+}
+
+impl Credentials {
+    /// The credentials `api` configures (none: the API is open).
+    pub fn new(api: &crate::config::ApiConfig) -> Credentials {
+        use sha2::Digest;
+        let tokens = api.tokens.iter().map(|t| {
+            (
+                sha2::Sha256::digest(t.as_bytes()).into(),
+                Scope::ALL.to_vec(),
+            )
+        });
+        let keys = api
+            .keys
+            .iter()
+            .filter_map(|k| Some((k.digest()?, k.scopes.clone())));
+        Credentials {
+            known: tokens.chain(keys).collect(),
+        }
+    }
+
+    /// The scopes of `presented` (none when unknown). Its SHA-256 digest is
+    /// compared with every known digest in constant time, so neither the
+    /// bytes nor the length of a token leak through timing.
+    pub fn scopes_of(&self, presented: &str) -> Vec<Scope> {
+        use sha2::Digest;
+        use subtle::ConstantTimeEq;
+        let presented = sha2::Sha256::digest(presented.as_bytes());
+        let mut granted = [subtle::Choice::from(0u8); 3];
+        for (digest, scopes) in &self.known {
+            let matches = presented.as_slice().ct_eq(digest);
+            for (i, scope) in Scope::ALL.iter().enumerate() {
+                let has = subtle::Choice::from(u8::from(scopes.contains(scope)));
+                granted[i] |= matches & has;
+            }
+        }
+        Scope::ALL
+            .iter()
+            .zip(granted)
+            .filter(|(_, g)| bool::from(*g))
+            .map(|(s, _)| *s)
+            .collect()
+    }
+}
+
+/// The scope a `/v1` request needs: `read` for GET (and HEAD), `admin` for
+/// replaying or deleting dead letters and pausing or resuming hosts,
+/// `write` for every other change (create, patch, cancel).
+pub fn required_scope(method: &axum::http::Method, path: &str) -> Scope {
+    use axum::http::Method;
+    if method == Method::GET || method == Method::HEAD {
+        Scope::Read
+    } else if path.starts_with("/v1/dead-letters") || path.starts_with("/v1/hosts") {
+        Scope::Admin
+    } else {
+        Scope::Write
+    }
+}
+
+/// Headers on every answer: the browser may not sniff a type, run or load
+/// anything from an answer, or frame it (the API serves JSON and text only).
+async fn security_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        header::HeaderValue::from_static("nosniff"),
+    );
+    headers
+        .entry(header::CONTENT_SECURITY_POLICY)
+        .or_insert(header::HeaderValue::from_static(
+            "default-src 'none'; frame-ancestors 'none'",
+        ));
+    headers.insert(
+        header::X_FRAME_OPTIONS,
+        header::HeaderValue::from_static("DENY"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        header::HeaderValue::from_static("no-referrer"),
+    );
+    response
+}
+
+/// With tokens or keys configured, answers a `/v1/*` request 401
+/// `unauthorized` without a known bearer token, and 403 `forbidden` when
+/// its key lacks the scope the request needs.
+async fn require_scope(
+    State(credentials): State<Arc<Credentials>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if credentials.known.is_empty() {
         return next.run(request).await;
     }
     let presented = request
@@ -216,16 +316,28 @@ async fn require_token(State(state): State<AppState>, request: Request, next: Ne
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    if token_known(presented, tokens) {
-        next.run(request).await
-    } else {
-        ApiError::new(
+    let scopes = credentials.scopes_of(presented);
+    if scopes.is_empty() {
+        return ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             "missing or wrong `Authorization: Bearer <token>`",
         )
-        .into_response()
+        .into_response();
     }
+    let needed = required_scope(request.method(), request.uri().path());
+    if !scopes.contains(&needed) {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "this key lacks the `{}` scope this request needs",
+                needed.as_str()
+            ),
+        )
+        .into_response();
+    }
+    next.run(request).await
 }
 
 /// Without tokens, serves only requests whose `Host` is an IP address or
@@ -304,21 +416,6 @@ async fn require_json(request: Request, next: Next) -> Response {
         .into_response();
     }
     next.run(request).await
-}
-
-/// Whether `presented` is one of `tokens`: every token is compared, each in
-/// constant time over SHA-256 digests (equal lengths, no early exit).
-fn token_known(presented: &str, tokens: &[String]) -> bool {
-    use sha2::Digest;
-    use subtle::ConstantTimeEq;
-    let presented = sha2::Sha256::digest(presented.as_bytes());
-    let mut known = subtle::Choice::from(0u8);
-    for token in tokens {
-        known |= presented
-            .as_slice()
-            .ct_eq(sha2::Sha256::digest(token.as_bytes()).as_slice());
-    }
-    bool::from(known)
 }
 
 /// Parses a JSON request body, naming the field of a type error.
@@ -454,7 +551,7 @@ async fn metrics_text(State(state): State<AppState>) -> Response {
 
 /// Longest the `hookq_jobs` gauges go without a read from Redis while
 /// `/metrics` is scraped.
-pub const STATS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+pub const STATS_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Whether the job gauges should be read from Redis again (true at most
 /// once per [`STATS_EVERY`] in this process).
@@ -518,14 +615,61 @@ mod tests {
     }
 
     #[test]
-    fn token_comparison() {
-        let tokens = vec!["secret-token".to_string(), "other-token-2".to_string()];
-        assert!(token_known("secret-token", &tokens));
-        assert!(token_known("other-token-2", &tokens));
-        assert!(!token_known("secret-tokem", &tokens));
-        assert!(!token_known("short", &tokens));
-        assert!(!token_known("", &tokens));
-        assert!(!token_known("secret-token", &[]));
+    fn tokens_and_keys_grant_their_scopes() {
+        use sha2::Digest;
+        let digest = |t: &str| {
+            sha2::Sha256::digest(t.as_bytes())
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        };
+        let key = |name: &str, token: &str, scopes: &[Scope]| crate::config::ApiKey {
+            name: name.into(),
+            token_sha256: digest(token),
+            scopes: scopes.to_vec(),
+        };
+        let api = crate::config::ApiConfig {
+            tokens: vec!["secret-token".into(), "other-token-2".into()],
+            keys: vec![
+                key("support", "look-only-token", &[Scope::Read]),
+                key("ops", "ops-token-xyz", &[Scope::Read, Scope::Admin]),
+            ],
+            ..Default::default()
+        };
+        let credentials = Credentials::new(&api);
+        assert_eq!(credentials.scopes_of("secret-token"), Scope::ALL);
+        assert_eq!(credentials.scopes_of("other-token-2"), Scope::ALL);
+        assert_eq!(credentials.scopes_of("look-only-token"), [Scope::Read]);
+        assert_eq!(
+            credentials.scopes_of("ops-token-xyz"),
+            [Scope::Read, Scope::Admin]
+        );
+        for unknown in ["secret-tokem", "short", "", "LOOK-ONLY-TOKEN"] {
+            assert!(credentials.scopes_of(unknown).is_empty(), "{unknown}");
+        }
+        assert!(Credentials::new(&Default::default())
+            .scopes_of("secret-token")
+            .is_empty());
+    }
+
+    #[test]
+    fn each_route_needs_its_scope() {
+        use axum::http::Method;
+        for (method, path, scope) in [
+            (Method::GET, "/v1/jobs", Scope::Read),
+            (Method::GET, "/v1/dead-letters/x", Scope::Read),
+            (Method::HEAD, "/v1/stats", Scope::Read),
+            (Method::POST, "/v1/jobs", Scope::Write),
+            (Method::POST, "/v1/jobs/batch", Scope::Write),
+            (Method::PATCH, "/v1/jobs/x", Scope::Write),
+            (Method::DELETE, "/v1/jobs/x", Scope::Write),
+            (Method::POST, "/v1/dead-letters/replay", Scope::Admin),
+            (Method::DELETE, "/v1/dead-letters/x", Scope::Admin),
+            (Method::POST, "/v1/hosts/h/pause", Scope::Admin),
+            (Method::POST, "/v1/hosts/h/resume", Scope::Admin),
+        ] {
+            assert_eq!(required_scope(&method, path), scope, "{method} {path}");
+        }
     }
 
     #[test]

@@ -669,7 +669,10 @@ async fn metrics_move_when_their_events_happen() {
     ];
     let mut redis = RedisServer::start();
     let ok = Receiver::ok().await;
-    let hold = || Arc::new(|_: &Recorded| Reply::status(200).with_delay(Duration::from_secs(3)));
+    // Held long enough that the ready lag is seen although the job gauges
+    // are read from Redis only every `STATS_EVERY` (2 s).
+    let hold =
+        || Arc::new(|_: &Recorded| Reply::status(200).with_delay(Duration::from_millis(4500)));
     let (slow_a, slow_b) = (Receiver::start(hold()).await, Receiver::start(hold()).await);
     let port = free_port();
     let env = [

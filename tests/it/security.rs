@@ -384,3 +384,142 @@ async fn stream_reads(redis: &RedisServer) -> i64 {
         .await
         .expect("INFO commandstats")
 }
+
+/// `hookq new-key`'s answer: the token and the `[[api.keys]]` entry.
+fn new_key(redis: &RedisServer, name: &str, scopes: &str) -> (String, hookq::config::ApiKey) {
+    let out = hookq(
+        redis,
+        "hookq",
+        &["new-key", "--name", name, "--scopes", scopes, "--json"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let key: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let scopes = key["scopes"]
+        .as_array()
+        .expect("scopes")
+        .iter()
+        .map(|s| serde_json::from_value(s.clone()).expect("scope"))
+        .collect();
+    let entry = hookq::config::ApiKey {
+        name: name.into(),
+        token_sha256: key["token_sha256"].as_str().expect("digest").into(),
+        scopes,
+    };
+    (key["token"].as_str().expect("token").into(), entry)
+}
+
+async fn call(
+    method: reqwest::Method,
+    url: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value, reqwest::header::HeaderMap) {
+    let mut request = reqwest::Client::new().request(method, url);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.expect("request is sent");
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let text = response.text().await.unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::Null),
+        headers,
+    )
+}
+
+#[tokio::test]
+async fn keys_do_only_what_their_scopes_allow() {
+    use reqwest::Method;
+    let redis = RedisServer::start();
+    let (reader, read_key) = new_key(&redis, "support", "read");
+    let (writer, write_key) = new_key(&redis, "shop", "read,write");
+    let (admin, admin_key) = new_key(&redis, "ops", "admin");
+    let mut config = test_config(&redis);
+    config.api.keys = vec![read_key, write_key, admin_key];
+    config.api.tokens = vec!["all-scopes-token".into()];
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    let jobs = format!("{base}/v1/jobs");
+    let job = json!({"id": "scoped-1", "url": "http://127.0.0.1:9/x", "delay": "1h"});
+
+    for token in [None, Some("wrong-token"), Some(&reader[..reader.len() - 1])] {
+        let (status, error, _) = call(Method::GET, &jobs, token, None).await;
+        assert_eq!(status, 401, "{token:?}: {error}");
+        assert_eq!(error["error"]["code"], "unauthorized");
+    }
+    let forbidden = |status: u16, error: &Value, what: &str| {
+        assert_eq!(status, 403, "{what}: {error}");
+        assert_eq!(error["error"]["code"], "forbidden", "{what}");
+    };
+    // read: looks, changes nothing.
+    let (status, _, _) = call(Method::GET, &jobs, Some(&reader), None).await;
+    assert_eq!(status, 200);
+    let (status, error, _) = call(Method::POST, &jobs, Some(&reader), Some(job.clone())).await;
+    forbidden(status, &error, "read key creates");
+    // write: creates, patches, cancels; no replay, no host pause.
+    let (status, created, _) = call(Method::POST, &jobs, Some(&writer), Some(job.clone())).await;
+    assert_eq!(status, 201, "{created}");
+    let replay = format!("{base}/v1/dead-letters/replay");
+    let (status, error, _) = call(
+        Method::POST,
+        &replay,
+        Some(&writer),
+        Some(json!({"all": true})),
+    )
+    .await;
+    forbidden(status, &error, "write key replays");
+    let (status, error, _) = call(
+        Method::POST,
+        &format!("{base}/v1/hosts/api.example.com/pause"),
+        Some(&reader),
+        None,
+    )
+    .await;
+    forbidden(status, &error, "read key pauses");
+    // admin: replays and pauses, but cannot read without `read`.
+    let (status, report, _) = call(
+        Method::POST,
+        &replay,
+        Some(&admin),
+        Some(json!({"all": true, "dry_run": true})),
+    )
+    .await;
+    assert_eq!(status, 200, "{report}");
+    let (status, paused, _) = call(
+        Method::POST,
+        &format!("{base}/v1/hosts/api.example.com/pause"),
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{paused}");
+    let (status, error, _) = call(Method::GET, &jobs, Some(&admin), None).await;
+    forbidden(status, &error, "admin key without read lists");
+    // api.tokens: every scope.
+    let (status, _, _) = call(
+        Method::DELETE,
+        &format!("{jobs}/scoped-1"),
+        Some("all-scopes-token"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 204);
+
+    // Every error is JSON, a wrong method and an unknown route included,
+    // and every answer forbids sniffing and framing.
+    let (status, error, headers) =
+        call(Method::PUT, &jobs, Some("all-scopes-token"), Some(job)).await;
+    assert_eq!(status, 405, "{error}");
+    assert_eq!(error["error"]["code"], "method_not_allowed");
+    assert_eq!(headers["x-content-type-options"], "nosniff");
+    let (status, error, headers) = call(Method::GET, &format!("{base}/nothing"), None, None).await;
+    assert_eq!(status, 404);
+    assert_eq!(error["error"]["code"], "not_found");
+    let csp = headers["content-security-policy"].to_str().expect("ascii");
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+}
