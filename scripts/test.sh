@@ -3,7 +3,8 @@
 # a Rust toolchain:
 #   1. installs what the tests need: redis-server (every integration test
 #      runs its own on a private loopback port), faketime (the clock-skew
-#      test), wrk (the benchmark's single-create load), nginx (the
+#      test), chromium and chromium-driver (the console tests), wrk (the
+#      benchmark's single-create load), nginx (the
 #      benchmark's reference receiver; it runs its own on loopback ports),
 #      python3 with the `standardwebhooks` library (it verifies our
 #      signatures), and the rustfmt and clippy components;
@@ -41,6 +42,10 @@ if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
 fi
 if ! command -v faketime >/dev/null 2>&1; then
   apt_install faketime
+fi
+# The console tests drive a real headless Chromium over WebDriver.
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+  apt_install chromium chromium-driver
 fi
 if ! command -v python3 >/dev/null 2>&1; then
   apt_install python3 python3-pip

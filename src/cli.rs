@@ -501,11 +501,41 @@ pub async fn run(cli: Cli, config: Config) -> Result<ExitCode, CliError> {
                     .as_object()
                     .map(|m| {
                         m.iter()
+                            .filter(|(k, _)| *k != "partitions")
                             .map(|(k, v)| vec![k.clone(), v.to_string()])
                             .collect()
                     })
                     .unwrap_or_default();
                 print_table(&["counter", "value"], &rows);
+                println!();
+                let partitions: Vec<Vec<String>> = stats
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        [
+                            p.partition as u64,
+                            p.scheduled,
+                            p.ready,
+                            p.inflight,
+                            p.dead,
+                            p.delivered,
+                        ]
+                        .iter()
+                        .map(u64::to_string)
+                        .collect()
+                    })
+                    .collect();
+                print_table(
+                    &[
+                        "partition",
+                        "scheduled",
+                        "ready",
+                        "inflight",
+                        "dead",
+                        "delivered",
+                    ],
+                    &partitions,
+                );
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -4,6 +4,7 @@
 //! [`crate::job`] and change state only through [`Store`]; every error leaves
 //! as `{"error": {"code", "message", "field"}}`.
 
+mod console;
 mod dead_letters;
 mod hosts;
 mod jobs;
@@ -173,6 +174,7 @@ pub fn router(state: AppState) -> Router {
                 .delete(jobs::cancel_job),
         )
         .route("/v1/stats", get(jobs::stats))
+        .route("/v1/whoami", get(whoami))
         .route("/v1/dead-letters", get(dead_letters::list))
         .route("/v1/dead-letters/replay", post(dead_letters::replay))
         .route(
@@ -192,6 +194,10 @@ pub fn router(state: AppState) -> Router {
     let router = Router::new()
         .merge(v1)
         .route("/openapi.json", get(openapi))
+        .route("/ui", get(console::page))
+        .route("/ui/", get(console::page))
+        .route("/ui/app.js", get(console::script))
+        .route("/ui/app.css", get(console::style))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
@@ -215,68 +221,95 @@ pub fn router(state: AppState) -> Router {
 /// The digests of the configured bearer tokens, each with its scopes:
 /// `api.tokens` have every scope, `[[api.keys]]` their own.
 pub struct Credentials {
-    known: Vec<([u8; 32], Vec<Scope>)>,
+    known: Vec<Known>,
+}
+
+/// One configured token: its digest, the name it is known by (`api.tokens`
+/// for those) and its scopes.
+struct Known {
+    digest: [u8; 32],
+    name: String,
+    scopes: Vec<Scope>,
+}
+
+/// Who sent a `/v1` request (a request extension set by the scope check;
+/// absent when the API is open).
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The key's name (`api.tokens` for a token of that list).
+    pub name: String,
+    /// What the key may do.
+    pub scopes: Vec<Scope>,
 }
 
 impl Credentials {
     /// The credentials `api` configures (none: the API is open).
     pub fn new(api: &crate::config::ApiConfig) -> Credentials {
         use sha2::Digest;
-        let tokens = api.tokens.iter().map(|t| {
-            (
-                sha2::Sha256::digest(t.as_bytes()).into(),
-                Scope::ALL.to_vec(),
-            )
+        let tokens = api.tokens.iter().map(|t| Known {
+            digest: sha2::Sha256::digest(t.as_bytes()).into(),
+            name: "api.tokens".into(),
+            scopes: Scope::ALL.to_vec(),
         });
-        let keys = api
-            .keys
-            .iter()
-            .filter_map(|k| Some((k.digest()?, k.scopes.clone())));
+        let keys = api.keys.iter().filter_map(|k| {
+            Some(Known {
+                digest: k.digest()?,
+                name: k.name.clone(),
+                scopes: k.scopes.clone(),
+            })
+        });
         Credentials {
             known: tokens.chain(keys).collect(),
         }
     }
 
-    /// The scopes of `presented` (none when unknown). Its SHA-256 digest is
-    /// compared with every known digest in constant time, so neither the
-    /// bytes nor the length of a token leak through timing.
-    pub fn scopes_of(&self, presented: &str) -> Vec<Scope> {
+    /// Who `presented` is, or None when no configured token matches. Its
+    /// SHA-256 digest is compared with every known digest in constant time
+    /// and without an early exit, so neither the bytes nor the length of a
+    /// token leak through timing.
+    pub fn caller(&self, presented: &str) -> Option<Caller> {
         use sha2::Digest;
         use subtle::ConstantTimeEq;
         let presented = sha2::Sha256::digest(presented.as_bytes());
-        let mut granted = [subtle::Choice::from(0u8); 3];
-        for (digest, scopes) in &self.known {
-            let matches = presented.as_slice().ct_eq(digest);
-            for (i, scope) in Scope::ALL.iter().enumerate() {
-                let has = subtle::Choice::from(u8::from(scopes.contains(scope)));
-                granted[i] |= matches & has;
+        let mut found = None;
+        for known in &self.known {
+            let matches = bool::from(presented.as_slice().ct_eq(&known.digest));
+            if matches && found.is_none() {
+                found = Some(Caller {
+                    name: known.name.clone(),
+                    scopes: known.scopes.clone(),
+                });
             }
         }
-        Scope::ALL
-            .iter()
-            .zip(granted)
-            .filter(|(_, g)| bool::from(*g))
-            .map(|(s, _)| *s)
-            .collect()
+        found
+    }
+
+    /// The scopes of `presented` (none when unknown).
+    pub fn scopes_of(&self, presented: &str) -> Vec<Scope> {
+        self.caller(presented).map(|c| c.scopes).unwrap_or_default()
     }
 }
 
-/// The scope a `/v1` request needs: `read` for GET (and HEAD), `admin` for
+/// The scope a `/v1` request needs: none for `/v1/whoami` (any known key
+/// may ask what it may do), `read` for GET (and HEAD), `admin` for
 /// replaying or deleting dead letters and pausing or resuming hosts,
 /// `write` for every other change (create, patch, cancel).
-pub fn required_scope(method: &axum::http::Method, path: &str) -> Scope {
+pub fn required_scope(method: &axum::http::Method, path: &str) -> Option<Scope> {
     use axum::http::Method;
-    if method == Method::GET || method == Method::HEAD {
-        Scope::Read
+    if path == "/v1/whoami" {
+        None
+    } else if method == Method::GET || method == Method::HEAD {
+        Some(Scope::Read)
     } else if path.starts_with("/v1/dead-letters") || path.starts_with("/v1/hosts") {
-        Scope::Admin
+        Some(Scope::Admin)
     } else {
-        Scope::Write
+        Some(Scope::Write)
     }
 }
 
 /// Headers on every answer: the browser may not sniff a type, run or load
-/// anything from an answer, or frame it (the API serves JSON and text only).
+/// anything from an answer, or frame it (the API serves JSON and text only;
+/// the console's pages set their own policy, which is kept).
 async fn security_headers(mut response: Response) -> Response {
     let headers = response.headers_mut();
     headers.insert(
@@ -301,10 +334,11 @@ async fn security_headers(mut response: Response) -> Response {
 
 /// With tokens or keys configured, answers a `/v1/*` request 401
 /// `unauthorized` without a known bearer token, and 403 `forbidden` when
-/// its key lacks the scope the request needs.
+/// its key lacks the scope the request needs; otherwise passes it on with
+/// its [`Caller`].
 async fn require_scope(
     State(credentials): State<Arc<Credentials>>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
     if credentials.known.is_empty() {
@@ -316,28 +350,43 @@ async fn require_scope(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    let scopes = credentials.scopes_of(presented);
-    if scopes.is_empty() {
+    let Some(caller) = credentials.caller(presented) else {
         return ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             "missing or wrong `Authorization: Bearer <token>`",
         )
         .into_response();
+    };
+    if let Some(needed) = required_scope(request.method(), request.uri().path()) {
+        if !caller.scopes.contains(&needed) {
+            return ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!(
+                    "key `{}` lacks the `{}` scope this request needs",
+                    caller.name,
+                    needed.as_str()
+                ),
+            )
+            .into_response();
+        }
     }
-    let needed = required_scope(request.method(), request.uri().path());
-    if !scopes.contains(&needed) {
-        return ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            format!(
-                "this key lacks the `{}` scope this request needs",
-                needed.as_str()
-            ),
-        )
-        .into_response();
-    }
+    request.extensions_mut().insert(caller);
     next.run(request).await
+}
+
+/// `GET /v1/whoami`: the calling key's name and scopes (every scope, and
+/// `open`, when the API asks for no token), so that a client such as the
+/// console offers only what the key may do.
+async fn whoami(caller: Option<axum::Extension<Caller>>) -> Json<serde_json::Value> {
+    let scopes = |list: &[Scope]| list.iter().map(|s| s.as_str()).collect::<Vec<_>>();
+    Json(match caller {
+        Some(axum::Extension(caller)) => {
+            json!({"key": caller.name, "scopes": scopes(&caller.scopes), "open": false})
+        }
+        None => json!({"key": null, "scopes": scopes(&Scope::ALL), "open": true}),
+    })
 }
 
 /// Without tokens, serves only requests whose `Host` is an IP address or
@@ -668,8 +717,13 @@ mod tests {
             (Method::POST, "/v1/hosts/h/pause", Scope::Admin),
             (Method::POST, "/v1/hosts/h/resume", Scope::Admin),
         ] {
-            assert_eq!(required_scope(&method, path), scope, "{method} {path}");
+            assert_eq!(
+                required_scope(&method, path),
+                Some(scope),
+                "{method} {path}"
+            );
         }
+        assert_eq!(required_scope(&Method::GET, "/v1/whoami"), None);
     }
 
     #[test]

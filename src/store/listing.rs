@@ -201,6 +201,25 @@ pub struct Stats {
     pub dead_lettered: u64,
     /// Attempts whose lease expired (daemon died or hung).
     pub expired_leases: u64,
+    /// The same counts per partition, in partition order.
+    pub partitions: Vec<PartitionStats>,
+}
+
+/// The counts of one partition in `GET /v1/stats`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PartitionStats {
+    /// Partition number.
+    pub partition: u16,
+    /// Jobs waiting for their due time, held ones included.
+    pub scheduled: u64,
+    /// Ids in the ready list.
+    pub ready: u64,
+    /// Attempts under a lease.
+    pub inflight: u64,
+    /// Dead letters in the partition's stream.
+    pub dead: u64,
+    /// Attempts that got a 2xx.
+    pub delivered: u64,
 }
 
 /// One dead letter, as listed and replayed.
@@ -632,20 +651,30 @@ impl Store {
                 .smembers(self.keys.parked_hosts(p))
                 .query_async(&mut conn)
                 .await?;
+            let mut held_here = 0;
             for host in parked_hosts {
                 let held: u64 = redis::cmd("ZCARD")
                     .arg(self.keys.park(p, &host))
                     .query_async(&mut conn)
                     .await?;
-                stats.held_for_host += held;
-                stats.scheduled += held;
+                held_here += held;
             }
+            let counter = |name: &str| counters.get(name).copied().unwrap_or_default();
             // Jobs waiting in the timing wheel are scheduled too.
-            stats.scheduled += due + counters.get("wheel").copied().unwrap_or_default();
+            let scheduled = due + counter("wheel") + held_here;
+            stats.held_for_host += held_here;
+            stats.scheduled += scheduled;
             stats.ready += ready;
             stats.inflight += inflight;
             stats.dead += dead;
-            let counter = |name: &str| counters.get(name).copied().unwrap_or_default();
+            stats.partitions.push(PartitionStats {
+                partition: p,
+                scheduled,
+                ready,
+                inflight,
+                dead,
+                delivered: counter("delivered"),
+            });
             stats.delivered += counter("delivered");
             stats.failed_attempts += counter("failed_attempts");
             stats.dead_lettered += counter("dead_lettered");

@@ -8,6 +8,7 @@ mod abuse;
 mod api;
 mod chaos;
 mod cluster;
+mod console;
 mod crash;
 mod delivery;
 mod engine;
@@ -95,6 +96,33 @@ pub async fn redis_snapshot(redis: &RedisServer) -> std::collections::BTreeMap<S
         out.insert(key, dump);
     }
     out
+}
+
+/// GETs `url` with bearer `token` and returns the status and the JSON answer.
+pub async fn get_json_with(url: &str, token: &str) -> (u16, serde_json::Value) {
+    let response = reqwest::Client::new()
+        .get(url)
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("request is sent");
+    let status = response.status().as_u16();
+    let json = response.json().await.unwrap_or(serde_json::Value::Null);
+    (status, json)
+}
+
+/// POSTs a create to `url` with bearer `token`, asserts it answered 201.
+pub async fn post_created_with(url: &str, token: &str, body: serde_json::Value) {
+    let response = reqwest::Client::new()
+        .post(url)
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .expect("request is sent");
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap_or_default();
+    assert_eq!(status, 201, "create {body} answered {status}: {text}");
 }
 
 /// POSTs a create to `url`, asserts it answered 201 Created, and returns the

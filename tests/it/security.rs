@@ -386,7 +386,11 @@ async fn stream_reads(redis: &RedisServer) -> i64 {
 }
 
 /// `hookq new-key`'s answer: the token and the `[[api.keys]]` entry.
-fn new_key(redis: &RedisServer, name: &str, scopes: &str) -> (String, hookq::config::ApiKey) {
+pub(crate) fn new_key(
+    redis: &RedisServer,
+    name: &str,
+    scopes: &str,
+) -> (String, hookq::config::ApiKey) {
     let out = hookq(
         redis,
         "hookq",

@@ -3,10 +3,11 @@
 //! `redis-server` per test ([`redis::RedisServer`]) or a real cluster
 //! ([`cluster::RedisCluster`]), a real recording HTTP receiver
 //! ([`receiver::Receiver`]), processes owned down to their grandchildren
-//! ([`process::OwnedProcess`]), condition waits with deadlines, and test
-//! logging.
+//! ([`process::OwnedProcess`]), a headless Chromium over WebDriver
+//! ([`browser::Browser`]), condition waits with deadlines, and test logging.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod cluster;
 pub mod process;
 pub mod receiver;

@@ -1,0 +1,420 @@
+// hookq console: a small single-page app over the /v1 API. Every value
+// from the API is put into the page with textContent (never innerHTML), so
+// a job's body, URL or error shows as text whatever it holds. The key lives
+// in this tab's sessionStorage and goes out as a bearer header only.
+'use strict';
+
+const KEY_STORE = 'hookq.key';
+const STATES = ['scheduled', 'ready', 'inflight', 'delivered', 'dead', 'cancelled'];
+const session = { scopes: [], open: false, key: null };
+let pageTimer = null;
+
+// ---- DOM helpers -------------------------------------------------------
+
+/** An element with attributes (class, href, data-*, ...) and children
+ *  (strings become text nodes). */
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (name === 'onclick' || name === 'onsubmit' || name === 'onchange') {
+      node.addEventListener(name.slice(2), value);
+    } else if (name === 'text') {
+      node.textContent = value;
+    } else {
+      node.setAttribute(name, value === true ? '' : String(value));
+    }
+  }
+  for (const child of children.flat()) {
+    if (child === undefined || child === null || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function table(headers, rows, empty) {
+  if (rows.length === 0) return el('p', { class: 'muted' }, empty || 'Nothing here.');
+  return el('table', {},
+    el('thead', {}, el('tr', {}, headers.map((h) => el('th', {}, h)))),
+    el('tbody', {}, rows.map((cells) => el('tr', {}, cells.map((c) => el('td', {}, c))))));
+}
+
+function show(...nodes) {
+  const main = document.getElementById('main');
+  main.replaceChildren(...nodes.flat().filter((n) => n !== null && n !== undefined && n !== false));
+}
+
+function banner(text, kind) {
+  const node = document.getElementById('banner');
+  if (!text) {
+    node.hidden = true;
+    node.textContent = '';
+    return;
+  }
+  node.hidden = false;
+  node.className = kind || 'error';
+  node.textContent = text;
+}
+
+function can(scope) {
+  return session.scopes.includes(scope);
+}
+
+function fmtTime(text) {
+  return text ? text.replace('T', ' ').replace('Z', ' UTC') : '–';
+}
+
+// ---- API ---------------------------------------------------------------
+
+class ApiError extends Error {
+  constructor(status, body) {
+    const error = (body && body.error) || {};
+    super(error.message || `HTTP ${status}`);
+    this.status = status;
+    this.code = error.code || 'http_' + status;
+    this.field = error.field || null;
+  }
+}
+
+/** Calls the API; a 401 asks for a key again, Redis being down shows a
+ *  banner; any other error is thrown as an ApiError. */
+async function api(method, path, body) {
+  const headers = { Accept: 'application/json' };
+  if (session.key) headers.Authorization = 'Bearer ' + session.key;
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  let response;
+  try {
+    response = await fetch(path, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      credentials: 'omit',
+      cache: 'no-store',
+    });
+  } catch (e) {
+    banner('The hookq daemon does not answer: ' + e.message);
+    throw e;
+  }
+  const text = await response.text();
+  let data = null;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch (e) {
+    data = null;
+  }
+  if (response.status === 401) {
+    sessionStorage.removeItem(KEY_STORE);
+    session.key = null;
+    login('This key is not known to the daemon (401). Enter a valid key.');
+    throw new ApiError(401, data);
+  }
+  if (response.status === 503 && data && data.error && String(data.error.code).startsWith('redis')) {
+    const reason = String(data.error.message).replace(/[.\s]*$/, '.');
+    banner(`Redis is down: ${reason} The figures below may be stale.`);
+    throw new ApiError(503, data);
+  }
+  if (!response.ok) throw new ApiError(response.status, data);
+  banner(null);
+  return data;
+}
+
+/** Runs an action, showing its failure (403 names the missing scope). */
+async function attempt(action, done) {
+  try {
+    const result = await action();
+    if (done) done(result);
+  } catch (e) {
+    if (e.status === 403) banner('Refused (403): ' + e.message, 'error');
+    else if (e.status !== 401 && e.status !== 503) banner(e.message + (e.field ? ` (${e.field})` : ''), 'error');
+  }
+}
+
+// ---- Session -----------------------------------------------------------
+
+function login(message) {
+  stopTimer();
+  document.getElementById('who').textContent = '';
+  document.getElementById('logout').hidden = true;
+  const input = el('input', { type: 'password', id: 'key', autocomplete: 'off', placeholder: 'API key (bearer token)', size: 50 });
+  const form = el('form', {
+    id: 'login',
+    onsubmit: async (event) => {
+      event.preventDefault();
+      session.key = input.value.trim();
+      sessionStorage.setItem(KEY_STORE, session.key);
+      await start();
+    },
+  },
+  el('h1', {}, 'hookq console'),
+  el('p', {}, 'Enter an API key. It is kept in this browser tab only, until the tab closes.'),
+  message ? el('p', { class: 'error', id: 'login-error' }, message) : null,
+  input, ' ', el('button', { type: 'submit' }, 'Open'));
+  show(form);
+  input.focus();
+}
+
+async function start() {
+  session.key = sessionStorage.getItem(KEY_STORE);
+  let who;
+  try {
+    who = await api('GET', '/v1/whoami');
+  } catch (e) {
+    if (e.status === undefined || e.status === 503) {
+      show(el('p', { class: 'error' }, 'Cannot reach the API: ' + e.message));
+    }
+    return;
+  }
+  session.scopes = who.scopes;
+  session.open = who.open;
+  const label = who.open ? 'no key needed' : `key ${who.key}: ${who.scopes.join(', ')}`;
+  document.getElementById('who').textContent = label;
+  document.getElementById('logout').hidden = who.open;
+  route();
+}
+
+// ---- Pages -------------------------------------------------------------
+
+function stopTimer() {
+  if (pageTimer) clearInterval(pageTimer);
+  pageTimer = null;
+}
+
+function every(ms, fn) {
+  stopTimer();
+  fn();
+  pageTimer = setInterval(fn, ms);
+}
+
+function route() {
+  stopTimer();
+  banner(null);
+  const hash = location.hash.replace(/^#\/?/, '') || 'overview';
+  const [page, ...rest] = hash.split('/');
+  for (const a of document.querySelectorAll('#nav a')) {
+    a.classList.toggle('active', a.dataset.page === page || (page === 'job' && a.dataset.page === 'jobs'));
+  }
+  if (!session.open && !session.key) return login();
+  if (page === 'jobs') return jobsPage(new URLSearchParams(location.hash.split('?')[1] || ''));
+  if (page === 'job') return jobPage(decodeURIComponent(rest.join('/').split('?')[0]));
+  if (page === 'dead') return deadPage();
+  if (page === 'hosts') return hostsPage();
+  return overviewPage();
+}
+
+// Overview: counts by state, deliveries and failures per second as a live
+// chart, the oldest ready job's lag, the partitions.
+function overviewPage() {
+  const counts = el('div', { class: 'cards', id: 'counts' });
+  const chart = el('div', { id: 'chart' });
+  const lag = el('p', { id: 'lag' });
+  const parts = el('div', { id: 'partitions' });
+  show(el('h1', {}, 'Overview'), counts, el('h2', {}, 'Delivered and failed per second'), chart, lag,
+    el('h2', {}, 'Partitions'), parts);
+  const points = [];
+  let last = null;
+  every(1000, () => attempt(async () => {
+    const stats = await api('GET', '/v1/stats');
+    const now = performance.now();
+    if (last) {
+      const secs = Math.max((now - last.at) / 1000, 0.001);
+      points.push({
+        delivered: Math.max(stats.delivered - last.delivered, 0) / secs,
+        failed: Math.max(stats.failed_attempts - last.failed, 0) / secs,
+      });
+      if (points.length > 120) points.shift();
+    }
+    last = { at: now, delivered: stats.delivered, failed: stats.failed_attempts };
+    counts.replaceChildren(...['scheduled', 'ready', 'inflight', 'dead', 'delivered', 'failed_attempts']
+      .map((name) => el('div', { class: 'card', 'data-count': name },
+        el('div', { class: 'figure' }, String(stats[name])), el('div', { class: 'label' }, name.replace('_', ' ')))));
+    chart.replaceChildren(drawChart(points));
+    lag.textContent = `Oldest ready job waiting: ${stats.oldest_ready_lag_ms} ms · held for a host: ${stats.held_for_host} · leases expired: ${stats.expired_leases}`;
+    parts.replaceChildren(table(['partition', 'scheduled', 'ready', 'in flight', 'dead', 'delivered'],
+      (stats.partitions || []).map((p) => [p.partition, p.scheduled, p.ready, p.inflight, p.dead, p.delivered].map(String))));
+  }));
+}
+
+/** An SVG line chart of delivered (and failed) per second. */
+function drawChart(points) {
+  const ns = 'http://www.w3.org/2000/svg';
+  const width = 600;
+  const height = 160;
+  const svg = document.createElementNS(ns, 'svg');
+  svg.setAttribute('viewBox', `0 0 ${width} ${height + 20}`);
+  svg.setAttribute('class', 'chart');
+  svg.setAttribute('data-points', String(points.length));
+  const top = 1.25 * Math.max(1, ...points.map((p) => Math.max(p.delivered, p.failed)));
+  const line = (key, cls) => {
+    const path = document.createElementNS(ns, 'polyline');
+    const step = width / Math.max(points.length - 1, 1);
+    path.setAttribute('points', points.map((p, i) => `${(i * step).toFixed(1)},${(height - (p[key] / top) * height).toFixed(1)}`).join(' '));
+    path.setAttribute('class', cls);
+    svg.append(path);
+  };
+  const axis = document.createElementNS(ns, 'line');
+  axis.setAttribute('x1', '0'); axis.setAttribute('x2', String(width));
+  axis.setAttribute('y1', String(height)); axis.setAttribute('y2', String(height));
+  axis.setAttribute('class', 'axis');
+  svg.append(axis);
+  line('delivered', 'delivered');
+  line('failed', 'failed');
+  const label = document.createElementNS(ns, 'text');
+  label.setAttribute('x', '4'); label.setAttribute('y', String(height + 16));
+  const lastPoint = points[points.length - 1] || { delivered: 0, failed: 0 };
+  label.textContent = `now: ${lastPoint.delivered.toFixed(1)} delivered/s, ${lastPoint.failed.toFixed(1)} failed/s · peak ${top.toFixed(1)}/s · last ${points.length} s`;
+  svg.append(label);
+  return svg;
+}
+
+// Jobs: by state and topic, paged, with a lookup by id.
+function jobsPage(params) {
+  const stateSelect = el('select', { name: 'state' }, el('option', { value: '' }, 'any state'),
+    STATES.map((s) => el('option', { value: s, selected: params.get('state') === s }, s)));
+  const topic = el('input', { name: 'topic', placeholder: 'topic', value: params.get('topic') || '' });
+  const lookup = el('input', { name: 'id', id: 'lookup', placeholder: 'job id' });
+  const list = el('div', { id: 'jobs' });
+  const more = el('button', { type: 'button', hidden: true }, 'Next page');
+  let cursor = null;
+  const load = (reset) => attempt(async () => {
+    if (reset) cursor = null;
+    const query = new URLSearchParams({ limit: '50' });
+    if (stateSelect.value) query.set('state', stateSelect.value);
+    if (topic.value.trim()) query.set('topic', topic.value.trim());
+    if (cursor) query.set('cursor', cursor);
+    const page = await api('GET', '/v1/jobs?' + query);
+    cursor = page.next_cursor;
+    more.hidden = !cursor;
+    list.replaceChildren(table(['id', 'state', 'topic', 'attempts', 'next attempt', 'url'],
+      page.jobs.map((j) => [
+        el('a', { href: '#/job/' + encodeURIComponent(j.id) }, j.id), j.state, j.topic,
+        `${j.attempts}/${j.max_attempts}`, fmtTime(j.next_attempt_at), j.url || '–',
+      ]), 'No jobs match.'));
+  });
+  more.addEventListener('click', () => load(false));
+  show(el('h1', {}, 'Jobs'),
+    el('form', { class: 'row', onsubmit: (e) => { e.preventDefault(); load(true); } },
+      stateSelect, topic, el('button', { type: 'submit' }, 'List')),
+    el('form', { class: 'row', onsubmit: (e) => { e.preventDefault(); if (lookup.value.trim()) location.hash = '#/job/' + encodeURIComponent(lookup.value.trim()); } },
+      lookup, el('button', { type: 'submit' }, 'Open job')),
+    list, more);
+  load(true);
+}
+
+// One job: its fields, headers (names only), body as text, history.
+function jobPage(id) {
+  show(el('h1', {}, 'Job ', el('code', {}, id)), el('p', { class: 'muted' }, 'Loading…'));
+  attempt(async () => {
+    let job;
+    try {
+      job = await api('GET', '/v1/jobs/' + encodeURIComponent(id));
+    } catch (e) {
+      if (e.status === 404) {
+        show(el('h1', {}, 'Job ', el('code', {}, id)), el('p', { class: 'error' }, 'No job with this id.'));
+        return;
+      }
+      throw e;
+    }
+    const body = job.body !== undefined ? JSON.stringify(job.body, null, 2) : job.body_text;
+    const fields = [
+      ['state', job.state], ['topic', job.topic], ['url', job.url ? `${job.method} ${job.url}` : '– (finished; only its summary is kept)'],
+      ['attempts', `${job.attempts} of ${job.max_attempts}`], ['next attempt', fmtTime(job.next_attempt_at)],
+      ['created', fmtTime(job.created_at)], ['updated', fmtTime(job.updated_at)],
+      ['retry', !job.retry ? 'the default ladder' : job.retry.length ? job.retry.join(', ') : 'none (one attempt)'], ['timeout', job.timeout || 'default'],
+    ];
+    const headers = Object.keys(job.headers || {});
+    const cancel = !['delivered', 'dead', 'cancelled'].includes(job.state) && can('write')
+      ? el('button', { type: 'button', id: 'cancel', onclick: () => attempt(() => api('DELETE', '/v1/jobs/' + encodeURIComponent(id)), () => jobPage(id)) }, 'Cancel job')
+      : null;
+    show(el('h1', {}, 'Job ', el('code', {}, job.id)), cancel,
+      table(['field', 'value'], fields),
+      el('h2', {}, 'Headers'),
+      headers.length ? el('p', {}, headers.join(', '), el('span', { class: 'muted' }, ' (values are write-only)')) : el('p', { class: 'muted' }, 'None.'),
+      el('h2', {}, 'Body'),
+      body === undefined || body === null ? el('p', { class: 'muted' }, 'None kept.') : el('pre', { id: 'body' }, body),
+      el('h2', {}, 'Attempts'),
+      table(['attempt', 'at', 'took', 'status', 'error', 'message'], (job.history || []).map((h) => [
+        String(h.attempt ?? ''), fmtTime(h.at), h.duration_ms !== undefined ? h.duration_ms + ' ms' : '', String(h.status ?? '–'), h.error || '', h.message || '',
+      ]), 'No attempt yet.'));
+  });
+}
+
+// Dead letters: filter, replay selected or all by filter (optionally to a
+// new URL, dry run first), delete.
+function deadPage() {
+  const topic = el('input', { name: 'topic', placeholder: 'topic' });
+  const since = el('input', { name: 'since', placeholder: 'since (2h, RFC 3339)' });
+  const url = el('input', { name: 'url', id: 'replay-url', placeholder: 'new URL (optional)', size: 40 });
+  const list = el('div', { id: 'dead' });
+  const report = el('div', { id: 'report' });
+  let shown = [];
+  const filter = () => {
+    const query = new URLSearchParams({ limit: '200' });
+    if (topic.value.trim()) query.set('topic', topic.value.trim());
+    if (since.value.trim()) query.set('since', since.value.trim());
+    return query;
+  };
+  const load = () => attempt(async () => {
+    const page = await api('GET', '/v1/dead-letters?' + filter());
+    shown = page.dead_letters;
+    list.replaceChildren(table(['', 'job', 'topic', 'attempts', 'status', 'last error', 'dead at', ''],
+      shown.map((d) => [
+        can('admin') ? el('input', { type: 'checkbox', class: 'pick', value: d.id }) : '',
+        el('a', { href: '#/job/' + encodeURIComponent(d.id) }, d.id), d.topic, String(d.attempts), String(d.last_status ?? '–'),
+        d.last_error, fmtTime(d.dead_at),
+        can('admin') ? el('button', { type: 'button', class: 'drop', onclick: () => attempt(() => api('DELETE', '/v1/dead-letters/' + encodeURIComponent(d.id)), load) }, 'Delete') : '',
+      ]), 'No dead letters.'));
+  });
+  const replay = (body, dry) => attempt(async () => {
+    if (url.value.trim()) body.url = url.value.trim();
+    body.dry_run = dry;
+    const done = await api('POST', '/v1/dead-letters/replay', body);
+    report.replaceChildren(el('p', { class: dry ? 'muted' : 'ok' },
+      `${dry ? 'Would replay' : 'Replayed'} ${done.replayed.length}: ${done.replayed.join(' ') || '–'}`,
+      done.already_live.length ? ` · already live: ${done.already_live.join(' ')}` : '',
+      done.not_found.length ? ` · not found: ${done.not_found.join(' ')}` : ''));
+    if (!dry) load();
+  });
+  const selected = () => ({ ids: [...document.querySelectorAll('input.pick:checked')].map((c) => c.value) });
+  const byFilter = () => {
+    const body = { all: true };
+    if (topic.value.trim()) body.topic = topic.value.trim();
+    if (since.value.trim()) body.since = since.value.trim();
+    return body;
+  };
+  const actions = can('admin') ? el('div', { class: 'row' }, url,
+    el('button', { type: 'button', id: 'preview', onclick: () => replay(selected(), true) }, 'Preview selected'),
+    el('button', { type: 'button', id: 'replay-selected', onclick: () => replay(selected(), false) }, 'Replay selected'),
+    el('button', { type: 'button', id: 'preview-all', onclick: () => replay(byFilter(), true) }, 'Preview all matching'),
+    el('button', { type: 'button', id: 'replay-all', onclick: () => replay(byFilter(), false) }, 'Replay all matching'))
+    : el('p', { class: 'muted' }, 'Replaying and deleting need a key with the admin scope.');
+  show(el('h1', {}, 'Dead letters'),
+    el('form', { class: 'row', onsubmit: (e) => { e.preventDefault(); load(); } }, topic, since, el('button', { type: 'submit' }, 'Filter')),
+    actions, report, list);
+  load();
+}
+
+// Hosts: breaker state, waiting and in flight, pause and resume.
+function hostsPage() {
+  const list = el('div', { id: 'hosts' });
+  show(el('h1', {}, 'Hosts'), list);
+  const act = (host, action) => attempt(() => api('POST', `/v1/hosts/${encodeURIComponent(host)}/${action}`), refresh);
+  const refresh = () => attempt(async () => {
+    const page = await api('GET', '/v1/hosts?limit=200');
+    list.replaceChildren(table(['host', 'state', 'waiting', 'in flight', 'concurrency', 'rate', 'reason', ''],
+      page.hosts.map((h) => [
+        h.host, h.state, String(h.waiting), String(h.in_flight), String(h.concurrency), String(h.rate), h.reason || '',
+        can('admin') ? el('button', { type: 'button', class: h.state === 'closed' ? 'pause' : 'resume', onclick: () => act(h.host, h.state === 'closed' ? 'pause' : 'resume') }, h.state === 'closed' ? 'Pause' : 'Resume') : '',
+      ]), 'No host has been called yet.'));
+  });
+  every(2000, refresh);
+}
+
+// ---- Start -------------------------------------------------------------
+
+window.addEventListener('hashchange', route);
+document.getElementById('logout').addEventListener('click', () => {
+  sessionStorage.removeItem(KEY_STORE);
+  session.key = null;
+  login();
+});
+start();
