@@ -183,6 +183,7 @@ async fn an_operator_looks_replays_and_pauses_from_the_console() {
         points >= 5 && peak > 1.0
     })
     .await;
+    browser.wait_text("#lag", |t| t.contains("p99 ≤")).await;
     browser.screenshot(&screenshot_path("overview")).await;
 
     // Jobs by state, then a host paused from the page.

@@ -174,6 +174,12 @@ async function start() {
 
 // ---- Pages -------------------------------------------------------------
 
+/** Marks the moment a page first shows its data (the benchmark reads it:
+ *  milliseconds since the navigation started). */
+function painted() {
+  if (!document.body.dataset.painted) document.body.dataset.painted = String(Math.round(performance.now()));
+}
+
 function stopTimer() {
   if (pageTimer) clearInterval(pageTimer);
   pageTimer = null;
@@ -211,8 +217,11 @@ function overviewPage() {
   show(el('h1', {}, 'Overview'), counts, el('h2', {}, 'Delivered and failed per second'), chart, lag,
     el('h2', {}, 'Partitions'), parts);
   const points = [];
+  const lateness = [];
   let last = null;
   every(1000, () => attempt(async () => {
+    lateness.push(await latenessBuckets());
+    if (lateness.length > 6) lateness.shift();
     const stats = await api('GET', '/v1/stats');
     const now = performance.now();
     if (last) {
@@ -228,10 +237,49 @@ function overviewPage() {
       .map((name) => el('div', { class: 'card', 'data-count': name },
         el('div', { class: 'figure' }, String(stats[name])), el('div', { class: 'label' }, name.replace('_', ' ')))));
     chart.replaceChildren(drawChart(points));
-    lag.textContent = `Oldest ready job waiting: ${stats.oldest_ready_lag_ms} ms · held for a host: ${stats.held_for_host} · leases expired: ${stats.expired_leases}`;
+    const [p50, p99] = [0.5, 0.99].map((q) => quantile(lateness[lateness.length - 1], lateness[0], q));
+    const late = p50 === null
+      ? 'no attempt started in the last 5 s'
+      : `p50 ≤ ${p50}, p99 ≤ ${p99} over the last 5 s (this daemon)`;
+    lag.textContent = `Lateness (attempt start − due): ${late} · oldest ready job waiting: ${stats.oldest_ready_lag_ms} ms · held for a host: ${stats.held_for_host} · leases expired: ${stats.expired_leases}`;
     parts.replaceChildren(table(['partition', 'scheduled', 'ready', 'in flight', 'dead', 'delivered'],
       (stats.partitions || []).map((p) => [p.partition, p.scheduled, p.ready, p.inflight, p.dead, p.delivered].map(String))));
+    painted();
   }));
+}
+
+/** The cumulative buckets of this daemon's `hookq_lateness_seconds`
+ *  histogram from /metrics (upper bound → count), or null. */
+async function latenessBuckets() {
+  try {
+    const response = await fetch('/metrics', { credentials: 'omit', cache: 'no-store' });
+    if (!response.ok) return null;
+    const buckets = new Map();
+    for (const line of (await response.text()).split('\n')) {
+      const m = line.match(/^hookq_lateness_seconds_bucket\{(?:[^}]*,)?le="([^"]+)"[^}]*\} (\S+)$/);
+      if (m) buckets.set(m[1], (buckets.get(m[1]) || 0) + Number(m[2]));
+    }
+    return buckets.size ? buckets : null;
+  } catch (e) {
+    return null;
+  }
+}
+
+/** The bucket bound under which a `q` share of the attempts between two
+ *  readings fell, as text (`5 ms`), or null when none started. */
+function quantile(now, before, q) {
+  if (!now) return null;
+  const count = (map, le) => (map ? map.get(le) || 0 : 0);
+  const total = count(now, '+Inf') - count(before, '+Inf');
+  if (total <= 0) return null;
+  const bounds = [...now.keys()].filter((le) => le !== '+Inf').sort((a, b) => Number(a) - Number(b));
+  for (const le of bounds) {
+    if (count(now, le) - count(before, le) >= q * total) {
+      const secs = Number(le);
+      return secs < 1 ? `${+(secs * 1000).toFixed(1)} ms` : `${secs} s`;
+    }
+  }
+  return 'more than ' + bounds[bounds.length - 1] + ' s';
 }
 
 /** An SVG line chart of delivered (and failed) per second. */
@@ -289,6 +337,7 @@ function jobsPage(params) {
         el('a', { href: '#/job/' + encodeURIComponent(j.id) }, j.id), j.state, j.topic,
         `${j.attempts}/${j.max_attempts}`, fmtTime(j.next_attempt_at), j.url || '–',
       ]), 'No jobs match.'));
+    painted();
   });
   more.addEventListener('click', () => load(false));
   show(el('h1', {}, 'Jobs'),
@@ -335,6 +384,7 @@ function jobPage(id) {
       table(['attempt', 'at', 'took', 'status', 'error', 'message'], (job.history || []).map((h) => [
         String(h.attempt ?? ''), fmtTime(h.at), h.duration_ms !== undefined ? h.duration_ms + ' ms' : '', String(h.status ?? '–'), h.error || '', h.message || '',
       ]), 'No attempt yet.'));
+    painted();
   });
 }
 
@@ -363,6 +413,7 @@ function deadPage() {
         d.last_error, fmtTime(d.dead_at),
         can('admin') ? el('button', { type: 'button', class: 'drop', onclick: () => attempt(() => api('DELETE', '/v1/dead-letters/' + encodeURIComponent(d.id)), load) }, 'Delete') : '',
       ]), 'No dead letters.'));
+    painted();
   });
   const replay = (body, dry) => attempt(async () => {
     if (url.value.trim()) body.url = url.value.trim();
@@ -405,6 +456,7 @@ function hostsPage() {
         h.host, h.state, String(h.waiting), String(h.in_flight), String(h.concurrency), String(h.rate), h.reason || '',
         can('admin') ? el('button', { type: 'button', class: h.state === 'closed' ? 'pause' : 'resume', onclick: () => act(h.host, h.state === 'closed' ? 'pause' : 'resume') }, h.state === 'closed' ? 'Pause' : 'Resume') : '',
       ]), 'No host has been called yet.'));
+    painted();
   });
   every(2000, refresh);
 }
