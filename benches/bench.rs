@@ -31,7 +31,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use hookq::config::Config;
+use hookq::config::{Config, SigningMode};
 use hookq::daemon::Daemon;
 use hookq::job::{JobInput, RunAt};
 use hookq::store::Store;
@@ -815,10 +815,27 @@ impl Meter {
 /// n jobs all due at the same moment to one nginx host (per-host limit
 /// lifted to 512, SPEC §10's throughput setting), delivered by hookq or by
 /// the naive design; rate = n / (last 2xx − due).
-async fn delivery_rate(redis: &RedisServer, nginx: &Nginx, n: usize, naive: bool) -> Res<Figures> {
+/// Two signing secrets (as during a rotation) in `mode`: every attempt
+/// carries two signatures.
+fn sign(config: &mut Config, mode: SigningMode) {
+    config.delivery.signing_secrets = vec![
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
+        "whsec_Vm9yc2ljaHQgYmVpbSBSb3RpZXJlbiEh".into(),
+    ];
+    config.delivery.signing_mode = mode;
+}
+
+async fn delivery_rate(
+    redis: &RedisServer,
+    nginx: &Nginx,
+    n: usize,
+    naive: bool,
+    tweak: fn(&mut Config),
+) -> Res<Figures> {
     redis.flush().await?;
     nginx.reset().await?;
-    let cfg = config(redis);
+    let mut cfg = config(redis);
+    tweak(&mut cfg);
     let store = Store::connect(&cfg).await?;
     store.load_scripts().await?;
     let due = store.redis_time_ms().await? + 3000 + (n as i64 / 50);
@@ -2437,12 +2454,28 @@ async fn bench(opts: &Options) -> Res<Vec<Scenario>> {
     scenario!(
         "delivery_rate",
         runs,
-        delivery_rate(&redis, &nginx, s(100_000, 2_000), false)
+        delivery_rate(&redis, &nginx, s(100_000, 2_000), false, |_| {})
+    );
+    scenario!(
+        "delivery_rate_signed_shared",
+        runs,
+        delivery_rate(&redis, &nginx, s(100_000, 2_000), false, |c| sign(
+            c,
+            SigningMode::Shared
+        ))
+    );
+    scenario!(
+        "delivery_rate_signed_per_origin",
+        runs,
+        delivery_rate(&redis, &nginx, s(100_000, 2_000), false, |c| sign(
+            c,
+            SigningMode::PerOrigin
+        ))
     );
     scenario!(
         "delivery_rate_naive",
         runs,
-        delivery_rate(&redis, &nginx, s(100_000, 2_000), true)
+        delivery_rate(&redis, &nginx, s(100_000, 2_000), true, |_| {})
     );
     if opts.wanted("delivery_rate_cluster_3_masters") {
         let cluster = RedisCluster::start_with(0);

@@ -94,6 +94,13 @@ pub enum Command {
     /// Print a fresh Standard Webhooks signing secret (`whsec_...`) for
     /// `delivery.signing_secrets`; give the same secret to the receiver.
     NewSecret,
+    /// Print the `whsec_` secrets a receiver at URL verifies with
+    /// (`delivery.signing_mode = "per_origin"`), one per configured secret,
+    /// the newest first.
+    SigningSecret {
+        /// The receiver's URL (only its origin matters).
+        url: String,
+    },
     /// Print a fresh API key: the bearer token to hand out, and the
     /// `[[api.keys]]` entry (its SHA-256, never the token) for the config.
     NewKey {
@@ -591,6 +598,25 @@ pub async fn run(cli: Cli, config: Config) -> Result<ExitCode, CliError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::NewKey { name, scopes } => new_key(&name, &scopes, json),
+        Command::SigningSecret { url } => {
+            let url = crate::job::validate_url(&url, "URL")
+                .map_err(|e| fail(2, format!("URL: {}", e.message)))?;
+            match crate::api::receiver_secrets(&config, &url) {
+                Ok(answer) if json => print_json(&answer)?,
+                Ok(answer) => {
+                    for secret in answer["secrets"].as_array().into_iter().flatten() {
+                        println!("{}", secret.as_str().unwrap_or_default());
+                    }
+                }
+                Err((_, _, message)) => {
+                    return Err(fail(
+                        2,
+                        format!("config key `delivery.signing_mode`: {message}"),
+                    ))
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Migrate => migrate(&config, json).await,
         Command::Doctor => {
             let report = doctor::run(&config).await;

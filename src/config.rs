@@ -120,6 +120,20 @@ pub struct ApiConfig {
     pub max_batch_body: u64,
 }
 
+/// What the secrets of `delivery.signing_secrets` sign with
+/// (`delivery.signing_mode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SigningMode {
+    /// Every receiver gets signatures of the configured secrets themselves.
+    #[default]
+    Shared,
+    /// Each origin gets signatures of its own secret, derived from each
+    /// configured (master) secret: a receiver's secret verifies only what
+    /// was sent to its origin.
+    PerOrigin,
+}
+
 /// What a key may do (SPEC §11.3). The scopes are independent: a key that
 /// creates jobs and reads them back needs `read` and `write`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
@@ -225,6 +239,9 @@ pub struct DeliveryConfig {
     pub allow_cidrs: Vec<String>,
     /// Standard Webhooks secrets (`whsec_...`); several for rotation.
     pub signing_secrets: Vec<String>,
+    /// What receivers verify with: the secrets themselves (`shared`), or
+    /// a secret per origin derived from each (`per_origin`).
+    pub signing_mode: SigningMode,
     /// Jobs claimed from Redis in one round trip, at most.
     pub claim_batch: usize,
     /// How long a graceful stop waits for in-flight attempts.
@@ -305,6 +322,7 @@ impl Default for DeliveryConfig {
             allow_private: false,
             allow_cidrs: Vec::new(),
             signing_secrets: Vec::new(),
+            signing_mode: SigningMode::Shared,
             claim_batch: 64,
             shutdown_grace: Duration::from_secs(30),
         }
@@ -793,6 +811,23 @@ mod tests {
             let err = format!("{:#}", load(keys.clone()).expect_err(&keys));
             assert!(err.contains(named), "{keys}: {err}");
         }
+    }
+
+    #[test]
+    fn the_signing_mode_is_shared_or_per_origin() {
+        let load = |mode: &str| {
+            Config::load(
+                None,
+                [("HOOKQ_DELIVERY__SIGNING_MODE".to_string(), mode.to_string())],
+            )
+        };
+        assert_eq!(Config::default().delivery.signing_mode, SigningMode::Shared);
+        assert_eq!(
+            load("per_origin").expect("valid").delivery.signing_mode,
+            SigningMode::PerOrigin
+        );
+        let err = format!("{:#}", load("per-host").expect_err("unknown"));
+        assert!(err.contains("delivery.signing_mode"), "{err}");
     }
 
     #[test]

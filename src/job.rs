@@ -51,6 +51,8 @@ const RESERVED_HEADERS: &[&str] = &[
     "webhook-id",
     "webhook-timestamp",
     "webhook-signature",
+    "traceparent",
+    "tracestate",
 ];
 
 /// HTTP method of an attempt.
@@ -136,6 +138,89 @@ pub struct JobSpec {
     /// The job's own attempt timeout (ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// The W3C trace context of the request that created the job (not
+    /// content: a re-create with another one is the same job).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceContext>,
+}
+
+/// A W3C trace context (`traceparent`, and `tracestate` if any), as a
+/// create request carried it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceContext {
+    /// `traceparent`: `00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`.
+    #[serde(rename = "p")]
+    pub parent: String,
+    /// `tracestate`, passed on unchanged.
+    #[serde(rename = "s", default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+}
+
+impl TraceContext {
+    /// The context of `traceparent` (and `tracestate`), or None when the
+    /// `traceparent` is not a valid version-00 one (W3C Trace Context: lower
+    /// hex, trace and parent ids not all zeros): a malformed one is
+    /// ignored, never refused, and the job starts a trace of its own. A
+    /// `tracestate` longer than 512 bytes or not visible ASCII is dropped.
+    pub fn parse(traceparent: &str, tracestate: Option<&str>) -> Option<TraceContext> {
+        let parts: Vec<&str> = traceparent.trim().split('-').collect();
+        let hex = |s: &str, len: usize| {
+            s.len() == len
+                && s.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        };
+        let [version, trace_id, parent_id, flags] = parts[..] else {
+            return None;
+        };
+        let valid = version == "00"
+            && hex(trace_id, 32)
+            && hex(parent_id, 16)
+            && hex(flags, 2)
+            && trace_id.bytes().any(|b| b != b'0')
+            && parent_id.bytes().any(|b| b != b'0');
+        let state = tracestate
+            .map(str::trim)
+            .filter(|s| {
+                !s.is_empty() && s.len() <= 512 && s.bytes().all(|b| (b' '..=b'~').contains(&b))
+            })
+            .map(str::to_string);
+        valid.then(|| TraceContext {
+            parent: parts.join("-"),
+            state,
+        })
+    }
+
+    /// The trace id (32 hex digits).
+    pub fn trace_id(&self) -> &str {
+        &self.parent[3..35]
+    }
+
+    /// The trace flags (2 hex digits).
+    fn flags(&self) -> &str {
+        &self.parent[53..55]
+    }
+}
+
+/// The trace id of job `id`: its creator's, or, when it came without one,
+/// one derived from the id (the first 16 bytes of SHA-256 of it), so that
+/// every attempt of a job belongs to one trace without storing anything.
+pub fn trace_id_of(id: &str, trace: Option<&TraceContext>) -> String {
+    use sha2::Digest;
+    match trace {
+        Some(context) => context.trace_id().to_string(),
+        None => sha2::Sha256::digest(format!("hookq-trace:{id}").as_bytes())[..16]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
+    }
+}
+
+/// The `traceparent` of one attempt of job `id`: its trace, a fresh span
+/// id, its creator's flags (sampled when it had none).
+pub fn attempt_traceparent(id: &str, trace: Option<&TraceContext>) -> String {
+    let span: u64 = rand::random::<u64>().max(1);
+    let flags = trace.map_or("01", TraceContext::flags);
+    format!("00-{}-{span:016x}-{flags}", trace_id_of(id, trace))
 }
 
 fn default_topic() -> String {
@@ -224,6 +309,7 @@ impl JobSpec {
             delay_ms: None,
             retry_ms: None,
             timeout_ms: None,
+            trace: None,
         }
     }
 
@@ -239,6 +325,7 @@ impl JobSpec {
         let undated = JobSpec {
             run_at: None,
             delay_ms: None,
+            trace: None,
             ..self.clone()
         };
         let value = serde_json::to_value(&undated).unwrap_or_default();
@@ -659,7 +746,7 @@ pub fn validate_headers(headers: &BTreeMap<String, String>) -> Result<(), FieldE
             return Err(FieldError::new(
                 "reserved_header",
                 &field,
-                format!("header `{name}` is set by hookq (hop-by-hop, framing or signature header) and may not be given"),
+                format!("header `{name}` is set by hookq (hop-by-hop, framing, signature or trace-context header; a trace context goes in the create request's own `traceparent` header) and may not be given"),
             ));
         }
         if value.len() > MAX_HEADER_VALUE
@@ -826,6 +913,7 @@ impl JobInput {
             delay_ms,
             retry_ms,
             timeout_ms,
+            trace: None,
         };
         Ok(ValidJob { id, spec, due })
     }
@@ -933,6 +1021,10 @@ pub struct JobView {
     /// method, headers or body; `retention.keep_bodies` keeps them).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub summarized: bool,
+    /// The trace its attempts belong to (the creator's `traceparent`, or
+    /// one of the job's own); absent from a finished job's summary.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 /// RFC 3339 in UTC with exactly three fractional digits.
@@ -1112,6 +1204,64 @@ mod tests {
     }
 
     #[test]
+    fn trace_contexts_are_taken_only_when_valid() {
+        let good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let context = TraceContext::parse(good, Some(" vendor=abc ")).expect("valid");
+        assert_eq!(context.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(context.state.as_deref(), Some("vendor=abc"));
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x",
+        ] {
+            assert_eq!(TraceContext::parse(bad, None), None, "{bad}");
+        }
+        let long_state = "a=".to_string() + &"b".repeat(600);
+        assert_eq!(
+            TraceContext::parse(good, Some(&long_state)).and_then(|c| c.state),
+            None
+        );
+        // An attempt: the creator's trace and flags, a fresh span.
+        let tp = attempt_traceparent("job-1", Some(&context));
+        assert!(
+            tp.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"),
+            "{tp}"
+        );
+        assert!(tp.ends_with("-01") && tp.len() == 55, "{tp}");
+        assert_ne!(tp, good);
+        // Without one: a trace of the job's own, the same for every attempt.
+        let own = trace_id_of("job-1", None);
+        assert_eq!(own.len(), 32);
+        assert_eq!(own, trace_id_of("job-1", None));
+        assert_ne!(own, trace_id_of("job-2", None));
+        assert!(attempt_traceparent("job-1", None).contains(&own));
+    }
+
+    /// The trace context is not content: a re-create carrying another one
+    /// is the same job, and a summary's digest does not see it.
+    #[test]
+    fn a_trace_context_is_not_content() {
+        let plain = input(r#"{"url":"https://a.example/"}"#)
+            .expect("valid")
+            .spec;
+        let mut traced = plain.clone();
+        traced.trace = TraceContext::parse(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            None,
+        );
+        assert!(plain.same_content(&traced));
+        assert_eq!(plain.content_digest(), traced.content_digest());
+        let stored: JobSpec = serde_json::from_str(&traced.to_json()).expect("round trip");
+        assert_eq!(stored.trace, traced.trace);
+    }
+
+    #[test]
     fn origins() {
         assert!(same_origin("http://a.example/x", "HTTP://a.example:80/y"));
         assert!(!same_origin("http://a.example/", "https://a.example/"));
@@ -1153,6 +1303,7 @@ mod tests {
             updated_at: String::new(),
             history: Vec::new(),
             summarized: false,
+            trace_id: Some(trace_id_of("a", None)),
         };
         let json = serde_json::to_string(&view).expect("serializes");
         assert!(!json.contains("s3cret") && !json.contains("t1"), "{json}");

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -13,7 +13,9 @@ use serde_json::value::RawValue;
 
 use super::{parse_json, parse_limit, parse_query, ApiError, AppState};
 use crate::config::Config;
-use crate::job::{validate_id, FieldError, JobInput, JobView, RunAt, State as JobState, ValidJob};
+use crate::job::{
+    validate_id, FieldError, JobInput, JobView, RunAt, State as JobState, TraceContext, ValidJob,
+};
 use crate::store::listing::{Cursor, CursorKind};
 use crate::store::{CancelOutcome, EnqueueOutcome, JobRecord, Reschedule, RescheduleOutcome};
 
@@ -54,12 +56,22 @@ fn created_view(job: ValidJob, state: JobState, due: i64, now: i64, config: &Con
     .view()
 }
 
-/// Creates one job; 201 new, 200 identical re-create, 409 conflicting re-create.
+/// The trace context a create request carries (`traceparent`,
+/// `tracestate`); None when absent or malformed (never an error).
+fn trace_of(headers: &HeaderMap) -> Option<TraceContext> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    TraceContext::parse(text("traceparent")?, text("tracestate"))
+}
+
+/// Creates one job (with the request's trace context); 201 new, 200
+/// identical re-create, 409 conflicting re-create.
 pub async fn create_one(
     state: &AppState,
     input: JobInput,
+    trace: Option<TraceContext>,
 ) -> Result<(StatusCode, JobView), ApiError> {
-    let job = input.validate(&state.config)?;
+    let mut job = input.validate(&state.config)?;
+    job.spec.trace = trace;
     let outcome = state.store.enqueue(&job.new_job(&state.config)).await?;
     outcome_view(state, job, outcome).await
 }
@@ -88,10 +100,11 @@ async fn outcome_view(
 
 pub(super) async fn create_job(
     State(state): State<AppState>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let input: JobInput = parse_json(&body?)?;
-    let (status, view) = create_one(&state, input).await?;
+    let (status, view) = create_one(&state, input, trace_of(&headers)).await?;
     Ok((status, Json(view)).into_response())
 }
 
@@ -129,9 +142,11 @@ impl BatchResult {
 /// pipelined round trip for all valid items), results in request order.
 pub(super) async fn create_batch(
     State(state): State<AppState>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let batch: BatchInput = parse_json(&body?)?;
+    let trace = trace_of(&headers);
     if batch.jobs.is_empty() || batch.jobs.len() > MAX_BATCH {
         return Err(FieldError::new(
             "invalid_batch",
@@ -146,7 +161,8 @@ pub(super) async fn create_batch(
         let parsed = parse_json::<JobInput>(raw.get().as_bytes())
             .and_then(|input| input.validate(&state.config).map_err(ApiError::from));
         match parsed {
-            Ok(job) => {
+            Ok(mut job) => {
+                job.spec.trace = trace.clone();
                 results.push(None);
                 valid.push((i, job));
             }
@@ -272,7 +288,9 @@ pub(super) async fn patch_job(
     if let Some(retry) = patch.retry {
         input.retry = Some(retry);
     }
-    let job = input.validate(&state.config)?;
+    let mut job = input.validate(&state.config)?;
+    // The trace context is not content: a change keeps the creator's.
+    job.spec.trace = record.spec.trace.clone();
     let new_job = job.new_job(&state.config);
     let change = Reschedule {
         id: &id,

@@ -175,6 +175,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/stats", get(jobs::stats))
         .route("/v1/whoami", get(whoami))
+        .route("/v1/signing-secret", get(signing_secret))
         .route("/v1/dead-letters", get(dead_letters::list))
         .route("/v1/dead-letters/replay", post(dead_letters::replay))
         .route(
@@ -298,6 +299,9 @@ pub fn required_scope(method: &axum::http::Method, path: &str) -> Option<Scope> 
     use axum::http::Method;
     if path == "/v1/whoami" {
         None
+    } else if path == "/v1/signing-secret" {
+        // A receiver's secret lets its holder sign as hookq to it.
+        Some(Scope::Admin)
     } else if method == Method::GET || method == Method::HEAD {
         Some(Scope::Read)
     } else if path.starts_with("/v1/dead-letters") || path.starts_with("/v1/hosts") {
@@ -374,6 +378,61 @@ async fn require_scope(
     }
     request.extensions_mut().insert(caller);
     next.run(request).await
+}
+
+/// `GET /v1/signing-secret?url=`: with `delivery.signing_mode =
+/// "per_origin"`, the `whsec_` secrets a receiver at `url` verifies with
+/// (one per configured secret, the newest first) and its origin; 400 naming
+/// `url` for an invalid URL, 409 `signing_mode_shared` in shared mode
+/// (every receiver then verifies with `delivery.signing_secrets`).
+async fn signing_secret(
+    State(state): State<AppState>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Result<Response, ApiError> {
+    let pairs = parse_query(query.as_deref(), &["url"])?;
+    let url = pairs
+        .iter()
+        .find(|(n, _)| n == "url")
+        .map(|(_, v)| v.as_str())
+        .ok_or_else(|| FieldError::new("missing_field", "url", "give the receiver's url"))?;
+    let url = crate::job::validate_url(url, "url")?;
+    receiver_secrets(&state.config, &url)
+        .map(|answer| Json(answer).into_response())
+        .map_err(|(status, code, message)| ApiError::new(status, code, message))
+}
+
+/// The answer of `GET /v1/signing-secret` (and `hookq signing-secret`) for
+/// a valid `url`, or why there is none.
+pub fn receiver_secrets(
+    config: &Config,
+    url: &str,
+) -> Result<serde_json::Value, (StatusCode, &'static str, String)> {
+    let signer = crate::delivery::signing::Signer::from_config(&config.delivery).map_err(|e| {
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "config",
+            format!("delivery.signing_secrets: {e}"),
+        )
+    })?;
+    if signer.is_empty() {
+        return Err((
+            StatusCode::CONFLICT,
+            "unsigned",
+            "delivery.signing_secrets is empty: attempts are not signed".into(),
+        ));
+    }
+    match signer.receiver_secrets(url) {
+        Some(secrets) => Ok(json!({
+            "origin": crate::delivery::signing::origin_of(url),
+            "secrets": secrets,
+        })),
+        None => Err((
+            StatusCode::CONFLICT,
+            "signing_mode_shared",
+            "delivery.signing_mode is shared: every receiver verifies with delivery.signing_secrets"
+                .into(),
+        )),
+    }
 }
 
 /// `GET /v1/whoami`: the calling key's name and scopes (every scope, and
@@ -724,6 +783,10 @@ mod tests {
             );
         }
         assert_eq!(required_scope(&Method::GET, "/v1/whoami"), None);
+        assert_eq!(
+            required_scope(&Method::GET, "/v1/signing-secret"),
+            Some(Scope::Admin)
+        );
     }
 
     #[test]

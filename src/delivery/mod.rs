@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::config::Config;
 use crate::job::JobSpec;
 use crate::retry::FailureKind;
-use signing::{Signer, SigningSecret};
+use signing::Signer;
 use ssrf::{AddressPolicy, GuardedResolver};
 
 /// Bytes of a response body kept in the attempt history.
@@ -137,11 +137,6 @@ impl Deliverer {
             .map(|c| c.parse())
             .collect::<Result<Vec<ipnet::IpNet>, _>>()?;
         let policy = Arc::new(AddressPolicy::new(d.allow_private, cidrs));
-        let secrets = d
-            .signing_secrets
-            .iter()
-            .map(|s| SigningSecret::parse(s))
-            .collect::<Result<Vec<_>, _>>()?;
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
@@ -154,10 +149,15 @@ impl Deliverer {
             .build()?;
         Ok(Deliverer {
             client,
-            signer: Arc::new(Signer::new(secrets)),
+            signer: Arc::new(Signer::from_config(d)?),
             policy,
             dead_letter_statuses: Arc::new(d.dead_letter_statuses.clone()),
         })
+    }
+
+    /// The signer (for the receivers' per-origin secrets).
+    pub fn signer(&self) -> &Signer {
+        &self.signer
     }
 
     /// Sends attempt `attempt` of job `id`; `started_at` is Redis-clock ms.
@@ -258,14 +258,26 @@ impl Deliverer {
             .header("webhook-id", id)
             .header("hookq-attempt", attempt.to_string());
         for (name, value) in &spec.headers {
+            // Jobs stored before trace-context names were reserved may
+            // carry their own; the attempt's own go out instead.
+            if name.eq_ignore_ascii_case("traceparent") || name.eq_ignore_ascii_case("tracestate") {
+                continue;
+            }
             request = request.header(name.as_str(), value.as_str());
+        }
+        request = request.header(
+            "traceparent",
+            crate::job::attempt_traceparent(id, spec.trace.as_ref()),
+        );
+        if let Some(state) = spec.trace.as_ref().and_then(|t| t.state.as_deref()) {
+            request = request.header("tracestate", state);
         }
         if !self.signer.is_empty() {
             let timestamp = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs() as i64)
                 .unwrap_or_default();
-            if let Some(signature) = self.signer.signature_header(id, timestamp, body) {
+            if let Some(signature) = self.signer.signature_header(id, timestamp, body, &spec.url) {
                 request = request
                     .header("webhook-timestamp", timestamp.to_string())
                     .header("webhook-signature", signature);

@@ -98,16 +98,88 @@ impl SigningSecret {
     }
 }
 
-/// Signs attempts with every configured secret (several = key rotation).
-#[derive(Debug, Clone, Default)]
-pub struct Signer {
-    secrets: Vec<SigningSecret>,
+pub use crate::config::SigningMode;
+
+/// The text a per-origin key is derived from, before the origin.
+const PER_ORIGIN_LABEL: &[u8] = b"hookq/per-origin/v1 ";
+
+impl SigningSecret {
+    /// The secret of origin `origin` (`scheme://host[:port]`, the port
+    /// left out when it is the scheme's default): HMAC-SHA256 of this
+    /// (master) secret's key over a label and the origin.
+    fn derive(&self, origin: &str) -> [u8; 32] {
+        let mut mac = self.mac.clone();
+        mac.update(PER_ORIGIN_LABEL);
+        mac.update(origin.as_bytes());
+        mac.finalize().into_bytes().into()
+    }
 }
 
+/// The origin a per-origin secret belongs to, as browsers write origins
+/// (`https://shop.example`, `http://127.0.0.1:8080`); None for a URL that
+/// does not parse or has no host.
+pub fn origin_of(url: &str) -> Option<String> {
+    let origin = url::Url::parse(url).ok()?.origin();
+    origin.is_tuple().then(|| origin.ascii_serialization())
+}
+
+/// Signs attempts with every configured secret (several = key rotation),
+/// or with each one's per-origin secret.
+#[derive(Debug, Default)]
+pub struct Signer {
+    secrets: Vec<SigningSecret>,
+    mode: SigningMode,
+    /// Per-origin secrets already derived, by origin (at most
+    /// [`DERIVED_CACHE`] origins; emptied when full).
+    derived: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<[SigningSecret]>>>,
+}
+
+/// Origins whose derived secrets a signer keeps.
+const DERIVED_CACHE: usize = 4096;
+
 impl Signer {
-    /// A signer over `secrets`; with none, attempts are not signed.
-    pub fn new(secrets: Vec<SigningSecret>) -> Self {
-        Signer { secrets }
+    /// The signer `[delivery]` configures (`signing_secrets`,
+    /// `signing_mode`).
+    pub fn from_config(delivery: &crate::config::DeliveryConfig) -> Result<Signer, SecretError> {
+        let secrets = delivery
+            .signing_secrets
+            .iter()
+            .map(|s| SigningSecret::parse(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Signer::new(secrets, delivery.signing_mode))
+    }
+
+    /// A signer over `secrets` in `mode`; with none, attempts are not signed.
+    pub fn new(secrets: Vec<SigningSecret>, mode: SigningMode) -> Self {
+        Signer {
+            secrets,
+            mode,
+            derived: Default::default(),
+        }
+    }
+
+    /// The secrets of `origin`, derived once and then kept.
+    fn derived_for(&self, origin: &str) -> std::sync::Arc<[SigningSecret]> {
+        let mut cache = match self.derived.lock() {
+            Ok(cache) => cache,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(secrets) = cache.get(origin) {
+            return secrets.clone();
+        }
+        let secrets: std::sync::Arc<[SigningSecret]> = self
+            .secrets
+            .iter()
+            .filter_map(|master| {
+                let mac = HmacSha256::new_from_slice(&master.derive(origin)).ok()?;
+                Some(SigningSecret { mac })
+            })
+            .collect();
+        if cache.len() >= DERIVED_CACHE {
+            cache.clear();
+        }
+        cache.insert(origin.to_string(), secrets.clone());
+        secrets
     }
 
     /// Whether no secret is configured.
@@ -116,23 +188,56 @@ impl Signer {
     }
 
     /// The `webhook-signature` header value for message `msg_id` sent at
-    /// `timestamp_secs` with `body`: one `v1,<base64>` per secret, separated
-    /// by a single space. `None` when no secret is configured.
+    /// `timestamp_secs` with `body` to `url`: one `v1,<base64>` per
+    /// configured secret (per-origin: per secret derived for `url`'s
+    /// origin), separated by a single space. `None` when no secret is
+    /// configured, or per-origin for a URL without an origin.
     pub fn signature_header(
         &self,
         msg_id: &str,
         timestamp_secs: i64,
         body: &[u8],
+        url: &str,
     ) -> Option<String> {
         if self.secrets.is_empty() {
             return None;
         }
-        let signatures: Vec<String> = self
-            .secrets
-            .iter()
-            .map(|secret| secret.sign(msg_id, timestamp_secs, body))
-            .collect();
+        let signatures: Vec<String> = match self.mode {
+            SigningMode::Shared => self
+                .secrets
+                .iter()
+                .map(|secret| secret.sign(msg_id, timestamp_secs, body))
+                .collect(),
+            SigningMode::PerOrigin => self
+                .derived_for(&origin_of(url)?)
+                .iter()
+                .map(|secret| secret.sign(msg_id, timestamp_secs, body))
+                .collect(),
+        };
         Some(signatures.join(" "))
+    }
+
+    /// The `whsec_` secrets a receiver at `url` verifies with, one per
+    /// configured secret in order (the first is the newest): per-origin,
+    /// the ones derived for its origin; shared, None (the receiver's
+    /// secrets are `delivery.signing_secrets` themselves, which this never
+    /// prints). None for a URL without an origin.
+    pub fn receiver_secrets(&self, url: &str) -> Option<Vec<String>> {
+        if self.mode != SigningMode::PerOrigin {
+            return None;
+        }
+        let origin = origin_of(url)?;
+        Some(
+            self.secrets
+                .iter()
+                .map(|master| format!("{SECRET_PREFIX}{}", STANDARD.encode(master.derive(&origin))))
+                .collect(),
+        )
+    }
+
+    /// The signing mode.
+    pub fn mode(&self) -> SigningMode {
+        self.mode
     }
 }
 
@@ -146,6 +251,7 @@ mod tests {
     const SPEC_TIMESTAMP: i64 = 1614265330;
     const SPEC_PAYLOAD: &[u8] = br#"{"test": 2432232314}"#;
     const SPEC_SIGNATURE: &str = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
+    const RECEIVER: &str = "https://receiver.example/hook";
 
     fn secret(text: &str) -> SigningSecret {
         SigningSecret::parse(text).expect("valid secret")
@@ -168,17 +274,17 @@ mod tests {
 
     #[test]
     fn matches_the_specification_test_vector() {
-        let signer = Signer::new(vec![secret(SPEC_SECRET)]);
+        let signer = Signer::new(vec![secret(SPEC_SECRET)], SigningMode::Shared);
         let header = signer
-            .signature_header(SPEC_MSG_ID, SPEC_TIMESTAMP, SPEC_PAYLOAD)
+            .signature_header(SPEC_MSG_ID, SPEC_TIMESTAMP, SPEC_PAYLOAD, RECEIVER)
             .expect("signed");
         assert_eq!(header, SPEC_SIGNATURE);
     }
 
     #[test]
     fn signing_is_deterministic_and_covers_every_part() {
-        let signer = Signer::new(vec![secret(SPEC_SECRET)]);
-        let sign = |id: &str, ts: i64, body: &[u8]| signer.signature_header(id, ts, body);
+        let signer = Signer::new(vec![secret(SPEC_SECRET)], SigningMode::Shared);
+        let sign = |id: &str, ts: i64, body: &[u8]| signer.signature_header(id, ts, body, RECEIVER);
         assert_eq!(
             sign(SPEC_MSG_ID, SPEC_TIMESTAMP, SPEC_PAYLOAD),
             sign(SPEC_MSG_ID, SPEC_TIMESTAMP, SPEC_PAYLOAD)
@@ -195,19 +301,23 @@ mod tests {
     #[test]
     fn rotation_sends_one_signature_per_secret_in_order() {
         let other = random_secret();
-        let signer = Signer::new(vec![secret(SPEC_SECRET), secret(&other)]);
+        let signer = Signer::new(
+            vec![secret(SPEC_SECRET), secret(&other)],
+            SigningMode::Shared,
+        );
         let header = signer
-            .signature_header(SPEC_MSG_ID, SPEC_TIMESTAMP, SPEC_PAYLOAD)
+            .signature_header(SPEC_MSG_ID, SPEC_TIMESTAMP, SPEC_PAYLOAD, RECEIVER)
             .expect("signed");
         let parts: Vec<&str> = header.split(' ').collect();
         assert_eq!(parts.len(), 2, "{header}");
         assert_eq!(parts[0], SPEC_SIGNATURE);
         assert_eq!(
             Some(parts[1].to_string()),
-            Signer::new(vec![secret(&other)]).signature_header(
+            Signer::new(vec![secret(&other)], SigningMode::Shared).signature_header(
                 SPEC_MSG_ID,
                 SPEC_TIMESTAMP,
-                SPEC_PAYLOAD
+                SPEC_PAYLOAD,
+                RECEIVER
             )
         );
         assert!(parts[1].starts_with("v1,"));
@@ -216,11 +326,11 @@ mod tests {
 
     #[test]
     fn no_secrets_means_no_signature() {
-        let signer = Signer::new(Vec::new());
+        let signer = Signer::new(Vec::new(), SigningMode::Shared);
         assert!(signer.is_empty());
-        assert_eq!(signer.signature_header("msg", 1, b"{}"), None);
+        assert_eq!(signer.signature_header("msg", 1, b"{}", RECEIVER), None);
         assert!(Signer::default().is_empty());
-        assert!(!Signer::new(vec![secret(SPEC_SECRET)]).is_empty());
+        assert!(!Signer::new(vec![secret(SPEC_SECRET)], SigningMode::Shared).is_empty());
     }
 
     #[test]
@@ -275,8 +385,10 @@ mod tests {
                 "whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWQ",
             ),
         ] {
-            let a = Signer::new(vec![secret(padded)]).signature_header("m", 1, b"x");
-            let b = Signer::new(vec![secret(unpadded)]).signature_header("m", 1, b"x");
+            let a = Signer::new(vec![secret(padded)], SigningMode::Shared)
+                .signature_header("m", 1, b"x", RECEIVER);
+            let b = Signer::new(vec![secret(unpadded)], SigningMode::Shared)
+                .signature_header("m", 1, b"x", RECEIVER);
             assert_eq!(a, b);
         }
     }
@@ -293,8 +405,73 @@ mod tests {
         let parsed = secret(SPEC_SECRET);
         assert_eq!(format!("{parsed:?}"), "SigningSecret(<redacted>)");
         assert_eq!(format!("{parsed:#?}"), "SigningSecret(<redacted>)");
-        let signer = format!("{:?}", Signer::new(vec![parsed]));
+        let signer = format!("{:?}", Signer::new(vec![parsed], SigningMode::Shared));
         assert!(signer.contains("SigningSecret(<redacted>)"), "{signer}");
         assert!(!signer.contains("MfKQ9r8G"), "{signer}");
+    }
+
+    /// Per origin: an origin's secret (as the receiver gets it) verifies
+    /// what was sent to it and nothing sent elsewhere; paths and default
+    /// ports do not matter, scheme, host and port do; each master secret
+    /// gives its own.
+    #[test]
+    fn per_origin_secrets_verify_only_their_origin() {
+        let other = random_secret();
+        let signer = Signer::new(
+            vec![secret(SPEC_SECRET), secret(&other)],
+            SigningMode::PerOrigin,
+        );
+        let a = signer
+            .receiver_secrets("https://a.example/hooks/1")
+            .expect("per origin");
+        assert_eq!(a.len(), 2);
+        assert_ne!(a[0], a[1]);
+        assert_eq!(
+            signer.receiver_secrets("https://a.example:443/other?x=1"),
+            Some(a.clone())
+        );
+        for elsewhere in [
+            "http://a.example/",
+            "https://a.example:8443/",
+            "https://b.example/",
+        ] {
+            assert_ne!(
+                signer.receiver_secrets(elsewhere).as_ref(),
+                Some(&a),
+                "{elsewhere}"
+            );
+        }
+        let header = signer
+            .signature_header(
+                SPEC_MSG_ID,
+                SPEC_TIMESTAMP,
+                SPEC_PAYLOAD,
+                "https://a.example/x",
+            )
+            .expect("signed");
+        let expected: Vec<String> = a
+            .iter()
+            .map(|derived| secret(derived).sign(SPEC_MSG_ID, SPEC_TIMESTAMP, SPEC_PAYLOAD))
+            .collect();
+        assert_eq!(header, expected.join(" "));
+        assert!(
+            !header.contains(SPEC_SIGNATURE),
+            "the master secret itself signed"
+        );
+        let b = signer
+            .signature_header(
+                SPEC_MSG_ID,
+                SPEC_TIMESTAMP,
+                SPEC_PAYLOAD,
+                "https://b.example/x",
+            )
+            .expect("signed");
+        assert!(expected.iter().all(|sig| !b.contains(sig.as_str())));
+        assert_eq!(
+            Signer::new(vec![secret(SPEC_SECRET)], SigningMode::Shared)
+                .receiver_secrets("https://a.example/"),
+            None
+        );
+        assert_eq!(signer.receiver_secrets("not a url"), None);
     }
 }

@@ -146,6 +146,8 @@ impl JobRecord {
     pub fn view(self) -> JobView {
         let next_attempt_at = matches!(self.state, State::Scheduled | State::Ready)
             .then(|| crate::job::format_ms(self.due));
+        let trace_id =
+            (!self.summarized).then(|| crate::job::trace_id_of(&self.id, self.spec.trace.as_ref()));
         JobView {
             id: self.id,
             topic: self.spec.topic,
@@ -171,6 +173,7 @@ impl JobRecord {
                 .iter()
                 .filter_map(|h| attempt_view(h))
                 .collect(),
+            trace_id,
             summarized: self.summarized,
         }
     }

@@ -122,6 +122,200 @@ async fn signatures_verify_with_the_official_library() {
     daemon.stop().await.expect("clean stop");
 }
 
+/// Per origin: each receiver verifies with its own secrets (one per master
+/// secret, so rotation still works), which verify nothing sent to another
+/// origin; the API and the CLI print the same secrets.
+#[tokio::test]
+async fn per_origin_secrets_verify_only_their_receivers_messages() {
+    let redis = RedisServer::start();
+    let (a, b) = (Receiver::ok().await, Receiver::ok().await);
+    let mut config = test_config(&redis);
+    config.delivery.signing_secrets = vec![SECRET.into(), ROTATED.into()];
+    config.delivery.signing_mode = hookq::config::SigningMode::PerOrigin;
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    for (id, receiver) in [("to-a", &a), ("to-b", &b)] {
+        post_created(
+            &format!("{base}/v1/jobs"),
+            json!({"id": id, "url": receiver.url("/hook"), "body": {"for": id}}),
+        )
+        .await;
+    }
+    let mut signed = Vec::new();
+    for receiver in [&a, &b] {
+        let got = receiver.wait_for_count(1, Duration::from_secs(10)).await;
+        signed.push(
+            got.iter()
+                .map(|r| (headers_of(r), r.body.clone()))
+                .collect::<Vec<_>>(),
+        );
+    }
+    let (to_a, to_b) = (signed[0].clone(), signed[1].clone());
+    let secrets_of = |url: String| {
+        let base = base.clone();
+        async move {
+            let (status, answer) =
+                crate::get_json(&format!("{base}/v1/signing-secret?url={url}")).await;
+            assert_eq!(status, 200, "{answer}");
+            answer["secrets"]
+                .as_array()
+                .expect("secrets")
+                .iter()
+                .map(|s| s.as_str().expect("text").to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    let a_secrets = secrets_of(a.url("/other/path")).await;
+    let b_secrets = secrets_of(b.url("/")).await;
+    assert_eq!(a_secrets.len(), 2);
+    for secret in &a_secrets {
+        assert_eq!(verify_with_standardwebhooks(secret, &to_a), ["ok"]);
+        assert!(verify_with_standardwebhooks(secret, &to_b)[0].starts_with("fail"));
+    }
+    for secret in &b_secrets {
+        assert_eq!(verify_with_standardwebhooks(secret, &to_b), ["ok"]);
+        assert!(verify_with_standardwebhooks(secret, &to_a)[0].starts_with("fail"));
+    }
+    // The master secrets themselves verify nothing.
+    assert!(verify_with_standardwebhooks(SECRET, &to_a)[0].starts_with("fail"));
+    // The CLI prints A's.
+    let out = crate::output_within(
+        {
+            let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hookq"));
+            command
+                .args(["signing-secret", &a.url("/")])
+                .env("HOOKQ_REDIS__URL", redis.url())
+                .env(
+                    "HOOKQ_DELIVERY__SIGNING_SECRETS",
+                    format!("[\"{SECRET}\", \"{ROTATED}\"]"),
+                )
+                .env("HOOKQ_DELIVERY__SIGNING_MODE", "per_origin")
+                .env_remove("HOOKQ_CONFIG");
+            command
+        },
+        Duration::from_secs(30),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let printed: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(printed, a_secrets);
+    // An invalid URL names `url`.
+    let (status, error) = crate::get_json(&format!("{base}/v1/signing-secret?url=ftp://x")).await;
+    assert_eq!(status, 400, "{error}");
+    assert_eq!(error["error"]["field"], "url");
+    daemon.stop().await.expect("clean stop");
+}
+
+/// Trace context: a create's `traceparent` reaches every attempt with the
+/// same trace id and a fresh span id (a batch's, every item's); its
+/// `tracestate` goes along; a job without one, or with a malformed one,
+/// gets a trace of its own; the view shows the trace id; another
+/// `traceparent` on a re-create is the same job.
+#[tokio::test]
+async fn a_creators_trace_context_reaches_every_attempt() {
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let parent = format!("00-{TRACE}-00f067aa0ba902b7-01");
+    let redis = RedisServer::start();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    // The first attempt of `traced` fails, so that two attempts arrive.
+    let receiver = Receiver::start(Arc::new(move |r: &Recorded| {
+        if r.path == "/traced" && counter.fetch_add(1, Ordering::SeqCst) == 0 {
+            Reply::status(500)
+        } else {
+            Reply::status(204)
+        }
+    }))
+    .await;
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+    let client = reqwest::Client::new();
+    let create = |path: &str, body: Value, traceparent: Option<&str>| {
+        let mut request = client.post(format!("{base}{path}")).json(&body);
+        if let Some(tp) = traceparent {
+            request = request
+                .header("traceparent", tp)
+                .header("tracestate", "vendor=abc");
+        }
+        request.send()
+    };
+    let created = create(
+        "/v1/jobs",
+        json!({"id": "traced", "url": receiver.url("/traced")}),
+        Some(&parent),
+    )
+    .await
+    .expect("create");
+    assert_eq!(created.status(), 201);
+    let view: Value = created.json().await.expect("view");
+    assert_eq!(view["trace_id"], TRACE);
+    let batch = create(
+        "/v1/jobs/batch",
+        json!({"jobs": [{"id": "b-1", "url": receiver.url("/b")}, {"id": "b-2", "url": receiver.url("/b")}]}),
+        Some(&parent),
+    )
+    .await
+    .expect("batch");
+    assert_eq!(batch.status(), 200);
+    let mut own_traces = std::collections::HashMap::new();
+    for (id, tp) in [("untraced", None), ("malformed", Some("00-zz-not-a-trace"))] {
+        let answer = create(
+            "/v1/jobs",
+            json!({"id": id, "url": receiver.url("/own")}),
+            tp,
+        )
+        .await
+        .expect("create");
+        assert_eq!(
+            answer.status(),
+            201,
+            "a malformed traceparent is ignored, never refused"
+        );
+        let view: Value = answer.json().await.expect("view");
+        own_traces.insert(id, view["trace_id"].as_str().expect("trace id").to_string());
+    }
+    let got = receiver.wait_for_count(6, Duration::from_secs(15)).await;
+    let trace_of = |r: &Recorded| -> (String, String) {
+        let tp = r
+            .header("traceparent")
+            .expect("every attempt has a traceparent");
+        let parts: Vec<&str> = tp.split('-').collect();
+        assert_eq!((parts.len(), parts[0], parts[3]), (4, "00", "01"), "{tp}");
+        (parts[1].to_string(), parts[2].to_string())
+    };
+    let mut spans = std::collections::HashSet::new();
+    for r in &got {
+        let (trace, span) = trace_of(r);
+        assert!(spans.insert(span.clone()), "span {span} sent twice");
+        assert_ne!(span, "00f067aa0ba902b7");
+        let id = r.header("webhook-id").expect("id");
+        if ["traced", "b-1", "b-2"].contains(&id) {
+            assert_eq!(trace, TRACE, "{id}");
+            assert_eq!(r.header("tracestate"), Some("vendor=abc"));
+        } else {
+            assert_ne!(trace, TRACE, "{id}");
+            assert_eq!(r.header("tracestate"), None);
+            assert_eq!(
+                own_traces[id], trace,
+                "{id}: the view showed the attempts' trace"
+            );
+        }
+    }
+    assert_eq!(got.iter().filter(|r| r.path == "/traced").count(), 2);
+    // A re-create with another trace context is the same job.
+    let again = create(
+        "/v1/jobs",
+        json!({"id": "untraced", "url": receiver.url("/own")}),
+        Some(&parent),
+    )
+    .await
+    .expect("re-create");
+    assert_eq!(again.status(), 200);
+    daemon.stop().await.expect("clean stop");
+}
+
 #[tokio::test]
 async fn private_targets_are_refused_and_dead_lettered_at_once() {
     let redis = RedisServer::start();
