@@ -322,7 +322,12 @@ impl Nginx {
             let listen: String = ports
                 .iter()
                 .map(|p| {
-                    format!("  server {{ listen 127.0.0.1:{p}; location / {{ return 204; }} }}\n")
+                    // `/v1/traces` stands in for an OTLP collector; its
+                    // requests are not counted as deliveries.
+                    format!(
+                        "  server {{ listen 127.0.0.1:{p}; location / {{ return 204; }} \
+                         location /v1/traces {{ access_log off; return 200; }} }}\n"
+                    )
                 })
                 .collect();
             let conf = format!(
@@ -830,7 +835,7 @@ async fn delivery_rate(
     nginx: &Nginx,
     n: usize,
     naive: bool,
-    tweak: fn(&mut Config),
+    tweak: impl Fn(&mut Config),
 ) -> Res<Figures> {
     redis.flush().await?;
     nginx.reset().await?;
@@ -2471,6 +2476,21 @@ async fn bench(opts: &Options) -> Res<Vec<Scenario>> {
             c,
             SigningMode::PerOrigin
         ))
+    );
+    let collector = nginx.url(1, "");
+    scenario!(
+        "delivery_rate_traced",
+        runs,
+        delivery_rate(&redis, &nginx, s(100_000, 2_000), false, |c| {
+            c.telemetry.otlp_endpoint = collector.clone()
+        })
+    );
+    scenario!(
+        "delivery_rate_collector_down",
+        runs,
+        delivery_rate(&redis, &nginx, s(100_000, 2_000), false, |c| {
+            c.telemetry.otlp_endpoint = format!("http://127.0.0.1:{}", free_port())
+        })
     );
     scenario!(
         "delivery_rate_naive",

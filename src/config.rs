@@ -33,6 +33,17 @@ pub struct Config {
     pub breaker: BreakerConfig,
     /// `[alerts]`: operational events sent to an operator's endpoint.
     pub alerts: AlertsConfig,
+    /// `[telemetry]`: span export.
+    pub telemetry: TelemetryConfig,
+}
+
+/// `[telemetry]` section.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// OTLP/HTTP collector base URL (spans go to `<it>/v1/traces`); empty:
+    /// no export.
+    pub otlp_endpoint: String,
 }
 
 /// One `[[hosts]]` entry: limits for the hosts its `match` names.
@@ -564,6 +575,17 @@ impl Config {
         if self.retention.finished < Duration::from_secs(1) {
             bail!("config key `retention.finished`: must be at least 1s");
         }
+        let otlp = &self.telemetry.otlp_endpoint;
+        if !otlp.is_empty() {
+            let ok = url::Url::parse(otlp)
+                .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some());
+            if !ok {
+                bail!(
+                    "config key `telemetry.otlp_endpoint`: `{}` is not an http(s) URL like http://collector:4318",
+                    redact_url(otlp)
+                );
+            }
+        }
         if self.retention.dead_letters_max == 0 {
             bail!("config key `retention.dead_letters_max`: must be positive");
         }
@@ -828,6 +850,25 @@ mod tests {
         );
         let err = format!("{:#}", load("per-host").expect_err("unknown"));
         assert!(err.contains("delivery.signing_mode"), "{err}");
+    }
+
+    #[test]
+    fn the_otlp_endpoint_is_an_http_url_or_empty() {
+        let load = |url: &str| {
+            Config::load(
+                None,
+                [(
+                    "HOOKQ_TELEMETRY__OTLP_ENDPOINT".to_string(),
+                    url.to_string(),
+                )],
+            )
+        };
+        assert!(load("").is_ok());
+        assert!(load("http://127.0.0.1:4318").is_ok());
+        for bad in ["collector:4318", "ftp://c/", "http://"] {
+            let err = format!("{:#}", load(bad).expect_err(bad));
+            assert!(err.contains("telemetry.otlp_endpoint"), "{err}");
+        }
     }
 
     #[test]

@@ -91,7 +91,8 @@ impl Daemon {
             tracing::warn!("api.tokens and api.keys are empty: the API accepts requests without authentication");
         }
         let store = connect_store(&config, &token).await?;
-        let deliverer = Deliverer::new(&config)?;
+        let telemetry = Arc::new(crate::telemetry::Telemetry::start(&config)?);
+        let deliverer = Deliverer::new(&config)?.with_telemetry(telemetry.clone());
         let signals = Signals::new(config.redis.partitions);
         let clock = RedisClock::new();
         let scripts_loaded = Arc::new(AtomicBool::new(false));
@@ -132,6 +133,7 @@ impl Daemon {
             metrics: metrics_handle(),
             lanes: lanes.clone(),
             breaker: breaker.clone(),
+            telemetry: telemetry.clone(),
         };
         let app = api::router(state);
 
@@ -229,6 +231,10 @@ impl Daemon {
                 let served = server.await;
                 token.cancel();
                 let _ = engine.await;
+                // The spans still queued go out, for at most the export
+                // timeout (a blocking call: off the runtime's threads).
+                let flush = tokio::task::spawn_blocking(move || telemetry.shutdown());
+                let _ = tokio::time::timeout(Duration::from_secs(3), flush).await;
                 served.context("API server failed")
             })
         };

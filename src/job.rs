@@ -195,8 +195,13 @@ impl TraceContext {
         &self.parent[3..35]
     }
 
+    /// The creator's span id (16 hex digits).
+    pub fn parent_id(&self) -> &str {
+        &self.parent[36..52]
+    }
+
     /// The trace flags (2 hex digits).
-    fn flags(&self) -> &str {
+    pub fn flags(&self) -> &str {
         &self.parent[53..55]
     }
 }

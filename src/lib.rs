@@ -39,5 +39,6 @@ pub mod hosts;
 pub mod job;
 pub mod retry;
 pub mod store;
+pub mod telemetry;
 pub mod wake;
 pub mod worker;

@@ -86,10 +86,15 @@ async fn outcome_view(
             state: job_state,
             due,
             now,
-        } => Ok((
-            StatusCode::CREATED,
-            created_view(job, job_state, due, now, &state.config),
-        )),
+        } => {
+            state
+                .telemetry
+                .ingest(&job.id, &job.spec.topic, job.spec.trace.as_ref());
+            Ok((
+                StatusCode::CREATED,
+                created_view(job, job_state, due, now, &state.config),
+            ))
+        }
         EnqueueOutcome::Identical => match state.store.get(&job.id).await? {
             Some(record) => Ok((StatusCode::OK, record.view())),
             None => Err(not_found(&job.id)),

@@ -156,6 +156,8 @@ pub struct AppState {
     /// This daemon's view of the breaker (a pause or resume made here
     /// applies here at once).
     pub breaker: Arc<crate::hosts::breaker::Breaker>,
+    /// Span export (the ingest span of each job created).
+    pub telemetry: Arc<crate::telemetry::Telemetry>,
 }
 
 /// The router of the whole API.

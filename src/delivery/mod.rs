@@ -16,6 +16,8 @@ use crate::config::Config;
 use crate::job::JobSpec;
 use crate::retry::FailureKind;
 use signing::Signer;
+
+use crate::telemetry::Telemetry;
 use ssrf::{AddressPolicy, GuardedResolver};
 
 /// Bytes of a response body kept in the attempt history.
@@ -125,6 +127,7 @@ pub struct Deliverer {
     signer: Arc<Signer>,
     policy: Arc<AddressPolicy>,
     dead_letter_statuses: Arc<Vec<u16>>,
+    telemetry: Arc<Telemetry>,
 }
 
 impl Deliverer {
@@ -152,7 +155,14 @@ impl Deliverer {
             signer: Arc::new(Signer::from_config(d)?),
             policy,
             dead_letter_statuses: Arc::new(d.dead_letter_statuses.clone()),
+            telemetry: Arc::new(Telemetry::off()),
         })
+    }
+
+    /// The same, with each attempt's span exported through `telemetry`.
+    pub fn with_telemetry(mut self, telemetry: Arc<Telemetry>) -> Deliverer {
+        self.telemetry = telemetry;
+        self
     }
 
     /// The signer (for the receivers' per-origin secrets).
@@ -169,8 +179,19 @@ impl Deliverer {
         timeout: Duration,
         started_at: i64,
     ) -> AttemptReport {
+        let span = self.telemetry.attempt(
+            id,
+            &spec.topic,
+            &crate::hosts::host_key(&spec.url),
+            attempt,
+            spec.trace.as_ref(),
+        );
         let started = Instant::now();
-        let result = tokio::time::timeout(timeout, self.send(id, attempt, spec, timeout)).await;
+        let result = tokio::time::timeout(
+            timeout,
+            self.send(id, attempt, spec, timeout, span.traceparent()),
+        )
+        .await;
         let duration_ms = started.elapsed().as_millis() as u64;
         let mut record = AttemptRecord {
             attempt,
@@ -202,6 +223,12 @@ impl Deliverer {
             }
             Ok(Ok(response)) => self.classify(response, &mut record),
         };
+        let failed = match (&outcome, record.error) {
+            (Outcome::Delivered, _) => None,
+            (_, Some(kind)) => Some(kind.as_str()),
+            (_, None) => Some("http_status"),
+        };
+        span.finish(record.status, failed);
         AttemptReport { outcome, record }
     }
 
@@ -243,6 +270,7 @@ impl Deliverer {
         attempt: u32,
         spec: &JobSpec,
         timeout: Duration,
+        traceparent: &str,
     ) -> Result<Response, (ErrorKind, String)> {
         let url = reqwest::Url::parse(&spec.url)
             .map_err(|e| (ErrorKind::InvalidJob, format!("url: {e}")))?;
@@ -265,10 +293,7 @@ impl Deliverer {
             }
             request = request.header(name.as_str(), value.as_str());
         }
-        request = request.header(
-            "traceparent",
-            crate::job::attempt_traceparent(id, spec.trace.as_ref()),
-        );
+        request = request.header("traceparent", traceparent);
         if let Some(state) = spec.trace.as_ref().and_then(|t| t.state.as_deref()) {
             request = request.header("tracestate", state);
         }

@@ -802,7 +802,12 @@ async fn malformed_requests_get_4xx_and_change_nothing() {
         ("DELETE", "/v1/dead-letters/keep", "".into(), None),
         ("GET", "/v1/dead-letters/bad%20id", "".into(), Some("id")),
         ("GET", "/v1/dead-letters/keep", "".into(), None),
-        ("GET", "/v1/signing-secret?url=ftp://x", "".into(), Some("url")),
+        (
+            "GET",
+            "/v1/signing-secret?url=ftp://x",
+            "".into(),
+            Some("url"),
+        ),
         ("GET", "/v1/signing-secret", "".into(), Some("url")),
         ("GET", "/v1/hosts?state=shut", "".into(), Some("state")),
         ("GET", "/v1/hosts?cursor=", "".into(), Some("cursor")),

@@ -18,6 +18,7 @@ mod hosts;
 mod migrate;
 mod ops;
 mod security;
+mod telemetry;
 
 use std::time::Duration;
 
