@@ -11,7 +11,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-hookq="${1:-target/debug/hookq}"
+target_dir="${CARGO_TARGET_DIR:-target}"
+hookq="${1:-$target_dir/debug/hookq}"
+[ -x "$hookq" ] || hookq="$target_dir/debug/hookq"
 [ -x "$hookq" ] || cargo build --quiet
 examples="${API_FUZZ_EXAMPLES:-40}"
 

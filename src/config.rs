@@ -129,6 +129,17 @@ pub struct ApiConfig {
     /// Request body limit of `POST /v1/jobs/batch`.
     #[serde(deserialize_with = "de_size")]
     pub max_batch_body: u64,
+    /// How long a client may take to send a request's headers.
+    #[serde(with = "humantime_serde")]
+    pub header_timeout: Duration,
+    /// How long a client may take to send a request's body.
+    #[serde(with = "humantime_serde")]
+    pub body_timeout: Duration,
+    /// How long a connection may sit without traffic.
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// Open connections at most; a connection past it is closed at once.
+    pub max_connections: usize,
 }
 
 /// What the secrets of `delivery.signing_secrets` sign with
@@ -306,6 +317,10 @@ impl Default for ApiConfig {
             allow_unauthenticated: false,
             max_body: 1 << 20,
             max_batch_body: 16 << 20,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 10_000,
         }
     }
 }
@@ -488,6 +503,18 @@ impl Config {
         }
         if a.tokens.iter().any(|t| t.len() < 8) {
             bail!("config key `api.tokens`: every token must be at least 8 characters");
+        }
+        for (key, value) in [
+            ("header_timeout", a.header_timeout),
+            ("body_timeout", a.body_timeout),
+            ("idle_timeout", a.idle_timeout),
+        ] {
+            if !(Duration::from_millis(100)..=Duration::from_secs(3600)).contains(&value) {
+                bail!("config key `api.{key}`: must be between 100ms and 1h");
+            }
+        }
+        if !(1..=1_000_000).contains(&a.max_connections) {
+            bail!("config key `api.max_connections`: must be between 1 and 1000000");
         }
         if a.max_body == 0 || a.max_batch_body == 0 {
             bail!("config keys `api.max_body` / `api.max_batch_body` must be positive");
@@ -850,6 +877,24 @@ mod tests {
         );
         let err = format!("{:#}", load("per-host").expect_err("unknown"));
         assert!(err.contains("delivery.signing_mode"), "{err}");
+    }
+
+    #[test]
+    fn api_limits_are_checked_naming_the_key() {
+        let load = |key: &str, value: &str| {
+            Config::load(None, [(format!("HOOKQ_API__{key}"), value.to_string())])
+        };
+        assert_eq!(Config::default().api.max_connections, 10_000);
+        assert!(load("IDLE_TIMEOUT", "\"2m\"").is_ok());
+        for (key, value, named) in [
+            ("HEADER_TIMEOUT", "\"10ms\"", "api.header_timeout"),
+            ("BODY_TIMEOUT", "\"2h\"", "api.body_timeout"),
+            ("IDLE_TIMEOUT", "\"0s\"", "api.idle_timeout"),
+            ("MAX_CONNECTIONS", "0", "api.max_connections"),
+        ] {
+            let err = format!("{:#}", load(key, value).expect_err(key));
+            assert!(err.contains(named), "{err}");
+        }
     }
 
     #[test]

@@ -225,10 +225,8 @@ impl Daemon {
             let token = token.clone();
             tokio::spawn(async move {
                 let api_token = token.child_token();
-                let server = axum::serve(listener, app)
-                    .with_graceful_shutdown(async move { api_token.cancelled().await });
                 tracing::info!(%addr, "hookq serving");
-                let served = server.await;
+                let served = api::serve(listener, app, &config.api, api_token).await;
                 token.cancel();
                 let _ = engine.await;
                 // The spans still queued go out, for at most the export

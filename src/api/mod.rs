@@ -8,6 +8,9 @@ mod console;
 mod dead_letters;
 mod hosts;
 mod jobs;
+mod server;
+
+pub use server::serve;
 
 pub use jobs::create_one;
 
@@ -129,6 +132,18 @@ impl From<&StoreError> for ApiError {
 
 impl From<BytesRejection> for ApiError {
     fn from(r: BytesRejection) -> Self {
+        // A body that did not arrive within `api.body_timeout`.
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&r);
+        while let Some(err) = source {
+            if err.is::<tower_http::timeout::TimeoutError>() {
+                return ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "body_timeout",
+                    "the request body did not arrive within api.body_timeout",
+                );
+            }
+            source = err.source();
+        }
         let status = r.status();
         let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
             "body_too_large"

@@ -527,3 +527,95 @@ async fn keys_do_only_what_their_scopes_allow() {
     let csp = headers["content-security-policy"].to_str().expect("ascii");
     assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
 }
+
+/// Reads from `stream` until it is closed (read returns 0 or fails) or
+/// `within` passes; whether it was closed, and what was read.
+async fn closed_within(stream: &mut tokio::net::TcpStream, within: Duration) -> (bool, String) {
+    use tokio::io::AsyncReadExt;
+    let mut seen = Vec::new();
+    let until = tokio::time::Instant::now() + within;
+    loop {
+        let mut buf = [0u8; 4096];
+        match tokio::time::timeout_at(until, stream.read(&mut buf)).await {
+            Err(_) => return (false, String::from_utf8_lossy(&seen).into_owned()),
+            Ok(Ok(0)) | Ok(Err(_)) => return (true, String::from_utf8_lossy(&seen).into_owned()),
+            Ok(Ok(n)) => seen.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// Slow and idle clients are cut off at the `[api]` limits, and a client
+/// past `max_connections` is closed at once, while the others are served.
+#[tokio::test]
+async fn slow_idle_and_surplus_connections_are_closed() {
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpStream;
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    config.api.header_timeout = Duration::from_millis(300);
+    config.api.body_timeout = Duration::from_millis(300);
+    config.api.idle_timeout = Duration::from_millis(600);
+    config.api.max_connections = 4;
+    let daemon = start_daemon(&config).await;
+    let addr = daemon.addr();
+    let limit = Duration::from_secs(5);
+
+    // Headers that never end.
+    let mut slow_headers = TcpStream::connect(addr).await.expect("connect");
+    slow_headers
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .await
+        .expect("write");
+    let (closed, _) = closed_within(&mut slow_headers, limit).await;
+    assert!(closed, "a request whose headers never end is cut off");
+
+    // A body that never arrives: 408, then closed.
+    let mut slow_body = TcpStream::connect(addr).await.expect("connect");
+    slow_body
+        .write_all(
+            b"POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"url\":",
+        )
+        .await
+        .expect("write");
+    let (closed, answer) = closed_within(&mut slow_body, limit).await;
+    assert!(closed, "a body that never arrives is cut off: {answer}");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("body_timeout"), "{answer}");
+
+    // Idle after a complete request: closed after the idle timeout.
+    let mut idle = TcpStream::connect(addr).await.expect("connect");
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .expect("write");
+    let (closed, answer) = closed_within(&mut idle, limit).await;
+    assert!(closed && answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    // Four connections held open: a fifth is closed at once, the four are
+    // still served, and once one goes a new one is taken.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(TcpStream::connect(addr).await.expect("connect"));
+    }
+    // Give the server the time to accept all four.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut surplus = TcpStream::connect(addr).await.expect("the kernel accepts");
+    let (closed, _) = closed_within(&mut surplus, Duration::from_millis(400)).await;
+    assert!(closed, "a fifth connection is closed at once");
+    held[0]
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nconnection: close\r\n\r\n")
+        .await
+        .expect("write");
+    let (_, answer) = closed_within(&mut held[0], limit).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "a held connection is served: {answer}"
+    );
+    held.remove(0);
+    crate::support::wait_until("a slot is free again", limit, || async {
+        reqwest::get(format!("http://{addr}/healthz"))
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    daemon.stop().await.expect("clean stop");
+}
