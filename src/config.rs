@@ -104,6 +104,12 @@ pub struct RedisConfig {
     /// wheel's compact buckets rather than in the due set.
     #[serde(with = "humantime_serde")]
     pub wheel_bucket: Duration,
+    /// Replicas every acknowledged write (create, PATCH, cancel, replay)
+    /// and recorded outcome is `WAIT`ed for; 0: none.
+    pub ack_replicas: u32,
+    /// How long that `WAIT` may take (503 `not_replicated` past it).
+    #[serde(with = "humantime_serde")]
+    pub ack_timeout: Duration,
 }
 
 /// Default `redis.wheel_bucket`: 2^16 ms (about 65 s).
@@ -304,6 +310,8 @@ impl Default for RedisConfig {
             namespace: "hookq".into(),
             partitions: 16,
             wheel_bucket: DEFAULT_WHEEL_BUCKET,
+            ack_replicas: 0,
+            ack_timeout: Duration::from_secs(1),
         }
     }
 }
@@ -460,6 +468,12 @@ impl Config {
         }
         if !(1..=1024).contains(&r.partitions) {
             bail!("config key `redis.partitions`: must be between 1 and 1024");
+        }
+        if r.ack_replicas > 16 {
+            bail!("config key `redis.ack_replicas`: must be between 0 and 16");
+        }
+        if !(Duration::from_millis(10)..=Duration::from_secs(30)).contains(&r.ack_timeout) {
+            bail!("config key `redis.ack_timeout`: must be between 10ms and 30s");
         }
         if !(Duration::from_millis(16)..=Duration::from_secs(3600)).contains(&r.wheel_bucket) {
             bail!("config key `redis.wheel_bucket`: must be between 16ms and 1h");

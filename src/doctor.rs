@@ -302,6 +302,7 @@ pub async fn run(config: &Config) -> Report {
     });
     checks.push(memory_check(&store, config).await);
     checks.push(fleet_check(&store).await);
+    checks.push(replicas_check(&store, config).await);
     Report { checks }
 }
 
@@ -472,6 +473,41 @@ async fn node_memory(store: &Store) -> StoreResult<Vec<NodeMemory>> {
 
 /// `INFO <sections>` of the Redis holding partition `p`: on a cluster its
 /// master (a cluster connection would answer once per master).
+/// The replicas each master holding partitions has, against
+/// `redis.ack_replicas` (more asked for than a master has: every
+/// acknowledged write to it answers 503 `not_replicated`).
+async fn replicas_check(store: &Store, config: &Config) -> Check {
+    let mut per_master: std::collections::BTreeMap<String, u32> = Default::default();
+    for p in 0..store.keys().partitions() {
+        let Ok(info) = info_of(store, p, &["server", "replication"]).await else {
+            continue;
+        };
+        let master = info_field(&info, "run_id").unwrap_or("?").to_string();
+        let replicas = info_field(&info, "connected_slaves")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        per_master.insert(master, replicas);
+    }
+    let wanted = config.redis.ack_replicas;
+    let counts: Vec<String> = per_master.values().map(u32::to_string).collect();
+    let detail = format!(
+        "{} master(s) with {} replica(s); redis.ack_replicas = {wanted}",
+        per_master.len(),
+        counts.join("/")
+    );
+    let fewest = per_master.values().min().copied().unwrap_or(0);
+    if wanted > fewest {
+        check(
+            "replicas",
+            Status::Warn,
+            format!("{detail}: writes to a master with fewer replicas answer 503 not_replicated"),
+            Some("add replicas (replicaof) or lower redis.ack_replicas".into()),
+        )
+    } else {
+        check("replicas", Status::Ok, detail, None)
+    }
+}
+
 async fn info_of(store: &Store, p: u16, sections: &[&str]) -> StoreResult<String> {
     let mut cmd = redis::cmd("INFO");
     for section in sections {

@@ -90,6 +90,11 @@ impl From<&StoreError> for ApiError {
     fn from(e: &StoreError) -> Self {
         match e {
             StoreError::Shared(inner) => ApiError::from(inner.as_ref()),
+            StoreError::NotReplicated { .. } => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not_replicated",
+                format!("{e}; the write may have landed: retrying with the same id is safe"),
+            ),
             StoreError::Redis(err) if err.code() == Some("OOM") => {
                 // maxmemory with noeviction: Redis refused the script before
                 // it ran, so nothing was written.

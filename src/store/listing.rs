@@ -785,7 +785,7 @@ impl Store {
         };
         let p = dead.partition;
         let reply: Value = self
-            .invoke(
+            .invoke_acked(
                 &scripts::DROP_DEAD,
                 &[&self.keys.dead(p), &self.keys.dead_index(p)],
                 &[arg(&id), arg(&dead.entry_id)],

@@ -53,6 +53,15 @@ pub enum StoreError {
     /// The error of a script call, shared by every job that call carried.
     #[error("{0}")]
     Shared(Arc<StoreError>),
+    /// Fewer replicas than `redis.ack_replicas` had the write within
+    /// `redis.ack_timeout` (it may still have landed on the master).
+    #[error("the write reached {acknowledged} of the {wanted} replicas redis.ack_replicas asks for within redis.ack_timeout")]
+    NotReplicated {
+        /// Replicas that acknowledged it.
+        acknowledged: i64,
+        /// `redis.ack_replicas`.
+        wanted: u32,
+    },
 }
 
 impl StoreError {
@@ -340,12 +349,18 @@ struct Settings {
     keep_bodies: bool,
     dead_letters_max: u64,
     default_lease_ms: u64,
+    ack_replicas: u32,
+    ack_timeout_ms: u64,
 }
 
 /// The handle to hookq's Redis state. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
     conn: RedisConn,
+    /// With `redis.ack_replicas` > 0: a connection of its own for the
+    /// writes that are `WAIT`ed for, so that a slow replica holds up only
+    /// those.
+    acked: Option<RedisConn>,
     // Shared, not copied: the API clones the store for every request.
     keys: Arc<Keys>,
     scripts: Arc<Scripts>,
@@ -365,11 +380,22 @@ impl Store {
     /// Connects whatever the layout of the data in Redis (for `hookq
     /// migrate` and `hookq doctor`).
     pub async fn connect_unchecked(config: &Config) -> StoreResult<Store> {
-        let conn = if config.redis.cluster_nodes.is_empty() {
+        let conn = Store::open(config, RESPONSE_TIMEOUT).await?;
+        let mut store = Store::with_conn(conn, config);
+        if config.redis.ack_replicas > 0 {
+            store.acked =
+                Some(Store::open(config, RESPONSE_TIMEOUT + config.redis.ack_timeout).await?);
+        }
+        Ok(store)
+    }
+
+    /// A new connection to the Redis (or Cluster) of `config`.
+    async fn open(config: &Config, response_timeout: Duration) -> StoreResult<RedisConn> {
+        Ok(if config.redis.cluster_nodes.is_empty() {
             let client = redis::Client::open(config.redis.url.as_str())?;
             let manager_config = ConnectionManagerConfig::new()
                 .set_connection_timeout(CONNECT_TIMEOUT)
-                .set_response_timeout(RESPONSE_TIMEOUT)
+                .set_response_timeout(response_timeout)
                 // Each caller (API, carrier, workers) has its own backoff, so a
                 // failed reconnect should fail the call at once rather than
                 // hold it for seconds.
@@ -379,7 +405,7 @@ impl Store {
             let client =
                 redis::cluster::ClusterClientBuilder::new(config.redis.cluster_nodes.clone())
                     .connection_timeout(CONNECT_TIMEOUT)
-                    .response_timeout(RESPONSE_TIMEOUT)
+                    .response_timeout(response_timeout)
                     // Callers have their own backoff; a call to a lost node
                     // should fail soon and let the connection be rebuilt.
                     .retries(CLUSTER_RETRIES)
@@ -389,8 +415,7 @@ impl Store {
                     .max_retry_wait(CLUSTER_RETRY_WAIT_MS.1)
                     .build()?;
             RedisConn::Cluster(ClusterConn::connect(client).await?)
-        };
-        Ok(Store::with_conn(conn, config))
+        })
     }
 
     /// A store over an existing connection.
@@ -400,6 +425,7 @@ impl Store {
         let channel = keys.wake_channel();
         Store {
             conn,
+            acked: None,
             keys: Arc::new(keys),
             scripts: Arc::new(Scripts::new(
                 in_cluster,
@@ -410,6 +436,8 @@ impl Store {
                 keep_bodies: config.retention.keep_bodies,
                 dead_letters_max: config.retention.dead_letters_max,
                 default_lease_ms: config.lease_for(config.delivery.timeout).as_millis() as u64,
+                ack_replicas: config.redis.ack_replicas,
+                ack_timeout_ms: config.redis.ack_timeout.as_millis() as u64,
             },
             channel: Arc::new(channel),
         }
@@ -548,6 +576,44 @@ impl Store {
         Ok(invocation.invoke_async(&mut conn).await?)
     }
 
+    /// [`Store::invoke`] for a write the API or CLI acknowledges (or an
+    /// outcome being recorded): with `redis.ack_replicas` > 0, the script
+    /// runs on the connection kept for such writes and is followed there by
+    /// `WAIT` on the master holding `keys[0]`; fewer replicas in time is
+    /// [`StoreError::NotReplicated`] (the write may have landed: retrying
+    /// it is idempotent).
+    pub(super) async fn invoke_acked<T: FromRedisValue>(
+        &self,
+        def: &'static ScriptDef,
+        keys: &[&str],
+        args: &[Vec<u8>],
+    ) -> StoreResult<T> {
+        let Some(acked) = &self.acked else {
+            return self.invoke(def, keys, args).await;
+        };
+        let invocation = self.invocation(def, keys, args)?;
+        let mut conn = acked.clone();
+        let value: T = invocation.invoke_async(&mut conn).await?;
+        let wanted = self.settings.ack_replicas;
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(wanted).arg(self.settings.ack_timeout_ms);
+        let acknowledged: i64 = match &mut conn {
+            RedisConn::Single(single) => wait.query_async(single).await?,
+            RedisConn::Cluster(cluster) => {
+                let key = keys.first().copied().unwrap_or_default();
+                redis::from_redis_value(&cluster.on_master_of(key, &wait).await?)?
+            }
+        };
+        if acknowledged < i64::from(wanted) {
+            metrics::counter!("hookq_writes_not_replicated_total").increment(1);
+            return Err(StoreError::NotReplicated {
+                acknowledged,
+                wanted,
+            });
+        }
+        Ok(value)
+    }
+
     /// Creates a job (idempotently by id).
     pub async fn enqueue(&self, job: &NewJob) -> StoreResult<EnqueueOutcome> {
         let p = self.keys.partition_of(&job.id);
@@ -634,7 +700,7 @@ impl Store {
             args.push(arg(&job.given));
         }
         let reply: Vec<Value> = self
-            .invoke(
+            .invoke_acked(
                 &scripts::ENQUEUE_JOBS,
                 &[&self.keys.due(p), &self.keys.ready(p), &self.keys.seq(p)],
                 &args,
@@ -817,7 +883,7 @@ impl Store {
             });
         }
         let done: Vec<Value> = self
-            .invoke(
+            .invoke_acked(
                 &scripts::COMPLETE_JOBS,
                 &[&self.keys.inflight(p), &self.keys.stats(p)],
                 &args,
@@ -874,7 +940,7 @@ impl Store {
             .map(|s| s.to_string())
             .unwrap_or_default();
         let reply: Vec<Value> = self
-            .invoke(
+            .invoke_acked(
                 &scripts::FAIL_JOB,
                 &[
                     &self.keys.live_records(p, &job.id),
@@ -1003,7 +1069,7 @@ impl Store {
                 None => (Vec::new(), String::new()),
             };
             let reply: Value = self
-                .invoke(
+                .invoke_acked(
                     &scripts::CANCEL_JOB,
                     &[
                         &self.keys.live_records(p, id),
@@ -1048,7 +1114,7 @@ impl Store {
         };
         let lease = change.lease_ms.map(|l| l.to_string()).unwrap_or_default();
         let reply: Vec<Value> = self
-            .invoke(
+            .invoke_acked(
                 &scripts::RESCHEDULE_JOB,
                 &[
                     &self.keys.live_records(p, id),
@@ -1111,7 +1177,7 @@ impl Store {
     ) -> StoreResult<ReplayOutcome> {
         let p = self.keys.partition_of(id);
         let reply: Value = self
-            .invoke(
+            .invoke_acked(
                 &scripts::REPLAY_DEAD,
                 &[
                     &self.keys.job(p, id),

@@ -11,6 +11,7 @@ use crate::abuse::rss_kib;
 use crate::ops::{free_port, hookq, spawn_serve, wait_ready};
 use crate::support::receiver::Receiver;
 use crate::support::redis::RedisServer;
+use crate::support::wait_until;
 use crate::{get_json, post_created, post_json, start_daemon, test_config, wait_state};
 
 /// Header values no view may show.
@@ -611,11 +612,84 @@ async fn slow_idle_and_surplus_connections_are_closed() {
         "a held connection is served: {answer}"
     );
     held.remove(0);
-    crate::support::wait_until("a slot is free again", limit, || async {
+    wait_until("a slot is free again", limit, || async {
         reqwest::get(format!("http://{addr}/healthz"))
             .await
             .is_ok_and(|r| r.status() == 200)
     })
     .await;
+    daemon.stop().await.expect("clean stop");
+}
+
+/// `redis.ack_replicas`: a write is acknowledged only once a replica has
+/// it; with the replica gone, writes answer 503 `not_replicated` (naming
+/// no field: the client retries the same id) and doctor warns.
+#[tokio::test]
+async fn acknowledged_writes_wait_for_their_replica() {
+    let primary = RedisServer::start();
+    let port = primary.port().to_string();
+    let mut replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    wait_until(
+        "the replica is in sync",
+        Duration::from_secs(20),
+        || async {
+            let mut conn = replica.conn().await;
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut conn)
+                .await
+                .unwrap_or_default();
+            info.contains("master_link_status:up")
+        },
+    )
+    .await;
+    let mut config = test_config(&primary);
+    config.redis.ack_replicas = 1;
+    config.redis.ack_timeout = Duration::from_millis(300);
+    let daemon = start_daemon(&config).await;
+    let jobs = format!("{}/v1/jobs", daemon.url());
+    let job = |id: &str| json!({"id": id, "url": "http://127.0.0.1:9/x", "delay": "1h"});
+    post_created(&jobs, job("acked-1")).await;
+    // Acknowledged means on the replica already.
+    let mut on_replica = replica.conn().await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("hookq:*:jobs:*")
+        .query_async(&mut on_replica)
+        .await
+        .expect("KEYS");
+    assert!(
+        !keys.is_empty(),
+        "the acknowledged job is not on the replica"
+    );
+
+    replica.kill();
+    wait_until(
+        "the primary lost its replica",
+        Duration::from_secs(10),
+        || async {
+            primary
+                .info_field("replication", "connected_slaves")
+                .await
+                .is_ok_and(|n| n == 0)
+        },
+    )
+    .await;
+    let (status, error) = post_json(&jobs, job("acked-2")).await;
+    assert_eq!(status, 503, "{error}");
+    assert_eq!(error["error"]["code"], "not_replicated", "{error}");
+    let response = reqwest::Client::new()
+        .delete(format!("{jobs}/acked-1"))
+        .send()
+        .await
+        .expect("DELETE");
+    assert_eq!(response.status(), 503);
+    let report = hookq::doctor::run(&config).await;
+    let replicas = report
+        .checks
+        .iter()
+        .find(|c| c.name == "replicas")
+        .expect("doctor checks the replicas");
+    assert!(replicas.detail.contains("0 replica"), "{}", replicas.detail);
+    assert_eq!(replicas.status, hookq::doctor::Status::Warn);
     daemon.stop().await.expect("clean stop");
 }
