@@ -667,9 +667,39 @@ async fn post_all(url: &str, bodies: Vec<String>, clients: usize, expected: u16)
     Ok(started.elapsed().as_secs_f64())
 }
 
-async fn ingest_batch(redis: &RedisServer, n: usize) -> Res<Figures> {
+/// A replica of `redis` on loopback, once it is in sync.
+async fn replica_of(redis: &RedisServer) -> Res<RedisServer> {
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &redis.port().to_string()]);
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut conn = replica.conn().await;
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut conn)
+            .await?;
+        if info.contains("master_link_status:up") {
+            return Ok(replica);
+        }
+        if Instant::now() > until {
+            return Err("the replica did not sync within 30 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Creates `n` jobs through the batch API (1,000 per request, 4 clients);
+/// with `acked`, a replica runs and every write waits for it
+/// (`redis.ack_replicas = 1`).
+async fn ingest_batch(redis: &RedisServer, n: usize, acked: bool) -> Res<Figures> {
     redis.flush().await?;
-    let daemon = Daemon::start(config(redis)).await?;
+    let mut cfg = config(redis);
+    let replica = if acked {
+        cfg.redis.ack_replicas = 1;
+        Some(replica_of(redis).await?)
+    } else {
+        None
+    };
+    let daemon = Daemon::start(cfg).await?;
     // Request bodies are encoded before the clock starts: the load generator
     // shares the machine, and its JSON encoding is not hookq's cost.
     let batches = n / 1000;
@@ -683,20 +713,31 @@ async fn ingest_batch(redis: &RedisServer, n: usize) -> Res<Figures> {
         .collect();
     let took = post_all(&format!("{}/v1/jobs/batch", daemon.url()), bodies, 4, 200).await?;
     daemon.stop().await?;
+    drop(replica);
     Ok(HashMap::from([(
         "jobs_per_s",
         (batches * 1000) as f64 / took,
     )]))
 }
 
-async fn ingest_single(redis: &RedisServer, n: usize) -> Res<Figures> {
+/// Creates `n` jobs one request each (32 clients); with `acked`, each
+/// waits for a replica as in [`ingest_batch`].
+async fn ingest_single(redis: &RedisServer, n: usize, acked: bool) -> Res<Figures> {
     redis.flush().await?;
-    let daemon = Daemon::start(config(redis)).await?;
+    let mut cfg = config(redis);
+    let replica = if acked {
+        cfg.redis.ack_replicas = 1;
+        Some(replica_of(redis).await?)
+    } else {
+        None
+    };
+    let daemon = Daemon::start(cfg).await?;
     let bodies: Vec<String> = (0..n)
         .map(|i| json!({"id": format!("is-{i}"), "url": "http://127.0.0.1:9/", "delay": "1h", "body": {"n": i}}).to_string())
         .collect();
     let took = post_all(&format!("{}/v1/jobs", daemon.url()), bodies, 32, 201).await?;
     daemon.stop().await?;
+    drop(replica);
     Ok(HashMap::from([("requests_per_s", n as f64 / took)]))
 }
 
@@ -2448,9 +2489,23 @@ async fn bench(opts: &Options) -> Res<Vec<Scenario>> {
     scenario!(
         "ingest_batch",
         runs,
-        ingest_batch(&redis, s(100_000, 2_000))
+        ingest_batch(&redis, s(100_000, 2_000), false)
     );
-    scenario!("ingest_single", runs, ingest_single(&redis, s(20_000, 500)));
+    scenario!(
+        "ingest_batch_acked_1_replica",
+        runs,
+        ingest_batch(&redis, s(100_000, 2_000), true)
+    );
+    scenario!(
+        "ingest_single",
+        runs,
+        ingest_single(&redis, s(20_000, 500), false)
+    );
+    scenario!(
+        "ingest_single_acked_1_replica",
+        runs,
+        ingest_single(&redis, s(20_000, 500), true)
+    );
     scenario!(
         "ingest_single_wrk",
         runs,
