@@ -69,6 +69,12 @@ async fn twenty_daemons_deliver_every_job_once() {
     let receiver = Receiver::ok().await;
     let mut config = test_config(&redis);
     config.redis.partitions = 16;
+    // Twenty daemons in one test process on two cores: leases long enough
+    // that a starved daemon's attempt is never taken back (and repeated)
+    // while its outcome waits for the CPU. Exactly once is then what must
+    // hold.
+    config.delivery.timeout = Duration::from_secs(10);
+    config.delivery.max_timeout = Duration::from_secs(10);
     let mut daemons = Vec::new();
     for _ in 0..20 {
         daemons.push(start_daemon(&config).await);
