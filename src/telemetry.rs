@@ -21,7 +21,7 @@ use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider};
 
 use crate::config::Config;
-use crate::job::{attempt_traceparent, trace_id_of, TraceContext};
+use crate::job::{attempt_traceparent, trace_id_of, JobSpec, TraceContext};
 
 /// How long one export may take before it is given up.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -103,14 +103,8 @@ impl Telemetry {
 
     /// Opens the span of one attempt; its `traceparent` goes with the
     /// request, and [`AttemptSpan::finish`] records how it went.
-    pub fn attempt(
-        &self,
-        id: &str,
-        topic: &str,
-        host: &str,
-        attempt: u32,
-        trace: Option<&TraceContext>,
-    ) -> AttemptSpan {
+    pub fn attempt(&self, id: &str, spec: &JobSpec, attempt: u32) -> AttemptSpan {
+        let trace = spec.trace.as_ref();
         let Some(tracer) = &self.tracer else {
             return AttemptSpan {
                 span: None,
@@ -122,8 +116,8 @@ impl Telemetry {
             .with_kind(SpanKind::Client)
             .with_attributes([
                 KeyValue::new("hookq.job.id", id.to_string()),
-                KeyValue::new("hookq.topic", topic.to_string()),
-                KeyValue::new("server.address", host.to_string()),
+                KeyValue::new("hookq.topic", spec.topic.clone()),
+                KeyValue::new("server.address", crate::hosts::host_key(&spec.url)),
                 KeyValue::new("hookq.attempt", i64::from(attempt)),
             ])
             .start_with_context(tracer, &job_context(id, trace));

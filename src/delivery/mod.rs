@@ -179,13 +179,7 @@ impl Deliverer {
         timeout: Duration,
         started_at: i64,
     ) -> AttemptReport {
-        let span = self.telemetry.attempt(
-            id,
-            &spec.topic,
-            &crate::hosts::host_key(&spec.url),
-            attempt,
-            spec.trace.as_ref(),
-        );
+        let span = self.telemetry.attempt(id, spec, attempt);
         let started = Instant::now();
         let result = tokio::time::timeout(
             timeout,
@@ -278,6 +272,18 @@ impl Deliverer {
             .check_url_host(&url)
             .map_err(|blocked| (ErrorKind::SsrfBlocked, blocked.to_string()))?;
         let (body, content_type) = spec.payload();
+        // Signed before the URL moves into the request (per origin, the
+        // signature needs its origin).
+        let signed = (!self.signer.is_empty())
+            .then(|| {
+                let timestamp = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs() as i64)
+                    .unwrap_or_default();
+                let signature = self.signer.signature_header(id, timestamp, body, &url)?;
+                Some((timestamp, signature))
+            })
+            .flatten();
         let mut request = self
             .client
             .request(spec.method.as_http(), url)
@@ -297,16 +303,10 @@ impl Deliverer {
         if let Some(state) = spec.trace.as_ref().and_then(|t| t.state.as_deref()) {
             request = request.header("tracestate", state);
         }
-        if !self.signer.is_empty() {
-            let timestamp = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs() as i64)
-                .unwrap_or_default();
-            if let Some(signature) = self.signer.signature_header(id, timestamp, body, &spec.url) {
-                request = request
-                    .header("webhook-timestamp", timestamp.to_string())
-                    .header("webhook-signature", signature);
-            }
+        if let Some((timestamp, signature)) = signed {
+            request = request
+                .header("webhook-timestamp", timestamp.to_string())
+                .header("webhook-signature", signature);
         }
         let response = request
             .body(body.to_vec())

@@ -119,7 +119,12 @@ impl SigningSecret {
 /// (`https://shop.example`, `http://127.0.0.1:8080`); None for a URL that
 /// does not parse or has no host.
 pub fn origin_of(url: &str) -> Option<String> {
-    let origin = url::Url::parse(url).ok()?.origin();
+    origin_of_url(&url::Url::parse(url).ok()?)
+}
+
+/// [`origin_of`] for a URL already parsed.
+fn origin_of_url(url: &url::Url) -> Option<String> {
+    let origin = url.origin();
     origin.is_tuple().then(|| origin.ascii_serialization())
 }
 
@@ -197,7 +202,7 @@ impl Signer {
         msg_id: &str,
         timestamp_secs: i64,
         body: &[u8],
-        url: &str,
+        url: &url::Url,
     ) -> Option<String> {
         if self.secrets.is_empty() {
             return None;
@@ -209,7 +214,7 @@ impl Signer {
                 .map(|secret| secret.sign(msg_id, timestamp_secs, body))
                 .collect(),
             SigningMode::PerOrigin => self
-                .derived_for(&origin_of(url)?)
+                .derived_for(&origin_of_url(url)?)
                 .iter()
                 .map(|secret| secret.sign(msg_id, timestamp_secs, body))
                 .collect(),
@@ -251,7 +256,14 @@ mod tests {
     const SPEC_TIMESTAMP: i64 = 1614265330;
     const SPEC_PAYLOAD: &[u8] = br#"{"test": 2432232314}"#;
     const SPEC_SIGNATURE: &str = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
-    const RECEIVER: &str = "https://receiver.example/hook";
+
+    fn url(text: &str) -> url::Url {
+        url::Url::parse(text).expect("a URL")
+    }
+
+    fn receiver() -> url::Url {
+        url("https://receiver.example/hook")
+    }
 
     fn secret(text: &str) -> SigningSecret {
         SigningSecret::parse(text).expect("valid secret")
@@ -276,7 +288,7 @@ mod tests {
     fn matches_the_specification_test_vector() {
         let signer = Signer::new(vec![secret(SPEC_SECRET)], SigningMode::Shared);
         let header = signer
-            .signature_header(SPEC_MSG_ID, SPEC_TIMESTAMP, SPEC_PAYLOAD, RECEIVER)
+            .signature_header(SPEC_MSG_ID, SPEC_TIMESTAMP, SPEC_PAYLOAD, &receiver())
             .expect("signed");
         assert_eq!(header, SPEC_SIGNATURE);
     }
@@ -284,7 +296,8 @@ mod tests {
     #[test]
     fn signing_is_deterministic_and_covers_every_part() {
         let signer = Signer::new(vec![secret(SPEC_SECRET)], SigningMode::Shared);
-        let sign = |id: &str, ts: i64, body: &[u8]| signer.signature_header(id, ts, body, RECEIVER);
+        let sign =
+            |id: &str, ts: i64, body: &[u8]| signer.signature_header(id, ts, body, &receiver());
         assert_eq!(
             sign(SPEC_MSG_ID, SPEC_TIMESTAMP, SPEC_PAYLOAD),
             sign(SPEC_MSG_ID, SPEC_TIMESTAMP, SPEC_PAYLOAD)
@@ -306,7 +319,7 @@ mod tests {
             SigningMode::Shared,
         );
         let header = signer
-            .signature_header(SPEC_MSG_ID, SPEC_TIMESTAMP, SPEC_PAYLOAD, RECEIVER)
+            .signature_header(SPEC_MSG_ID, SPEC_TIMESTAMP, SPEC_PAYLOAD, &receiver())
             .expect("signed");
         let parts: Vec<&str> = header.split(' ').collect();
         assert_eq!(parts.len(), 2, "{header}");
@@ -317,7 +330,7 @@ mod tests {
                 SPEC_MSG_ID,
                 SPEC_TIMESTAMP,
                 SPEC_PAYLOAD,
-                RECEIVER
+                &receiver()
             )
         );
         assert!(parts[1].starts_with("v1,"));
@@ -328,7 +341,7 @@ mod tests {
     fn no_secrets_means_no_signature() {
         let signer = Signer::new(Vec::new(), SigningMode::Shared);
         assert!(signer.is_empty());
-        assert_eq!(signer.signature_header("msg", 1, b"{}", RECEIVER), None);
+        assert_eq!(signer.signature_header("msg", 1, b"{}", &receiver()), None);
         assert!(Signer::default().is_empty());
         assert!(!Signer::new(vec![secret(SPEC_SECRET)], SigningMode::Shared).is_empty());
     }
@@ -385,10 +398,18 @@ mod tests {
                 "whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWQ",
             ),
         ] {
-            let a = Signer::new(vec![secret(padded)], SigningMode::Shared)
-                .signature_header("m", 1, b"x", RECEIVER);
-            let b = Signer::new(vec![secret(unpadded)], SigningMode::Shared)
-                .signature_header("m", 1, b"x", RECEIVER);
+            let a = Signer::new(vec![secret(padded)], SigningMode::Shared).signature_header(
+                "m",
+                1,
+                b"x",
+                &receiver(),
+            );
+            let b = Signer::new(vec![secret(unpadded)], SigningMode::Shared).signature_header(
+                "m",
+                1,
+                b"x",
+                &receiver(),
+            );
             assert_eq!(a, b);
         }
     }
@@ -446,7 +467,7 @@ mod tests {
                 SPEC_MSG_ID,
                 SPEC_TIMESTAMP,
                 SPEC_PAYLOAD,
-                "https://a.example/x",
+                &url("https://a.example/x"),
             )
             .expect("signed");
         let expected: Vec<String> = a
@@ -463,7 +484,7 @@ mod tests {
                 SPEC_MSG_ID,
                 SPEC_TIMESTAMP,
                 SPEC_PAYLOAD,
-                "https://b.example/x",
+                &url("https://b.example/x"),
             )
             .expect("signed");
         assert!(expected.iter().all(|sig| !b.contains(sig.as_str())));
