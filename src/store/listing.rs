@@ -254,17 +254,10 @@ pub struct DeadLetter {
 }
 
 impl DeadLetter {
-    /// The dead letter as a listing shows it: its job without `body` and
-    /// `body_text` (reading the one dead letter shows them).
-    fn listed(mut self) -> DeadLetter {
-        if let Some(job) = self.job.as_object_mut() {
-            job.remove("body");
-            job.remove("body_text");
-        }
-        self
-    }
-
-    fn from_entry(partition: u16, entry: &StreamId) -> Option<DeadLetter> {
+    /// Reads a stream entry. A listing shows the job `with_body` false:
+    /// without `body` and `body_text`, which are then never turned into
+    /// JSON values (reading the one dead letter shows them).
+    fn from_entry(partition: u16, entry: &StreamId, with_body: bool) -> Option<DeadLetter> {
         let text = |name: &str| -> Option<String> { entry.get(name) };
         let id = text("id")?;
         let job_json = text("job").unwrap_or_default();
@@ -289,6 +282,10 @@ impl DeadLetter {
                     // header kept it; the spec JSON leaves it out).
                     if let Some(given) = text("given").and_then(|g| g.parse().ok()) {
                         spec.restore_given(given);
+                    }
+                    if !with_body {
+                        spec.body = None;
+                        spec.body_text = None;
                     }
                     spec.to_shown_json()
                 })
@@ -723,9 +720,9 @@ impl Store {
             let last = reply.ids.last().map(|e| format!("({}", e.id));
             for entry in &reply.ids {
                 budget.spend(entry_bytes(entry));
-                if let Some(dead) = DeadLetter::from_entry(p, entry) {
+                if let Some(dead) = DeadLetter::from_entry(p, entry, false) {
                     if topic.is_none_or(|t| t == dead.topic) {
-                        items.push(dead.listed());
+                        items.push(dead);
                     }
                 }
             }
@@ -774,7 +771,7 @@ impl Store {
         Ok(reply
             .ids
             .first()
-            .and_then(|e| DeadLetter::from_entry(p, e))
+            .and_then(|e| DeadLetter::from_entry(p, e, true))
             .filter(|dead| dead.id == id))
     }
 
