@@ -117,6 +117,23 @@ impl Idle {
         self.deadline.as_mut().reset(Instant::now() + self.limit);
     }
 
+    /// What a write to the stream gave: bytes written restart the idle
+    /// clock, `Pending` is checked against it.
+    fn wrote(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        match polled {
+            Poll::Ready(Ok(n)) => {
+                self.touch();
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(err)) => Poll::Ready(Err(err)),
+            Poll::Pending => self.idle_or_pending(cx),
+        }
+    }
+
     /// `Pending` from the stream: an error if the connection has been idle
     /// too long (the deadline's waker is registered otherwise).
     fn idle_or_pending<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
@@ -158,14 +175,8 @@ impl AsyncWrite for Idle {
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.stream).poll_write(cx, data) {
-            Poll::Ready(Ok(n)) => {
-                this.touch();
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(Err(err)) => Poll::Ready(Err(err)),
-            Poll::Pending => this.idle_or_pending(cx),
-        }
+        let polled = Pin::new(&mut this.stream).poll_write(cx, data);
+        this.wrote(cx, polled)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -182,14 +193,8 @@ impl AsyncWrite for Idle {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.stream).poll_write_vectored(cx, bufs) {
-            Poll::Ready(Ok(n)) => {
-                this.touch();
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(Err(err)) => Poll::Ready(Err(err)),
-            Poll::Pending => this.idle_or_pending(cx),
-        }
+        let polled = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
+        this.wrote(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
