@@ -232,16 +232,15 @@ fn flag_for(field: &str) -> String {
 /// config entry that admits it with `scopes`.
 fn new_key(name: &str, scopes: &[String], json: bool) -> Result<ExitCode, CliError> {
     use sha2::Digest;
-    let scopes: Vec<String> = scopes.iter().map(|s| s.trim().to_string()).collect();
-    if let Some(bad) = scopes
+    let scopes: Vec<&str> = scopes
         .iter()
-        .find(|s| !["read", "write", "admin"].contains(&s.as_str()))
-    {
-        return Err(fail(
-            2,
-            format!("--scopes: `{bad}` is not read, write or admin"),
-        ));
-    }
+        .map(|name| {
+            let name = name.trim();
+            crate::config::Scope::parse(name)
+                .map(crate::config::Scope::as_str)
+                .ok_or_else(|| fail(2, format!("--scopes: `{name}` is not read, write or admin")))
+        })
+        .collect::<Result<_, _>>()?;
     let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
     let token = format!("hq_{}", hex(&rand::random::<[u8; 32]>()));
     let digest = hex(&sha2::Sha256::digest(token.as_bytes()));

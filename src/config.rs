@@ -179,6 +179,11 @@ impl Scope {
     /// Every scope (what an `api.tokens` token may do).
     pub const ALL: [Scope; 3] = [Scope::Read, Scope::Write, Scope::Admin];
 
+    /// The scope named `name` as configured (`read`, `write`, `admin`).
+    pub fn parse(name: &str) -> Option<Scope> {
+        Scope::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
     /// The scope's name as configured.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -306,11 +306,6 @@ impl Credentials {
         }
         found
     }
-
-    /// The scopes of `presented` (none when unknown).
-    pub fn scopes_of(&self, presented: &str) -> Vec<Scope> {
-        self.caller(presented).map(|c| c.scopes).unwrap_or_default()
-    }
 }
 
 /// The scope a `/v1` request needs: none for `/v1/whoami` (any known key
@@ -741,6 +736,13 @@ mod tests {
             "0x7f.1",
         ] {
             assert!(!host_is_ip_or_localhost(bad), "{bad}");
+        }
+    }
+
+    impl Credentials {
+        /// The scopes of `presented` (none when unknown).
+        fn scopes_of(&self, presented: &str) -> Vec<Scope> {
+            self.caller(presented).map(|c| c.scopes).unwrap_or_default()
         }
     }
 
