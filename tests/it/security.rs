@@ -618,6 +618,45 @@ async fn slow_idle_and_surplus_connections_are_closed() {
             .is_ok_and(|r| r.status() == 200)
     })
     .await;
+    // The refusal is counted.
+    drop(held);
+    wait_until("the refused connection is counted", limit, || async {
+        let Ok(response) = reqwest::get(format!("http://{addr}/metrics")).await else {
+            return false;
+        };
+        let text = response.text().await.unwrap_or_default();
+        crate::metric_sum(&text, "hookq_api_connections_refused_total") >= 1.0
+    })
+    .await;
+    daemon.stop().await.expect("clean stop");
+}
+
+/// `GET /v1/stats` carries the counts of each partition, and they add up
+/// to the totals.
+#[tokio::test]
+async fn stats_show_each_partitions_counts() {
+    let redis = RedisServer::start();
+    let config = test_config(&redis);
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    for i in 0..20 {
+        post_created(
+            &format!("{base}/v1/jobs"),
+            json!({"id": format!("st-{i}"), "url": "http://127.0.0.1:9/x", "delay": "1h"}),
+        )
+        .await;
+    }
+    let (status, stats) = get_json(&format!("{base}/v1/stats")).await;
+    assert_eq!(status, 200, "{stats}");
+    let partitions = stats["partitions"].as_array().expect("partitions");
+    assert_eq!(partitions.len(), usize::from(config.redis.partitions));
+    let scheduled: u64 = partitions
+        .iter()
+        .map(|p| p["scheduled"].as_u64().expect("scheduled"))
+        .sum();
+    assert_eq!(scheduled, 20);
+    assert_eq!(stats["scheduled"], 20);
+    assert_eq!(partitions[3]["partition"], 3);
     daemon.stop().await.expect("clean stop");
 }
 
