@@ -2,7 +2,9 @@
   Cancel a job that has not finished. A scheduled job leaves the due set; a job
   in flight leaves the in-flight set (its attempt's outcome will be discarded
   as stale, so it is not retried); a ready job's id stays in the ready list as
-  a tombstone that claim_ready skips (no LREM on a long list).
+  a tombstone that claim_ready skips (no LREM on a long list). A job with an
+  ordering key leaves its ordering list: a held one its place in the line,
+  the head releasing the job behind it (see the prelude).
 
   By default the record and history are then deleted and a summary remains
   (see the prelude); with `retention.keep_bodies` the record moves, marked
@@ -23,6 +25,7 @@
     ARGV[5] the content digest of the spec the caller read (for the summary)
     ARGV[6] the SHA-1 (hex) of that spec JSON: the digest is the record's
             only while the stored spec is still this one
+    ARGV[7] partition number
   Output:
     DONE         cancelled now
     UNCHANGED    was already cancelled
@@ -60,6 +63,12 @@ if not keep then
   plan = summaries_plan(prefix, {ARGV[1]}, now, tonumber(ARGV[2]))
   if not plan then return try_again() end
 end
+local order = spec_order(r.spec)
+local line = nil
+if order then
+  line = order_plan(prefix, order)
+  if not line then return try_again() end
+end
 
 if state == 's' and r.seq > 0 then
   rcall('ZREM', KEYS[2], due_member(r.seq, ARGV[1]))
@@ -69,6 +78,8 @@ elseif state == 'w' then
 elseif state == 'i' then
   rcall('ZREM', KEYS[3], ARGV[1])
   rcall('PUBLISH', ARGV[3], 'x' .. ARGV[1])
+elseif state == 'o' then
+  rcall('HINCRBY', prefix .. 'stats', 'held', -1)
 end
 -- A parked job's parking entry is skipped when its host drains (its
 -- sequence no longer matches); so is a ready job's tombstone, whose record
@@ -83,4 +94,5 @@ else
   rcall('DEL', KEYS[4])
   summaries_write(prefix, plan, {ARGV[1]}, {summary}, now)
 end
+if line then order_leave(prefix, line, ARGV[1], now, ARGV[3], ARGV[7]) end
 return DONE

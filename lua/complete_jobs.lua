@@ -7,6 +7,8 @@
   retention period.
   Batching is what lets a busy daemon record thousands of deliveries a
   second without one script call (and one TIME, ZREM, HINCRBY) per job.
+  A job with an ordering key leaves its ordering list, releasing the job
+  behind it (see the prelude).
 
   Input:
     KEYS[1] inflight zset   <ns>:{p}:inflight
@@ -16,9 +18,12 @@
     ARGV[2] history key prefix  <ns>:{p}:hist:  (same hash tag)
     ARGV[3] retention in ms
     ARGV[4] "keep" to keep records (keep_bodies), "summary" to summarise
-    ARGV[5] id of the first job; then, for every job, three arguments:
-    ARGV[6] its fencing token (the attempt number the lease was granted for)
-    ARGV[7] keep: its attempt record JSON; summary: its summary's tail
+    ARGV[5] wake channel
+    ARGV[6] partition number
+    ARGV[7] id of the first job; then, for every job, four arguments:
+    ARGV[8] its fencing token (the attempt number the lease was granted for)
+    ARGV[9] keep: its attempt record JSON; summary: its summary's tail
+    ARGV[10] its ordering list `<topic>:<ordering key>`, or "" for none
   Output:
     {r1, r2, ...} one per job, in order: DONE recorded, UNCHANGED stale (the
     lease was taken over or the job was cancelled; nothing changed for that
@@ -35,7 +40,8 @@ local keep = ARGV[4] == 'keep'
 local prefix = partition_prefix(ARGV[1], 'job:')
 local current, places = {}, {}
 local done = {}
-for i = 5, #ARGV, 3 do
+local lines = {} -- ARGV index -> the plan of leaving its ordering list
+for i = 7, #ARGV, 4 do
   local at = live(prefix, ARGV[i])
   places[i] = at
   -- The spec is needed only to keep the record whole.
@@ -47,6 +53,10 @@ for i = 5, #ARGV, 3 do
   if r ~= nil and r.state == 'i' and r.att == tonumber(ARGV[i + 1]) then
     current[i] = r
     done[#done + 1] = ARGV[i]
+    if ARGV[i + 3] ~= '' then
+      lines[i] = order_plan(prefix, ARGV[i + 3])
+      if not lines[i] then return try_again() end
+    end
   end
 end
 local plan = nil
@@ -57,7 +67,7 @@ end
 
 local out = {}
 local gone, summaries = {}, {}
-for i = 5, #ARGV, 3 do
+for i = 7, #ARGV, 4 do
   local id = ARGV[i]
   local r = current[i]
   if r and keep then
@@ -71,6 +81,7 @@ for i = 5, #ARGV, 3 do
     gone[#gone + 1] = ARGV[2] .. id
     summaries[#summaries + 1] = summary_of('d', r, now, ARGV[i + 2])
   end
+  if lines[i] then order_leave(prefix, lines[i], id, now, ARGV[5], ARGV[6]) end
   out[#out + 1] = r and DONE or UNCHANGED
 end
 if #done > 0 then

@@ -9,6 +9,8 @@
   goes to the due set under the member `<seq hex(12)><id>`, so jobs due in the
   same millisecond keep their enqueue order, or, when due far ahead, to a
   bucket of the timing wheel (see the prelude) with its sequence in its record.
+  A job with an ordering key joins the tail of its ordering list; unless it
+  is the list's head it waits there, held (see the prelude).
 
   Input:
     KEYS[1] due zset        <ns>:{p}:due
@@ -17,7 +19,7 @@
     ARGV[1] job key prefix  <ns>:{p}:job:  (same hash tag; records as the prelude lays them out)
     ARGV[2] wake channel
     ARGV[3] partition number
-    ARGV[4] id of the first job; then, for every job, seven arguments:
+    ARGV[4] id of the first job; then, for every job, nine arguments:
     ARGV[5] its spec JSON (canonical; compared byte for byte on re-create)
     ARGV[6] its absolute due time in epoch ms, or "" for relative
     ARGV[7] its delay in ms (used when the due time is "")
@@ -25,17 +27,23 @@
     ARGV[9] its lease in ms, or "" for the daemon default
     ARGV[10] its given due time, as the record header keeps it (see the
             prelude; the spec JSON leaves run_at and delay out)
+    ARGV[11] its ordering list `<topic>:<ordering key>`, or "" for none
+    ARGV[12] "c" to compare only: an absent id is NOT_FOUND, not created
+            (the job belongs in another partition); "" to create
   Keys built here (same hash tag): the live record hashes `<ns>:{p}:jobs:*`
   and kept records `<ns>:{p}:job:<id>`, read, and for ids with neither the
   summary index and shards `<ns>:{p}:done*` (see the prelude); new records
-  are written to the live hashes.
+  are written to the live hashes; ordering lists `<ns>:{p}:order:*`.
   Output:
-    {now, code1, state1, due1, code2, ...}, per job in order:
+    {now, code1, state1, due1, ahead1, code2, ...}, per job in order:
     code (of the prelude) DONE created, UNCHANGED an identical job exists,
     CHANGED the id exists with different content (nothing changed),
     SUMMARIZED the id belongs to a finished job's summary (nothing changed):
     then `due` is the summary's content digest, which the caller compares
-    with the job's own (computed only in this rare case).
+    with the job's own (computed only in this rare case); ELSEWHERE the
+    id's job lives in partition `due` (a pointer; nothing changed);
+    NOT_FOUND (compare only) no such id here. `ahead` is, for a job created
+    held, the id just ahead of it in its ordering list, else "".
     TRYAGAIN, with nothing changed, while the partition's slot is migrating.
 ]]
 local rcall = redis.call
@@ -48,17 +56,23 @@ local seen = {}      -- id -> {spec, state name, due} of jobs created in this ca
 local scheduled = 0
 local prefix = partition_prefix(ARGV[1], 'job:')
 local done_index = nil -- the partition's summary buckets, read once if needed
-for i = 4, #ARGV, 7 do
-  local id, spec = ARGV[i], ARGV[i + 1]
+local tails = {}       -- ordering list -> its last id, as this call leaves it
+local ordered = false
+for i = 4, #ARGV, 9 do
+  local id, spec, order = ARGV[i], ARGV[i + 1], ARGV[i + 7]
   local existing = nil
   local earlier = seen[id]
   if earlier then
     existing = {earlier[1] == spec .. ARGV[i + 6], earlier[2], earlier[3]}
   else
-    local r = rec_get(live(prefix, id)) or rec_get(kept(prefix, id))
+    local v = rcall('HGET', live(prefix, id).h, id)
+    local elsewhere = pointer_of(v)
+    local r = not elsewhere and (rec_of(v) or rec_get(kept(prefix, id)))
     if r then
       existing = {r.spec == spec and r.given == tonumber(ARGV[i + 6]), state_name(r, now),
         r.due}
+    elseif elsewhere then
+      existing = {ELSEWHERE, '', elsewhere}
     else
       -- A finished job may live on as a summary, which knows only its
       -- content's digest.
@@ -69,30 +83,55 @@ for i = 4, #ARGV, 7 do
       elseif slot_moving_once(KEYS[1]) then
         -- The id may exist on the other node of the migration.
         return try_again()
+      elseif ARGV[i + 8] == 'c' then
+        existing = {NOT_FOUND, '', 0}
       end
     end
   end
   if existing then
     local code = CHANGED
-    if existing[1] == 3 then code = SUMMARIZED elseif existing[1] then code = UNCHANGED end
+    if existing[1] == 3 then
+      code = SUMMARIZED
+    elseif existing[1] == ELSEWHERE or existing[1] == NOT_FOUND then
+      code = existing[1]
+    elseif existing[1] then
+      code = UNCHANGED
+    end
     out[#out + 1] = code
     out[#out + 1] = existing[2]
     out[#out + 1] = existing[3]
+    out[#out + 1] = ''
   else
     local due
     if ARGV[i + 2] ~= '' then due = tonumber(ARGV[i + 2]) else due = now + tonumber(ARGV[i + 3]) end
     local state = 'r'
-    if due > now then
+    local ahead = ''
+    if order ~= '' then
+      ordered = true
+      if tails[order] == nil then
+        tails[order] = rcall('LINDEX', prefix .. 'order:' .. order, -1) or false
+      end
+      ahead = tails[order] or ''
+      tails[order] = id
+    end
+    if ahead ~= '' then
+      state = 'o'
+    elseif due > now then
       state = 's'
       scheduled = scheduled + 1
     end
-    seen[id] = {spec .. ARGV[i + 6], STATE_NAMES[state], due}
+    local name = STATE_NAMES[state]
+    if state == 'o' and due <= now then name = 'ready' end
+    seen[id] = {spec .. ARGV[i + 6], name, due}
     created[#created + 1] = {i, state, due}
     out[#out + 1] = DONE
-    out[#out + 1] = STATE_NAMES[state]
+    out[#out + 1] = name
     out[#out + 1] = due
+    out[#out + 1] = ahead
   end
 end
+-- Ordering lists are keys this script builds: not while the slot moves.
+if ordered and IN_CLUSTER and slot_moving_once(KEYS[1]) then return try_again() end
 
 -- Pass 2: write. One INCRBY for the sequence numbers, one ZADD, one RPUSH
 -- per wheel bucket and one RPUSH for the ready list.
@@ -102,12 +141,22 @@ local wake_before = scheduled > 0 and next_wake(prefix, KEYS[1])
 local wake = nil
 local zadd, ready = {}, {}
 local to_wheel, in_wheel = wheel_batch(), 0
+local lines, line_order, held = {}, {}, 0 -- ordering list -> ids joining it
 for _, c in ipairs(created) do
   local i, state, due = c[1], c[2], c[3]
-  local id = ARGV[i]
+  local id, order = ARGV[i], ARGV[i + 7]
   local r = {state = state, ut = now, att = 0, max = tonumber(ARGV[i + 4]), due = due,
     seq = 0, ct = now, lease = tonumber(ARGV[i + 5]) or 0, given = tonumber(ARGV[i + 6])}
-  if state == 'r' then
+  if order ~= '' then
+    if not lines[order] then
+      lines[order] = {}
+      line_order[#line_order + 1] = order
+    end
+    lines[order][#lines[order] + 1] = id
+  end
+  if state == 'o' then
+    held = held + 1
+  elseif state == 'r' then
     ready[#ready + 1] = id
   else
     seq = seq + 1
@@ -127,6 +176,10 @@ for _, c in ipairs(created) do
   end
   rec_create(live(prefix, id), r, ARGV[i + 1])
 end
+for _, order in ipairs(line_order) do
+  rcall('RPUSH', prefix .. 'order:' .. order, unpack(lines[order]))
+end
+if held > 0 then rcall('HINCRBY', prefix .. 'stats', 'held', held) end
 local opens = wheel_batch_push(prefix, to_wheel)
 if opens and (not wake or opens < wake) then wake = opens end
 wheel_count(prefix, in_wheel)

@@ -2,7 +2,8 @@
   Record a failed attempt: either schedule the next rung (back to the due set,
   or to the timing wheel when far ahead)
   or dead-letter the job (out of the live sets and onto the dead-letter stream,
-  in this same atomic step).
+  in this same atomic step; a job with an ordering key then leaves its
+  ordering list, releasing the job behind it, see the prelude).
 
   Input:
     KEYS[1] record hash     <ns>:{p}:jobs:<shard>  (the job's live record;
@@ -44,6 +45,14 @@ local prefix = partition_prefix(KEYS[4], 'due')
 if delay >= 0 and IN_CLUSTER and wheel_slot(now + delay, now) and slot_moving(KEYS[4]) then
   return try_again()
 end
+-- A dead job with an ordering key leaves its ordering list (read from its
+-- spec: dead letters are rare).
+local order = delay < 0 and spec_order(r.spec)
+local line = nil
+if order then
+  line = order_plan(prefix, order)
+  if not line then return try_again() end
+end
 rcall('ZREM', KEYS[2], ARGV[1])
 history_push(KEYS[3], ARGV[3])
 rcall('HINCRBY', KEYS[7], 'failed_attempts', 1)
@@ -63,4 +72,5 @@ rec_set_dead(r, entry, now)
 rec_keep(prefix, ARGV[1], r, ARGV[5])
 rcall('PEXPIRE', KEYS[3], ARGV[5])
 rcall('HINCRBY', KEYS[7], 'dead_lettered', 1)
+if line then order_leave(prefix, line, ARGV[1], now, ARGV[10], ARGV[11]) end
 return {DEAD_LETTERED, entry}

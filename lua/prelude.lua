@@ -27,6 +27,7 @@ local NOT_FOUND = -1    -- no such job (or dead letter)
 local WRONG_STATE = -2  -- the job's state does not allow it
 local CHANGED = -3      -- the job differs from what the caller expected
 local SUMMARIZED = -4   -- only a finished job's summary remains
+local ELSEWHERE = -5    -- the id's job lives in another partition (a pointer)
 
 -- Whether the cluster slot of `key` is migrating from or importing to this
 -- node right now; always false outside a cluster.
@@ -74,6 +75,8 @@ end
     offset  0  state      1 byte   s scheduled (in the due set), w
                                    scheduled (in the timing wheel, below),
                                    p parked (scheduled, held for its host),
+                                   o held behind earlier jobs of its
+                                   ordering key (see the end),
                                    r ready, i in flight, d delivered,
                                    x dead, c cancelled
     offset  1  updated    6 bytes  ms
@@ -101,8 +104,8 @@ local REC_HEADER = 39
 local JOB_SHARDS = 64
 local GIVEN_DELAY = 140737488355328  -- 2^47
 local GIVEN_NEITHER = 70368744177664 -- 2^46
-local STATE_NAMES = {s = 'scheduled', w = 'scheduled', p = 'scheduled', r = 'ready', i = 'inflight',
-  d = 'delivered', x = 'dead', c = 'cancelled'}
+local STATE_NAMES = {s = 'scheduled', w = 'scheduled', p = 'scheduled', o = 'scheduled',
+  r = 'ready', i = 'inflight', d = 'delivered', x = 'dead', c = 'cancelled'}
 
 -- The record hash of job `id`: a polynomial of its last four bytes (the
 -- store's `job_shard`; cheap, and ids differ most at the end).
@@ -129,13 +132,18 @@ local function rec_unpack(v)
   return r
 end
 
--- The record at `at` with its spec in `.spec`, or nil when there is none.
-local function rec_get(at)
-  local v
-  if at.h then v = redis.call('HGET', at.h, at.id) else v = redis.call('GET', at.k) end
+-- The record stored as value `v`, with its spec in `.spec`; nil when `v`
+-- is no record (absent, or a pointer: see the end of this prelude).
+local function rec_of(v)
   local r = rec_unpack(v)
   if r then r.spec = string.sub(v, REC_HEADER + 1) end
   return r
+end
+
+-- The record at `at` with its spec in `.spec`, or nil when there is none.
+local function rec_get(at)
+  if at.h then return rec_of(redis.call('HGET', at.h, at.id)) end
+  return rec_of(redis.call('GET', at.k))
 end
 
 local function rec_pack(r)
@@ -175,9 +183,10 @@ local function rec_ready(r, now)
   return r.state == 'r' or (r.state == 's' and r.due <= now)
 end
 
--- The API name of record `r`'s state at time `now`.
+-- The API name of record `r`'s state at time `now` (a held job, see the
+-- end of this prelude, reads as ready once its due time has passed).
 local function state_name(r, now)
-  if rec_ready(r, now) then return 'ready' end
+  if rec_ready(r, now) or (r.state == 'o' and r.due <= now) then return 'ready' end
   return STATE_NAMES[r.state] or r.state
 end
 
@@ -731,4 +740,106 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now)
     if not next_due or (wheel_head and wheel_head < next_due) then next_due = wheel_head end
   end
   return moved, next_due or -1
+end
+
+--[[
+  Ordered delivery (SPEC §11.5). The jobs of one ordering key within a
+  topic all live in one partition (the store places them by the key; a job
+  whose id hashes elsewhere leaves a pointer there, below) and are listed,
+  in creation order, in its LIST `<ns>:{p}:order:<topic>:<key>`. Only the
+  list's head is ever scheduled, ready or in flight: the others wait as
+  records in state `o` (held), in none of the partition's sets, their due
+  time in their record. The step that finishes the head (delivered,
+  dead-lettered or cancelled) pops it and, in the same atomic step,
+  releases the next: due at its own time or now, whichever is later, into
+  the due set, the wheel or the ready list like any job. The stats hash's
+  `held` field counts held records.
+
+  Steps that know the job's ordering list from the daemon take it as an
+  argument (`<topic>:<key>`, "" for none), so an unordered job costs them
+  nothing; the others read it from the spec (spec_order).
+]]
+
+-- The ordering list `<topic>:<key>` of a spec JSON, or nil for none.
+local function spec_order(spec)
+  -- A quick look first: most jobs have no ordering key.
+  if not string.find(spec, '"ordering_key"', 1, true) then return nil end
+  local ok, s = pcall(cjson.decode, spec)
+  if ok and type(s) == 'table' and type(s.ordering_key) == 'string' then
+    local topic = 'default'
+    if type(s.topic) == 'string' then topic = s.topic end
+    return topic .. ':' .. s.ordering_key
+  end
+  return nil
+end
+
+-- The read pass of taking job `id` off ordering list `order` of the
+-- partition with key prefix `prefix` (see order_leave): answers nil,
+-- having read only, when the partition's slot is moving (some of the keys
+-- order_leave touches may then be elsewhere: the caller answers
+-- TRYAGAIN); else the list's key and head.
+local function order_plan(prefix, order)
+  if IN_CLUSTER and slot_moving_once(prefix .. 'due') then return nil end
+  local key = prefix .. 'order:' .. order
+  return {key = key, head = redis.call('LINDEX', key, 0)}
+end
+
+-- Takes job `id` off its ordering list (read by order_plan) and, when it
+-- was the head, releases the job behind it; `channel` and `p` name the
+-- partition's wake channel. Returns the released job's id, or nil.
+local function order_leave(prefix, plan, id, now, channel, p)
+  if plan.head ~= id then
+    -- A held job (cancelled): it leaves its place in the line.
+    redis.call('LREM', plan.key, 1, id)
+    return nil
+  end
+  redis.call('LPOP', plan.key)
+  -- The next id is released; one whose job is gone (which no step leaves
+  -- behind, but a hand-edited record may) is dropped, so that it cannot
+  -- block the line.
+  for _ = 1, 16 do
+    local next_id = redis.call('LINDEX', plan.key, 0)
+    if not next_id then return nil end
+    local at = live(prefix, next_id)
+    local r = rec_get(at)
+    if r and r.state == 'o' then
+      redis.call('HINCRBY', prefix .. 'stats', 'held', -1)
+      r.ut = now
+      if r.due <= now then
+        r.state, r.due, r.seq = 'r', now, 0
+        rec_put(at, r)
+        if redis.call('RPUSH', prefix .. 'ready', next_id) == 1 then wake_ready(channel, p) end
+        return next_id
+      end
+      local due_key = prefix .. 'due'
+      local before = next_wake(prefix, due_key)
+      r.seq = redis.call('INCR', prefix .. 'seq')
+      local wake = schedule(prefix, due_key, next_id, r, now)
+      if r.state == 'w' then wheel_count(prefix, 1) end
+      if wake and (not before or wake < before) then wake_due(channel, p, wake) end
+      return next_id
+    end
+    if r and STATE_NAMES[r.state] and not (r.state == 'd' or r.state == 'x' or r.state == 'c') then
+      return nil -- already on its way
+    end
+    redis.call('LPOP', plan.key)
+  end
+  return nil
+end
+
+--[[
+  Placement pointers. A job placed in another partition than its id's (an
+  ordered job lives where its ordering key does) leaves, in its id's
+  partition, a pointer in place of a live record: the field of the live
+  record hashes holds `@<partition>`, shorter than any record, so that a
+  lookup or a create by id alone finds where the job is. The partition's
+  ZSET `<ns>:{p}:placed` lists its pointers, scored by when to check that
+  the job still exists there (the daemon drops the pointers of jobs gone).
+]]
+
+-- The partition a live-record value points to, or nil when it is not a
+-- pointer.
+local function pointer_of(v)
+  if v and #v < REC_HEADER and string.sub(v, 1, 1) == '@' then return tonumber(string.sub(v, 2)) end
+  return nil
 end

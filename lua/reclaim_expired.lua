@@ -1,8 +1,10 @@
 --[[
   Take back attempts whose lease expired (the daemon running them died or
   hung): each job becomes ready again at once, or is dead-lettered when the
-  lost attempt was its last allowed one. The attempt counter is not touched, so
-  the late outcome of the lost attempt fails its fencing check.
+  lost attempt was its last allowed one (a job with an ordering key then
+  leaves its ordering list, releasing the job behind it, see the prelude).
+  The attempt counter is not touched, so the late outcome of the lost
+  attempt fails its fencing check.
 
   Input:
     KEYS[1] inflight zset   <ns>:{p}:inflight
@@ -30,7 +32,7 @@ local ids = rcall('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumbe
 -- Read pass: every key to be written, before the first write (see the
 -- prelude). A history list may rightly be absent (a first attempt).
 local prefix = partition_prefix(ARGV[2], 'job:')
-local records = {}
+local records, lines = {}, {}
 for i, id in ipairs(ids) do
   local r = rec_get(live(prefix, id))
   if IN_CLUSTER and (not r or rcall('EXISTS', ARGV[3] .. id) == 0)
@@ -38,6 +40,11 @@ for i, id in ipairs(ids) do
     return try_again()
   end
   records[i] = r or false
+  local order = r and r.state == 'i' and r.att >= r.max and spec_order(r.spec)
+  if order then
+    lines[i] = order_plan(prefix, order)
+    if not lines[i] then return try_again() end
+  end
 end
 
 local lost = 'the attempt lease expired before an outcome was recorded'
@@ -52,6 +59,7 @@ for i, id in ipairs(ids) do
       rec_set_dead(r, entry, now)
       rec_keep(prefix, id, r, ARGV[4])
       rcall('PEXPIRE', ARGV[3] .. id, ARGV[4])
+      if lines[i] then order_leave(prefix, lines[i], id, now, ARGV[6], ARGV[7]) end
       dead = dead + 1
     else
       rec_set_state(live(prefix, id), r, 'r', now)

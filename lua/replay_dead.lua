@@ -3,7 +3,9 @@
   ladder) and its dead-letter entry is deleted, in this one atomic step, so a
   crash can neither lose the job nor leave it both live and dead-lettered.
   A job that is live already (replayed before, or re-created) is not revived
-  twice: its stale entry is only deleted.
+  twice: its stale entry is only deleted. A job with an ordering key joins
+  the tail of its ordering list, held unless the list is empty (see the
+  prelude).
 
   Input:
     KEYS[1] kept record      <ns>:{p}:job:<id>  (the dead job's; deleted on
@@ -18,6 +20,7 @@
     ARGV[4] max attempts (rungs + 1)
     ARGV[5] wake channel
     ARGV[6] partition number
+    ARGV[7] its ordering list `<topic>:<ordering key>`, or "" for none
   Output:
     DONE        revived
     UNCHANGED   the job was live already; the stale entry was deleted
@@ -31,7 +34,7 @@ if #entry == 0 then return NOT_FOUND end
 local prefix = partition_prefix(KEYS[2], 'ready')
 local at = live(prefix, ARGV[1])
 local r = rec_get(at)
-if r and (r.state == 's' or r.state == 'w' or r.state == 'p' or r.state == 'r' or r.state == 'i') then
+if r and (r.state == 's' or r.state == 'w' or r.state == 'p' or r.state == 'r' or r.state == 'i' or r.state == 'o') then
   dead_forget(KEYS[3], KEYS[5], ARGV[1], ARGV[2])
   return UNCHANGED
 end
@@ -40,10 +43,21 @@ local now = now_ms()
 local created = now
 local dead = rec_get({k = KEYS[1]})
 if dead then created = dead.ct end
-rec_create(at, {state = 'r', ut = now, att = 0, max = tonumber(ARGV[4]), due = now,
+local state = 'r'
+if ARGV[7] ~= '' then
+  local line = order_plan(prefix, ARGV[7])
+  if not line then return try_again() end
+  if line.head then state = 'o' end
+end
+rec_create(at, {state = state, ut = now, att = 0, max = tonumber(ARGV[4]), due = now,
   seq = 0, ct = created, lease = 0, given = GIVEN_NEITHER}, ARGV[3])
 rcall('DEL', KEYS[1])
 rcall('PERSIST', KEYS[4])
-if rcall('RPUSH', KEYS[2], ARGV[1]) == 1 then wake_ready(ARGV[5], ARGV[6]) end
+if ARGV[7] ~= '' then rcall('RPUSH', prefix .. 'order:' .. ARGV[7], ARGV[1]) end
+if state == 'o' then
+  rcall('HINCRBY', prefix .. 'stats', 'held', 1)
+elseif rcall('RPUSH', KEYS[2], ARGV[1]) == 1 then
+  wake_ready(ARGV[5], ARGV[6])
+end
 dead_forget(KEYS[3], KEYS[5], ARGV[1], ARGV[2])
 return DONE

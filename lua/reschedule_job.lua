@@ -1,7 +1,9 @@
 --[[
   Replace a scheduled job's content and/or due time. Only a job that is still
   `scheduled` changes; once the carrier has promoted it (or it is in flight or
-  finished) the answer is a conflict and nothing changes.
+  finished) the answer is a conflict and nothing changes. A job held behind
+  earlier jobs of its ordering key (see the prelude) changes whatever its
+  due time, and stays held.
 
   Input:
     KEYS[1] record hash      <ns>:{p}:jobs:<shard>  (the job's live record)
@@ -31,7 +33,7 @@ local r = rec_get(at)
 if not r then return {NOT_FOUND} end
 local now = now_ms()
 -- (A scheduled record whose time has come is ready: promoted, or about to be.)
-if (r.state ~= 's' and r.state ~= 'w' and r.state ~= 'p') or rec_ready(r, now) then
+if (r.state ~= 's' and r.state ~= 'w' and r.state ~= 'p' and r.state ~= 'o') or rec_ready(r, now) then
   return {WRONG_STATE, state_name(r, now)}
 end
 if r.spec ~= ARGV[9] then return {CHANGED, 'scheduled'} end
@@ -61,7 +63,12 @@ r.max, r.due, r.ut, r.lease = tonumber(ARGV[5]), due, now, tonumber(ARGV[6]) or 
 r.given = tonumber(ARGV[10])
 
 local state
-if due <= now then
+if r.state == 'o' then
+  -- Held: it stays in its place in the line, in none of the sets.
+  r.spec = ARGV[2]
+  rec_put(at, r)
+  return {DONE, state_name(r, now), due, now}
+elseif due <= now then
   state = 'ready'
   r.state, r.seq, r.spec = 'r', 0, ARGV[2]
   rec_put(at, r)

@@ -159,6 +159,10 @@ pub struct EnqueueArgs {
     /// POST, PUT or PATCH.
     #[arg(long)]
     method: Option<String>,
+    /// Ordering key: jobs of the topic sharing it are attempted one at a
+    /// time, in order of creation.
+    #[arg(long)]
+    ordering_key: Option<String>,
 }
 
 /// `hookq replay` flags.
@@ -663,6 +667,7 @@ async fn enqueue(config: &Config, args: EnqueueArgs, json: bool) -> Result<ExitC
         content_type: args.content_type,
         run_at,
         delay: args.delay,
+        ordering_key: args.ordering_key,
         ..JobInput::default()
     };
     let job = input.validate(config).map_err(field_error)?;
@@ -704,7 +709,7 @@ async fn show(config: &Config, id: &str, json: bool) -> Result<ExitCode, CliErro
         print_json(&view)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let rows = vec![
+    let mut rows = vec![
         vec!["id".into(), view.id.clone()],
         vec!["state".into(), view.state.as_str().into()],
         vec!["topic".into(), view.topic.clone()],
@@ -735,6 +740,12 @@ async fn show(config: &Config, id: &str, json: bool) -> Result<ExitCode, CliErro
         vec!["created_at".into(), view.created_at.clone()],
         vec!["updated_at".into(), view.updated_at.clone()],
     ];
+    if let Some(key) = &view.ordering_key {
+        rows.push(vec!["ordering_key".into(), key.clone()]);
+    }
+    if let Some(ahead) = &view.waiting_for {
+        rows.push(vec!["waiting_for".into(), ahead.clone()]);
+    }
     print_table(&["field", "value"], &rows);
     if !view.history.is_empty() {
         println!();

@@ -199,6 +199,14 @@ impl Daemon {
                     signals.clone(),
                     token.child_token(),
                 ));
+                let sweep = {
+                    let fleet = fleet.clone();
+                    tokio::spawn(
+                        store
+                            .clone()
+                            .run_placement_sweep(move |p| fleet.owns(p), token.child_token()),
+                    )
+                };
                 let carrier = Carrier::new(
                     store.clone(),
                     signals.clone(),
@@ -217,7 +225,8 @@ impl Daemon {
                     pool,
                     breaker_task,
                     fleet_task,
-                    indexing
+                    indexing,
+                    sweep
                 );
             })
         };

@@ -228,12 +228,7 @@ async fn revive(
         return Ok(());
     }
     let outcome = store
-        .replay(
-            &dead.id,
-            &dead.entry_id,
-            &spec.to_json(),
-            spec.max_attempts(config),
-        )
+        .replay(dead, &spec.to_json(), spec.max_attempts(config))
         .await?;
     match outcome {
         ReplayOutcome::Revived => report.replayed.push(dead.id.clone()),

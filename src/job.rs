@@ -138,6 +138,10 @@ pub struct JobSpec {
     /// The job's own attempt timeout (ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// Jobs of the same topic and ordering key are attempted one at a time,
+    /// in order of creation (SPEC §11.5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordering_key: Option<String>,
     /// The W3C trace context of the request that created the job (not
     /// content: a re-create with another one is the same job).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -297,6 +301,7 @@ impl JobSpec {
             && self.delay_ms == other.delay_ms
             && self.retry_ms == other.retry_ms
             && self.timeout_ms == other.timeout_ms
+            && self.ordering_key == other.ordering_key
             && body_value(self) == body_value(other)
     }
 
@@ -314,6 +319,7 @@ impl JobSpec {
             delay_ms: None,
             retry_ms: None,
             timeout_ms: None,
+            ordering_key: None,
             trace: None,
         }
     }
@@ -358,6 +364,7 @@ impl JobSpec {
             delay: self.delay_ms.map(format_duration_ms),
             retry: self.retry_ms.as_deref().map(durations),
             timeout: self.timeout_ms.map(format_duration_ms),
+            ordering_key: self.ordering_key.clone(),
         }
     }
 
@@ -384,6 +391,13 @@ impl JobSpec {
             ),
             (None, None) => (b"", "application/json"),
         }
+    }
+
+    /// The ordering list the job belongs to, `<topic>:<ordering key>`
+    /// (ordering keys are per topic), or None without an ordering key.
+    pub fn ordering_list(&self) -> Option<String> {
+        let key = self.ordering_key.as_ref()?;
+        Some(format!("{}:{key}", self.topic))
     }
 
     /// The retry ladder that applies to this job.
@@ -483,6 +497,10 @@ pub struct JobInput {
     /// Attempt timeout (humantime).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
+    /// Ordering key: jobs of one topic sharing it are attempted one at a
+    /// time, in order of creation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ordering_key: Option<String>,
 }
 
 /// When a job is due, as the store should compute it.
@@ -514,6 +532,7 @@ impl ValidJob {
             given: self.spec.given_due(),
             due: self.due,
             max_attempts: self.spec.max_attempts(config),
+            order: self.spec.ordering_list(),
             lease_ms: self
                 .spec
                 .timeout_ms
@@ -535,6 +554,23 @@ pub fn validate_id(id: &str) -> Result<(), FieldError> {
             "invalid_id",
             "id",
             "id must be 1-128 characters of A-Z a-z 0-9 . _ : -",
+        ))
+    }
+}
+
+/// Checks an ordering key: `[A-Za-z0-9._:-]{1,128}`.
+pub fn validate_ordering_key(key: &str) -> Result<(), FieldError> {
+    let ok = (1..=128).contains(&key.len())
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(FieldError::new(
+            "invalid_ordering_key",
+            "ordering_key",
+            "ordering_key must be 1-128 characters of A-Z a-z 0-9 . _ : -",
         ))
     }
 }
@@ -901,6 +937,9 @@ impl JobInput {
             .as_deref()
             .map(|t| parse_timeout(t, config))
             .transpose()?;
+        if let Some(key) = &self.ordering_key {
+            validate_ordering_key(key)?;
+        }
         let due = match (run_at, delay_ms) {
             (Some(at), _) => Due::At(at),
             (None, Some(d)) => Due::After(d),
@@ -918,6 +957,7 @@ impl JobInput {
             delay_ms,
             retry_ms,
             timeout_ms,
+            ordering_key: self.ordering_key,
             trace: None,
         };
         Ok(ValidJob { id, spec, due })
@@ -1030,6 +1070,13 @@ pub struct JobView {
     /// one of the job's own); absent from a finished job's summary.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+    /// Its ordering key, if any (absent from a finished job's summary).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ordering_key: Option<String>,
+    /// While the job is held back behind earlier jobs of its ordering key:
+    /// the id of the job just ahead of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
 }
 
 /// RFC 3339 in UTC with exactly three fractional digits.
@@ -1309,6 +1356,8 @@ mod tests {
             history: Vec::new(),
             summarized: false,
             trace_id: Some(trace_id_of("a", None)),
+            ordering_key: None,
+            waiting_for: None,
         };
         let json = serde_json::to_string(&view).expect("serializes");
         assert!(!json.contains("s3cret") && !json.contains("t1"), "{json}");

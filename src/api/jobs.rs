@@ -39,8 +39,17 @@ fn not_found(id: &str) -> ApiError {
     )
 }
 
-fn created_view(job: ValidJob, state: JobState, due: i64, now: i64, config: &Config) -> JobView {
+fn created_view(
+    job: ValidJob,
+    state: JobState,
+    due: i64,
+    now: i64,
+    waiting_for: Option<String>,
+    config: &Config,
+) -> JobView {
     JobRecord {
+        held: waiting_for.is_some(),
+        waiting_for,
         max_attempts: job.spec.max_attempts(config),
         spec_json: String::new(),
         id: job.id,
@@ -86,13 +95,14 @@ async fn outcome_view(
             state: job_state,
             due,
             now,
+            waiting_for,
         } => {
             state
                 .telemetry
                 .ingest(&job.id, &job.spec.topic, job.spec.trace.as_ref());
             Ok((
                 StatusCode::CREATED,
-                created_view(job, job_state, due, now, &state.config),
+                created_view(job, job_state, due, now, waiting_for, &state.config),
             ))
         }
         EnqueueOutcome::Identical => match state.store.get(&job.id).await? {
@@ -227,6 +237,8 @@ struct JobPatch {
     url: Option<String>,
     headers: Option<BTreeMap<String, String>>,
     retry: Option<Vec<String>>,
+    /// Accepted only unchanged: an ordering key is fixed at creation.
+    ordering_key: Option<String>,
 }
 
 /// `PATCH /v1/jobs/{id}`: only while scheduled; applied atomically against
@@ -255,10 +267,25 @@ pub(super) async fn patch_job(
         )
         .into());
     }
+    if let Some(key) = &patch.ordering_key {
+        crate::job::validate_ordering_key(key)?;
+    }
     let Some(record) = state.store.get(&id).await? else {
         return Err(not_found(&id));
     };
-    if record.state != JobState::Scheduled {
+    if patch.ordering_key.is_some() && patch.ordering_key != record.spec.ordering_key {
+        return Err(ApiError {
+            field: Some("ordering_key".into()),
+            ..ApiError::new(
+                StatusCode::CONFLICT,
+                "ordering_key_fixed",
+                format!("job `{id}`'s ordering_key cannot change; create a new job instead"),
+            )
+        });
+    }
+    // A job held behind earlier jobs of its ordering key waits, whatever
+    // its due time: it can change.
+    if record.state != JobState::Scheduled && !record.held {
         return Err(not_scheduled(&id, record.state));
     }
     let mut input = record.spec.to_input(Some(id.clone()));

@@ -53,6 +53,29 @@ impl Keys {
         format!("{}:{{{}}}:", self.namespace, p)
     }
 
+    /// The partition holding the jobs of ordering list `order`
+    /// (`<topic>:<ordering key>`, see [`crate::job::JobSpec::ordering_list`]):
+    /// they must share one so that each step on them is one script.
+    pub fn order_partition(&self, order: &str) -> u16 {
+        self.partition_of(order)
+    }
+
+    /// LIST `<ns>:{p}:order:<topic>:<ordering key>`: the ids of the
+    /// ordering list's unfinished jobs in creation order; only the head is
+    /// scheduled, ready or in flight, the others are held (see
+    /// `lua/prelude.lua`).
+    pub fn order_list(&self, p: u16, order: &str) -> String {
+        format!("{}order:{order}", self.prefix(p))
+    }
+
+    /// ZSET `<ns>:{p}:placed`: ids of partition `p` whose job lives in
+    /// another partition (an ordered job lives with its ordering key), each
+    /// with a pointer `@<partition>` in place of its live record; scored by
+    /// when the daemon checks that the job still exists there.
+    pub fn placed(&self, p: u16) -> String {
+        format!("{}placed", self.prefix(p))
+    }
+
     /// `<ns>:{p}:`, the start of every key of partition `p`.
     pub fn partition_prefix(&self, p: u16) -> String {
         self.prefix(p)
@@ -236,6 +259,8 @@ mod tests {
             k.dead_index(p),
             k.seq(p),
             k.history(p, "order-1"),
+            k.order_list(p, "t:key-1"),
+            k.placed(p),
         ] {
             assert!(key.starts_with("hq:"), "{key}");
             assert!(key.contains(&tag), "{key}");

@@ -185,6 +185,8 @@ pub struct Stats {
     pub scheduled: u64,
     /// Of `scheduled`, the jobs held (parked) for an open or paused host.
     pub held_for_host: u64,
+    /// Of `scheduled`: jobs held behind earlier jobs of their ordering key.
+    pub held_in_order: u64,
     /// Ids in ready lists (may include ids of jobs cancelled while queued).
     pub ready: u64,
     /// Attempts under a lease.
@@ -657,9 +659,11 @@ impl Store {
                 held_here += held;
             }
             let counter = |name: &str| counters.get(name).copied().unwrap_or_default();
-            // Jobs waiting in the timing wheel are scheduled too.
-            let scheduled = due + counter("wheel") + held_here;
+            // Jobs waiting in the timing wheel, or held behind earlier jobs
+            // of their ordering key, are scheduled too.
+            let scheduled = due + counter("wheel") + held_here + counter("held");
             stats.held_for_host += held_here;
+            stats.held_in_order += counter("held");
             stats.scheduled += scheduled;
             stats.ready += ready;
             stats.inflight += inflight;
@@ -745,7 +749,7 @@ impl Store {
     /// index and not yet indexed, by the dead job's record), so a lookup
     /// reads one entry and never walks the stream.
     pub async fn find_dead(&self, id: &str) -> StoreResult<Option<DeadLetter>> {
-        let p = self.keys.partition_of(id);
+        let p = self.home_of(id).await?;
         let mut conn = self.conn.clone();
         let indexed: Option<String> = redis::cmd("HGET")
             .arg(self.keys.dead_index(p))

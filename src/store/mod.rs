@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod hosts;
 pub mod keys;
 pub mod listing;
+pub mod placement;
 pub mod record;
 pub mod schema;
 pub mod scripts;
@@ -28,7 +29,7 @@ pub use cluster::ClusterConn;
 pub use keys::Keys;
 pub use record::JobRecord;
 use scripts::{Code, ScriptDef, Scripts};
-pub use summary::{Delivery, Summary};
+pub use summary::{Delivery, Kept, Summary};
 
 /// Errors talking to Redis.
 #[derive(Debug, thiserror::Error)]
@@ -170,10 +171,12 @@ pub struct NewJob {
     pub max_attempts: u32,
     /// The job's own lease, when its timeout differs from the default.
     pub lease_ms: Option<u64>,
+    /// Its ordering list ([`JobSpec::ordering_list`]), if any.
+    pub order: Option<String>,
 }
 
 /// What `enqueue` did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EnqueueOutcome {
     /// A new job was stored in `state`, due at `due` (epoch ms).
     Created {
@@ -183,11 +186,35 @@ pub enum EnqueueOutcome {
         due: i64,
         /// Redis time of the creation, epoch ms.
         now: i64,
+        /// Held behind earlier jobs of its ordering key: the id just ahead.
+        waiting_for: Option<String>,
     },
     /// A job with this id and identical content exists; nothing changed.
     Identical,
     /// A job with this id exists with different content; nothing changed.
     Conflict,
+}
+
+/// Where a create stands after one round (see [`Store::enqueue_many`]).
+enum EnqueueStep {
+    /// To be placed in its id's partition, replacing a stale pointer to
+    /// the partition given.
+    Place(Option<u16>),
+    /// To be created in the partition (or, when true, only compared with
+    /// the job there).
+    Create(u16, bool),
+    /// Finished.
+    Done(StoreResult<EnqueueOutcome>),
+}
+
+/// What one `enqueue_jobs` call found for a job.
+enum Placed {
+    /// The outcome, here.
+    Here(EnqueueOutcome),
+    /// The id points to this other partition.
+    Elsewhere(u16),
+    /// Compare only: no such job here.
+    Absent,
 }
 
 /// A job claimed for an attempt.
@@ -616,11 +643,10 @@ impl Store {
 
     /// Creates a job (idempotently by id).
     pub async fn enqueue(&self, job: &NewJob) -> StoreResult<EnqueueOutcome> {
-        let p = self.keys.partition_of(&job.id);
-        let mut outcomes = self.enqueue_partition(p, &[job]).await?;
-        outcomes
+        self.enqueue_many(std::slice::from_ref(job))
+            .await?
             .pop()
-            .ok_or_else(|| StoreError::reply("enqueue_jobs", "no outcome for the job".to_string()))
+            .unwrap_or_else(|| Err(StoreError::reply("enqueue_jobs", "no outcome for the job")))
     }
 
     /// Creates many jobs: one script call per partition touched (the calls
@@ -628,62 +654,195 @@ impl Store {
     /// the order of `jobs`. A failed call fails the jobs it carried (each gets
     /// the error as [`StoreError::Shared`]) and no others; if every call
     /// failed, the whole batch answers the error.
+    ///
+    /// A job lives in its id's partition, or, with an ordering key, in its
+    /// ordering list's: such a job is first placed (`place_jobs` leaves a
+    /// pointer in its id's partition). A create that meets a pointer, or a
+    /// stale one, takes another round, so the common case is one call.
     pub async fn enqueue_many(
         &self,
         jobs: &[NewJob],
     ) -> StoreResult<Vec<StoreResult<EnqueueOutcome>>> {
-        let mut by_partition: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
-        for (i, job) in jobs.iter().enumerate() {
-            by_partition
-                .entry(self.keys.partition_of(&job.id))
-                .or_default()
-                .push(i);
-        }
-        let calls = by_partition.iter().map(|(p, indexes)| {
-            let group: Vec<&NewJob> = indexes.iter().map(|&i| &jobs[i]).collect();
-            async move { self.enqueue_partition(*p, &group).await }
-        });
-        let mut results = futures_util::future::join_all(calls).await;
-        if !results.is_empty() && results.iter().all(Result::is_err) {
-            // Every call failed: the whole batch answers the first error.
-            results.swap_remove(0)?;
-        }
-        let mut outcomes: Vec<Option<StoreResult<EnqueueOutcome>>> =
-            jobs.iter().map(|_| None).collect();
-        for ((_, indexes), result) in by_partition.iter().zip(results) {
-            match result {
-                Ok(group) => {
-                    for (&i, outcome) in indexes.iter().zip(group) {
-                        outcomes[i] = Some(Ok(outcome));
+        let mut steps: Vec<EnqueueStep> = jobs
+            .iter()
+            .map(|job| {
+                let own = self.keys.partition_of(&job.id);
+                if self.home_of_new(job) == own {
+                    EnqueueStep::Create(own, false)
+                } else {
+                    EnqueueStep::Place(None)
+                }
+            })
+            .collect();
+        let mut failures = 0;
+        let mut first_error: Option<StoreError> = None;
+        for _ in 0..4 {
+            // Placement, per id partition.
+            let places = self.group(&steps, |i, step| match step {
+                EnqueueStep::Place(replace) => {
+                    Some((self.keys.partition_of(&jobs[i].id), *replace))
+                }
+                _ => None,
+            });
+            let calls = places.iter().map(|(p, items)| {
+                let items: Vec<(&NewJob, u16, Option<u16>)> = items
+                    .iter()
+                    .map(|&(i, replace)| (&jobs[i], self.home_of_new(&jobs[i]), replace))
+                    .collect();
+                async move { self.place_partition(*p, &items).await }
+            });
+            let results = futures_util::future::join_all(calls).await;
+            for ((_, items), result) in places.iter().zip(results) {
+                match result {
+                    Ok(homes) => {
+                        for (&(i, _), home) in items.iter().zip(homes) {
+                            let create = home == self.home_of_new(&jobs[i]);
+                            steps[i] = EnqueueStep::Create(home, !create);
+                        }
+                    }
+                    Err(err) => {
+                        failures += 1;
+                        let err = Arc::new(err);
+                        if first_error.is_none() {
+                            first_error = Some(StoreError::Shared(err.clone()));
+                        }
+                        for &(i, _) in items {
+                            steps[i] = EnqueueStep::Done(Err(StoreError::Shared(err.clone())));
+                        }
                     }
                 }
-                Err(err) => {
-                    let err = Arc::new(err);
-                    for &i in indexes {
-                        outcomes[i] = Some(Err(StoreError::Shared(err.clone())));
+            }
+            // Creation (or comparison), per partition.
+            let creates = self.group(&steps, |_, step| match step {
+                EnqueueStep::Create(p, compare_only) => Some((*p, *compare_only)),
+                _ => None,
+            });
+            if creates.is_empty() {
+                break;
+            }
+            let calls = creates.iter().map(|(p, items)| {
+                let group: Vec<(&NewJob, bool)> =
+                    items.iter().map(|&(i, c)| (&jobs[i], c)).collect();
+                async move { self.enqueue_partition(*p, &group).await }
+            });
+            let results = futures_util::future::join_all(calls).await;
+            for ((p, items), result) in creates.iter().zip(results) {
+                match result {
+                    Ok(group) => {
+                        for (&(i, _), outcome) in items.iter().zip(group) {
+                            steps[i] = match outcome {
+                                Placed::Here(outcome) => EnqueueStep::Done(Ok(outcome)),
+                                Placed::Elsewhere(q) => EnqueueStep::Create(q, true),
+                                // The pointer that led here is stale.
+                                Placed::Absent => EnqueueStep::Place(Some(*p)),
+                            };
+                        }
+                    }
+                    Err(err) => {
+                        failures += 1;
+                        let err = Arc::new(err);
+                        if first_error.is_none() {
+                            first_error = Some(StoreError::Shared(err.clone()));
+                        }
+                        for &(i, _) in items {
+                            steps[i] = EnqueueStep::Done(Err(StoreError::Shared(err.clone())));
+                        }
                     }
                 }
             }
         }
-        Ok(outcomes
+        let outcomes: Vec<StoreResult<EnqueueOutcome>> = steps
             .into_iter()
-            .map(|o| {
-                o.unwrap_or_else(|| Err(StoreError::reply("enqueue_jobs", "no outcome for a job")))
+            .map(|step| match step {
+                EnqueueStep::Done(result) => result,
+                _ => Err(StoreError::reply(
+                    "enqueue_jobs",
+                    "the job's placement kept changing while it was being created",
+                )),
             })
-            .collect())
+            .collect();
+        if failures > 0 && outcomes.iter().all(Result::is_err) {
+            // Every call failed: the whole batch answers the first error.
+            if let Some(err) = first_error {
+                return Err(err);
+            }
+        }
+        Ok(outcomes)
     }
 
-    /// One `enqueue_jobs` call for jobs that all live in partition `p`.
+    /// The partition a new job is to live in: its ordering list's, or its id's.
+    fn home_of_new(&self, job: &NewJob) -> u16 {
+        match &job.order {
+            Some(order) => self.keys.order_partition(order),
+            None => self.keys.partition_of(&job.id),
+        }
+    }
+
+    /// The indexes of `steps` that `pick` selects, grouped by the partition
+    /// it names, each with the detail it gives.
+    fn group<T: Copy>(
+        &self,
+        steps: &[EnqueueStep],
+        pick: impl Fn(usize, &EnqueueStep) -> Option<(u16, T)>,
+    ) -> std::collections::BTreeMap<u16, Vec<(usize, T)>> {
+        let mut groups: std::collections::BTreeMap<u16, Vec<(usize, T)>> = Default::default();
+        for (i, step) in steps.iter().enumerate() {
+            if let Some((p, detail)) = pick(i, step) {
+                groups.entry(p).or_default().push((i, detail));
+            }
+        }
+        groups
+    }
+
+    /// One `place_jobs` call in partition `p` (the jobs' id partition):
+    /// for each (job, partition it should live in, stale pointer to
+    /// replace), the partition where it lives or is to be created.
+    async fn place_partition(
+        &self,
+        p: u16,
+        jobs: &[(&NewJob, u16, Option<u16>)],
+    ) -> StoreResult<Vec<u16>> {
+        let mut args = vec![
+            arg(&self.keys.job_prefix(p)),
+            arg(&p),
+            arg(&self.pointer_check_ms()),
+        ];
+        for (job, target, replace) in jobs {
+            args.push(arg(&job.id));
+            args.push(arg(target));
+            args.push(arg(&replace.map(|r| r.to_string()).unwrap_or_default()));
+        }
+        let homes: Vec<u16> = self
+            .invoke_acked(&scripts::PLACE_JOBS, &[&self.keys.placed(p)], &args)
+            .await?;
+        if homes.len() != jobs.len() || homes.iter().any(|&h| h >= self.keys.partitions()) {
+            return Err(StoreError::reply(
+                "place_jobs",
+                format!("partitions {homes:?} for {} jobs", jobs.len()),
+            ));
+        }
+        Ok(homes)
+    }
+
+    /// How long a placement pointer waits before the daemon checks that its
+    /// job still exists: a quarter of the retention, between a second and
+    /// six hours.
+    pub(super) fn pointer_check_ms(&self) -> u64 {
+        (self.settings.retention_ms / 4).clamp(1_000, 6 * 3_600_000)
+    }
+
+    /// One `enqueue_jobs` call for jobs that all live in partition `p` (or,
+    /// compare only, may: see `enqueue_jobs.lua`).
     async fn enqueue_partition(
         &self,
         p: u16,
-        jobs: &[&NewJob],
-    ) -> StoreResult<Vec<EnqueueOutcome>> {
-        let mut args = Vec::with_capacity(3 + 7 * jobs.len());
+        jobs: &[(&NewJob, bool)],
+    ) -> StoreResult<Vec<Placed>> {
+        let mut args = Vec::with_capacity(3 + 9 * jobs.len());
         args.push(arg(&self.keys.job_prefix(p)));
         args.push(arg(&*self.channel));
         args.push(arg(&p));
-        for job in jobs {
+        for (job, compare_only) in jobs {
             let (at, delay) = match job.due {
                 Due::At(ms) => (ms.to_string(), 0u64),
                 Due::After(ms) => (String::new(), ms),
@@ -698,6 +857,8 @@ impl Store {
                 .map(|l| l.to_string())
                 .unwrap_or_default()));
             args.push(arg(&job.given));
+            args.push(arg(&job.order.as_deref().unwrap_or_default()));
+            args.push(arg(&if *compare_only { "c" } else { "" }));
         }
         let reply: Vec<Value> = self
             .invoke_acked(
@@ -707,7 +868,7 @@ impl Store {
             )
             .await?;
         let bad = |d: String| StoreError::reply("enqueue_jobs", d);
-        if reply.len() != 1 + 3 * jobs.len() {
+        if reply.len() != 1 + 4 * jobs.len() {
             return Err(bad(format!(
                 "{} values for {} jobs",
                 reply.len(),
@@ -716,39 +877,52 @@ impl Store {
         }
         let now: i64 = redis::from_redis_value(&reply[0])?;
         let mut outcomes = reply[1..]
-            .chunks_exact(3)
+            .chunks_exact(4)
             .zip(jobs)
-            .map(|(c, job)| {
-                match Code::decode("enqueue_jobs", c.first())? {
+            .map(|(c, (job, _))| {
+                let outcome = match Code::decode("enqueue_jobs", c.first())? {
                     Code::Done => {
                         let state: String = redis::from_redis_value(&c[1])?;
-                        Ok(EnqueueOutcome::Created {
+                        let ahead: String = redis::from_redis_value(&c[3])?;
+                        EnqueueOutcome::Created {
                             state: State::parse(&state)
                                 .ok_or_else(|| bad(format!("state {state}")))?,
                             due: redis::from_redis_value(&c[2])?,
                             now,
-                        })
+                            waiting_for: (!ahead.is_empty()).then_some(ahead),
+                        }
                     }
-                    Code::Unchanged => Ok(EnqueueOutcome::Identical),
-                    Code::Changed => Ok(EnqueueOutcome::Conflict),
+                    Code::Unchanged => EnqueueOutcome::Identical,
+                    Code::Changed => EnqueueOutcome::Conflict,
                     Code::Summarized => {
                         // A finished job's summary: compare content digests.
                         let stored: Vec<u8> = redis::from_redis_value(&c[2])?;
                         let spec: Option<JobSpec> = serde_json::from_str(&job.spec_json).ok();
                         let same = spec.is_some_and(|s| s.content_digest()[..] == stored[..]);
-                        Ok(if same {
+                        if same {
                             EnqueueOutcome::Identical
                         } else {
                             EnqueueOutcome::Conflict
-                        })
+                        }
                     }
-                    other => Err(bad(format!("code {other:?}"))),
-                }
+                    Code::Elsewhere => {
+                        let q: u16 = redis::from_redis_value(&c[2])?;
+                        if q >= self.keys.partitions() || q == p {
+                            return Err(bad(format!("a pointer to partition {q}")));
+                        }
+                        return Ok(Placed::Elsewhere(q));
+                    }
+                    Code::NotFound => return Ok(Placed::Absent),
+                    other => return Err(bad(format!("code {other:?}"))),
+                };
+                Ok(Placed::Here(outcome))
             })
-            .collect::<StoreResult<Vec<EnqueueOutcome>>>()?;
-        for (outcome, job) in outcomes.iter_mut().zip(jobs) {
-            if matches!(outcome, EnqueueOutcome::Conflict) && self.same_as_stored(job).await? {
-                *outcome = EnqueueOutcome::Identical;
+            .collect::<StoreResult<Vec<Placed>>>()?;
+        for (outcome, (job, _)) in outcomes.iter_mut().zip(jobs) {
+            if matches!(outcome, Placed::Here(EnqueueOutcome::Conflict))
+                && self.same_as_stored(job).await?
+            {
+                *outcome = Placed::Here(EnqueueOutcome::Identical);
             }
         }
         Ok(outcomes)
@@ -863,17 +1037,19 @@ impl Store {
         p: u16,
         jobs: &[(&str, u32, &Delivery)],
     ) -> StoreResult<Vec<bool>> {
-        let mut args = Vec::with_capacity(4 + 3 * jobs.len());
+        let mut args = Vec::with_capacity(6 + 4 * jobs.len());
         args.push(arg(&self.keys.job_prefix(p)));
         args.push(arg(&self.keys.history_prefix(p)));
         args.push(arg(&self.settings.retention_ms));
         args.push(arg(&self.finish_mode()));
+        args.push(arg(&*self.channel));
+        args.push(arg(&p));
         for (id, attempt, delivery) in jobs {
             args.push(arg(id));
             args.push(arg(attempt));
-            args.push(match (delivery, self.settings.keep_bodies) {
-                (Delivery::Whole(record), true) => arg(record),
-                (Delivery::Summarized(tail), false) => tail.clone(),
+            args.push(match (&delivery.kept, self.settings.keep_bodies) {
+                (Kept::Whole(record), true) => arg(record),
+                (Kept::Summarized(tail), false) => tail.clone(),
                 _ => {
                     return Err(StoreError::reply(
                         "complete_jobs",
@@ -881,6 +1057,7 @@ impl Store {
                     ))
                 }
             });
+            args.push(arg(&delivery.order.as_deref().unwrap_or_default()));
         }
         let done: Vec<Value> = self
             .invoke_acked(
@@ -1048,7 +1225,7 @@ impl Store {
 
     /// Cancels a job that has not finished.
     pub async fn cancel(&self, id: &str) -> StoreResult<CancelOutcome> {
-        let p = self.keys.partition_of(id);
+        let p = self.home_of(id).await?;
         // A summary keeps the content's digest, computed here from the spec
         // as read; the script checks the spec is still that one. A record
         // kept whole needs neither.
@@ -1084,6 +1261,7 @@ impl Store {
                         arg(&self.finish_mode()),
                         digest,
                         arg(&spec_sha1),
+                        arg(&p),
                     ],
                 )
                 .await?;
@@ -1106,7 +1284,7 @@ impl Store {
     /// still `scheduled` and its stored spec is still `old_spec_json`.
     pub async fn reschedule(&self, change: &Reschedule<'_>) -> StoreResult<RescheduleOutcome> {
         let id = change.id;
-        let p = self.keys.partition_of(id);
+        let p = self.home_of(id).await?;
         let (at, delay) = match change.due {
             Some(Due::At(ms)) => (ms.to_string(), 0u64),
             Some(Due::After(ms)) => (String::new(), ms),
@@ -1167,15 +1345,19 @@ impl Store {
         }
     }
 
-    /// Revives the dead letter `entry_id` of job `id` with `spec_json`.
+    /// Revives dead letter `dead` with `spec_json` (its job, maybe with a
+    /// new url): in the partition of its stream, at the tail of its
+    /// ordering list if it has an ordering key.
     pub async fn replay(
         &self,
-        id: &str,
-        entry_id: &str,
+        dead: &listing::DeadLetter,
         spec_json: &str,
         max_attempts: u32,
     ) -> StoreResult<ReplayOutcome> {
-        let p = self.keys.partition_of(id);
+        let (p, id) = (dead.partition, dead.id.as_str());
+        let order = serde_json::from_str::<JobSpec>(spec_json)
+            .ok()
+            .and_then(|spec| spec.ordering_list());
         let reply: Value = self
             .invoke_acked(
                 &scripts::REPLAY_DEAD,
@@ -1188,11 +1370,12 @@ impl Store {
                 ],
                 &[
                     arg(&id),
-                    arg(&entry_id),
+                    arg(&dead.entry_id),
                     arg(&spec_json),
                     arg(&max_attempts),
                     arg(&*self.channel),
                     arg(&p),
+                    arg(&order.unwrap_or_default()),
                 ],
             )
             .await?;
@@ -1223,11 +1406,56 @@ impl Store {
         Ok(record::RecordHeader::parse(&live).or_else(|| record::RecordHeader::parse(&kept)))
     }
 
+    /// The partition job `id` lives in: its id's, unless a placement
+    /// pointer there names another (see [`Keys::placed`]).
+    pub async fn home_of(&self, id: &str) -> StoreResult<u16> {
+        let own = self.keys.partition_of(id);
+        let mut conn = self.conn.clone();
+        let at = self.keys.live_records(own, id);
+        // A pointer is a few bytes: a record is read only when it is one.
+        let len: usize = redis::cmd("HSTRLEN")
+            .arg(&at)
+            .arg(id)
+            .query_async(&mut conn)
+            .await?;
+        if len == 0 || len >= record::HEADER_LEN {
+            return Ok(own);
+        }
+        let value: Vec<u8> = redis::cmd("HGET")
+            .arg(&at)
+            .arg(id)
+            .query_async(&mut conn)
+            .await?;
+        Ok(self.pointed(&value).unwrap_or(own))
+    }
+
+    /// The partition a live-record value points to, when it is a valid
+    /// placement pointer.
+    pub(super) fn pointed(&self, value: &[u8]) -> Option<u16> {
+        record::pointer_of(value).filter(|&q| q < self.keys.partitions())
+    }
+
     /// Reads a job record and its history: the live record, else a finished
     /// one kept whole, else a finished job's summary; None if unknown (or
-    /// expired).
+    /// expired). A job held behind its ordering list's earlier jobs shows
+    /// the one just ahead of it.
     pub async fn get(&self, id: &str) -> StoreResult<Option<JobRecord>> {
-        let p = self.keys.partition_of(id);
+        let own = self.keys.partition_of(id);
+        match self.get_in(own, id).await? {
+            Err(q) => match self.get_in(q, id).await? {
+                Ok(found) => Ok(found),
+                Err(_) => Err(StoreError::reply(
+                    "job record",
+                    format!("{id}: a pointer to a pointer"),
+                )),
+            },
+            Ok(found) => Ok(found),
+        }
+    }
+
+    /// [`Store::get`] in partition `p`: Err(q) when the id points to
+    /// partition q instead.
+    async fn get_in(&self, p: u16, id: &str) -> StoreResult<Result<Option<JobRecord>, u16>> {
         let mut conn = self.conn.clone();
         let (live, kept, history): (Vec<u8>, Vec<u8>, Vec<String>) = redis::pipe()
             .hget(self.keys.live_records(p, id), id)
@@ -1235,13 +1463,44 @@ impl Store {
             .lrange(self.keys.history(p, id), 0, 19)
             .query_async(&mut conn)
             .await?;
+        if let Some(q) = self.pointed(&live) {
+            return Ok(Err(q));
+        }
         let value = if live.is_empty() { kept } else { live };
-        match JobRecord::decode(id, &value, history)? {
-            Some(record) => Ok(Some(record)),
-            None => Ok(self
+        let record = match JobRecord::decode(id, &value, history)? {
+            Some(mut record) => {
+                if record.held {
+                    record.waiting_for = self.ahead_of(p, &record).await?;
+                }
+                Some(record)
+            }
+            None => self
                 .find_summary(p, id)
                 .await?
-                .map(|summary| summary.into_record(id))),
+                .map(|summary| summary.into_record(id)),
+        };
+        Ok(Ok(record))
+    }
+
+    /// The id just ahead of held job `record` in its ordering list.
+    async fn ahead_of(&self, p: u16, record: &JobRecord) -> StoreResult<Option<String>> {
+        let Some(order) = record.spec.ordering_list() else {
+            return Ok(None);
+        };
+        let list = self.keys.order_list(p, &order);
+        let mut conn = self.conn.clone();
+        let at: Option<i64> = redis::cmd("LPOS")
+            .arg(&list)
+            .arg(&record.id)
+            .query_async(&mut conn)
+            .await?;
+        match at {
+            Some(i) if i > 0 => Ok(redis::cmd("LINDEX")
+                .arg(&list)
+                .arg(i - 1)
+                .query_async(&mut conn)
+                .await?),
+            _ => Ok(None),
         }
     }
 

@@ -11,6 +11,17 @@ use crate::job::{JobSpec, JobView, State};
 /// Bytes of the header before the spec JSON.
 pub const HEADER_LEN: usize = 39;
 
+/// The partition a placement pointer names (a live-record value
+/// `@<partition>` standing for a job that lives in another partition, see
+/// [`super::Keys::placed`]), or None when `value` is not one.
+pub fn pointer_of(value: &[u8]) -> Option<u16> {
+    let digits = value.strip_prefix(b"@")?;
+    if value.len() >= HEADER_LEN || digits.is_empty() {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
 /// The fixed header of a job record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordHeader {
@@ -20,6 +31,9 @@ pub struct RecordHeader {
     pub parked: bool,
     /// Waiting in the timing wheel (scheduled far ahead), not the due set.
     pub in_wheel: bool,
+    /// Held back behind earlier jobs of its ordering key (state byte `o`):
+    /// reads as scheduled before its due time and ready after it.
+    pub held: bool,
     /// Last change, epoch ms.
     pub updated: i64,
     /// Attempts started (the lease's fencing token).
@@ -53,8 +67,8 @@ impl RecordHeader {
         let h = value.get(..HEADER_LEN)?;
         let due = be(&h[11..17]) as i64;
         let state = match h[0] {
-            b's' if due <= crate::job::now_ms() => State::Ready,
-            b's' | b'w' | b'p' => State::Scheduled,
+            b's' | b'o' if due <= crate::job::now_ms() => State::Ready,
+            b's' | b'w' | b'p' | b'o' => State::Scheduled,
             b'r' => State::Ready,
             b'i' => State::Inflight,
             b'd' => State::Delivered,
@@ -66,6 +80,7 @@ impl RecordHeader {
             state,
             parked: h[0] == b'p',
             in_wheel: h[0] == b'w',
+            held: h[0] == b'o',
             updated: be(&h[1..7]) as i64,
             attempts: be(&h[7..9]) as u32,
             max_attempts: be(&h[9..11]) as u32,
@@ -109,13 +124,19 @@ pub struct JobRecord {
     /// Only the summary of a finished job remains: `spec` holds its topic
     /// alone and `spec_json` is empty (see [`super::summary`]).
     pub summarized: bool,
+    /// Held back behind earlier jobs of its ordering key (the record's
+    /// state byte `o`): it is in none of the partition's sets yet.
+    pub held: bool,
+    /// While held: the id of the job just ahead of it (read only for a
+    /// single job's view).
+    pub waiting_for: Option<String>,
 }
 
 impl JobRecord {
     /// Decodes a stored record (header and spec); None when there is none
-    /// (an empty value: the key does not exist).
+    /// (an empty value: the key does not exist; or a placement pointer).
     pub fn decode(id: &str, value: &[u8], history: Vec<String>) -> StoreResult<Option<JobRecord>> {
-        if value.is_empty() {
+        if value.is_empty() || pointer_of(value).is_some() {
             return Ok(None);
         }
         let bad = |d: String| StoreError::reply("job record", format!("{id}: {d}"));
@@ -139,6 +160,8 @@ impl JobRecord {
             updated: header.updated,
             history,
             summarized: false,
+            held: header.held,
+            waiting_for: None,
         }))
     }
 
@@ -175,6 +198,8 @@ impl JobRecord {
                 .collect(),
             trace_id,
             summarized: self.summarized,
+            ordering_key: self.spec.ordering_key,
+            waiting_for: self.waiting_for,
         }
     }
 }

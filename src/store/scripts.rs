@@ -27,11 +27,13 @@ pub enum Code {
     Changed,
     /// Only a finished job's summary remains.
     Summarized,
+    /// The id's job lives in another partition (a placement pointer).
+    Elsewhere,
 }
 
 impl Code {
     /// Every code with its number.
-    const ALL: [(Code, i64); 7] = [
+    const ALL: [(Code, i64); 8] = [
         (Code::Done, 1),
         (Code::DeadLettered, 2),
         (Code::Unchanged, 0),
@@ -39,6 +41,7 @@ impl Code {
         (Code::WrongState, -2),
         (Code::Changed, -3),
         (Code::Summarized, -4),
+        (Code::Elsewhere, -5),
     ];
 
     /// Decodes the code `script` answered with (`value`, the reply or its
@@ -91,27 +94,32 @@ macro_rules! script {
 }
 
 /// `enqueue_jobs`: create jobs of one partition (each idempotent by id),
-/// seven ARGV per job.
-pub const ENQUEUE_JOBS: ScriptDef = script!("enqueue_jobs", 3, 3, repeat 7);
+/// nine ARGV per job.
+pub const ENQUEUE_JOBS: ScriptDef = script!("enqueue_jobs", 3, 3, repeat 9);
+/// `place_jobs`: point ids at the partition their jobs live in, three ARGV
+/// per job.
+pub const PLACE_JOBS: ScriptDef = script!("place_jobs", 1, 3, repeat 3);
+/// `unplace_jobs`: drop the pointers of jobs gone, three ARGV per pointer.
+pub const UNPLACE_JOBS: ScriptDef = script!("unplace_jobs", 1, 2, repeat 3);
 /// `fleet_beat`: a daemon's heartbeat; answers the live daemons.
 pub const FLEET_BEAT: ScriptDef = script!("fleet_beat", 1, 2);
 /// `promote_due`: move due jobs to the ready list.
 pub const PROMOTE_DUE: ScriptDef = script!("promote_due", 3, 1);
 /// `claim_ready`: lease ready jobs to workers.
 pub const CLAIM_READY: ScriptDef = script!("claim_ready", 4, 4);
-/// `complete_jobs`: record 2xx attempts of one partition, three ARGV per job.
-pub const COMPLETE_JOBS: ScriptDef = script!("complete_jobs", 2, 4, repeat 3);
+/// `complete_jobs`: record 2xx attempts of one partition, four ARGV per job.
+pub const COMPLETE_JOBS: ScriptDef = script!("complete_jobs", 2, 6, repeat 4);
 /// `fail_job`: record a failure (next rung or dead letter).
 pub const FAIL_JOB: ScriptDef = script!("fail_job", 8, 11);
 /// `reclaim_expired`: take back attempts whose lease expired.
 pub const RECLAIM_EXPIRED: ScriptDef = script!("reclaim_expired", 5, 7);
 /// `cancel_job`: cancel an unfinished job.
-pub const CANCEL_JOB: ScriptDef = script!("cancel_job", 4, 6);
+pub const CANCEL_JOB: ScriptDef = script!("cancel_job", 4, 7);
 /// `reschedule_job`: change a scheduled job.
 pub const RESCHEDULE_JOB: ScriptDef = script!("reschedule_job", 4, 10);
 
 /// `replay_dead`: revive a dead letter.
-pub const REPLAY_DEAD: ScriptDef = script!("replay_dead", 5, 6);
+pub const REPLAY_DEAD: ScriptDef = script!("replay_dead", 5, 7);
 /// `drop_dead`: delete a dead letter and its index pointer.
 pub const DROP_DEAD: ScriptDef = script!("drop_dead", 2, 2);
 /// `index_dead`: index dead letters made before the index, two ARGV per
@@ -154,6 +162,8 @@ pub const MIGRATE_RECORDS: ScriptDef = script!("migrate_records", 1, 1, repeat 1
 pub const ALL: &[&ScriptDef] = &[
     &FLEET_BEAT,
     &ENQUEUE_JOBS,
+    &PLACE_JOBS,
+    &UNPLACE_JOBS,
     &PROMOTE_DUE,
     &CLAIM_READY,
     &COMPLETE_JOBS,
@@ -365,6 +375,7 @@ mod tests {
                 Code::WrongState => "WRONG_STATE",
                 Code::Changed => "CHANGED",
                 Code::Summarized => "SUMMARIZED",
+                Code::Elsewhere => "ELSEWHERE",
             };
             let line = format!("local {name} = {n} ");
             assert!(prelude.contains(&line), "the prelude lacks `{line}`");

@@ -115,7 +115,16 @@ pub fn summary_tail(digest: [u8; 8], topic: &str, last: &LastAttempt<'_>) -> Vec
 /// A 2xx attempt to record, prepared for the store's retention mode: only
 /// what that mode keeps is built (see [`super::Store::delivery`]).
 #[derive(Debug, Clone)]
-pub enum Delivery {
+pub struct Delivery {
+    /// What the finished job keeps.
+    pub kept: Kept,
+    /// The job's ordering list ([`JobSpec::ordering_list`]): it leaves it.
+    pub order: Option<String>,
+}
+
+/// What a delivered job keeps, by retention mode.
+#[derive(Debug, Clone)]
+pub enum Kept {
     /// `retention.keep_bodies`: the attempt record JSON, pushed to the
     /// job's history.
     Whole(String),
@@ -124,6 +133,15 @@ pub enum Delivery {
 }
 
 impl Delivery {
+    /// A delivery under `retention.keep_bodies` of a job without an
+    /// ordering key, with attempt record JSON `record`.
+    pub fn whole(record: String) -> Delivery {
+        Delivery {
+            kept: Kept::Whole(record),
+            order: None,
+        }
+    }
+
     /// A delivery of the job with `spec`: under `keep_bodies` its attempt
     /// record JSON (`record`, built only then), else its summary tail from
     /// the attempt's summary fields.
@@ -133,10 +151,14 @@ impl Delivery {
         record: impl FnOnce() -> String,
         last: &LastAttempt<'_>,
     ) -> Delivery {
-        if keep_bodies {
-            Delivery::Whole(record())
+        let kept = if keep_bodies {
+            Kept::Whole(record())
         } else {
-            Delivery::Summarized(summary_tail(spec.content_digest(), &spec.topic, last))
+            Kept::Summarized(summary_tail(spec.content_digest(), &spec.topic, last))
+        };
+        Delivery {
+            kept,
+            order: spec.ordering_list(),
         }
     }
 
@@ -262,6 +284,8 @@ impl Summary {
             updated: self.finished,
             history,
             summarized: true,
+            held: false,
+            waiting_for: None,
         }
     }
 }

@@ -422,7 +422,7 @@ async fn many_summaries_split_into_shards_and_are_all_found() {
     assert_eq!(seen.len(), n, "every summary listed once");
 
     // A delivery prepared for the other retention mode is refused whole.
-    let whole = hookq::store::Delivery::Whole("{}".into());
+    let whole = hookq::store::Delivery::whole("{}".into());
     assert!(store
         .complete_many(0, &[("many-00000", 1, &whole)])
         .await

@@ -17,6 +17,7 @@ mod footprint;
 mod hosts;
 mod migrate;
 mod ops;
+mod ordering;
 mod security;
 mod telemetry;
 

@@ -434,7 +434,7 @@ async fn an_interrupted_replay_never_makes_two_live_jobs() {
     // The state an interrupted replay would leave: the job live again while
     // its dead letter is still in the stream.
     let outcome = store
-        .replay("twice", &dead.entry_id, &dead.job_json, 1)
+        .replay(&dead, &dead.job_json, 1)
         .await
         .expect("replay");
     assert_eq!(outcome, hookq::store::ReplayOutcome::Revived);
