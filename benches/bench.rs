@@ -878,6 +878,29 @@ async fn delivery_rate(
     naive: bool,
     tweak: impl Fn(&mut Config),
 ) -> Res<Figures> {
+    delivery_rate_of(redis, nginx, n, naive, None, tweak).await
+}
+
+/// [`delivery_rate`] of `n` jobs spread over `keys` ordering keys (SPEC
+/// §11.5), created key by key in rounds (job j of every key, then j + 1),
+/// so each key's jobs are attempted one at a time in that order.
+async fn delivery_rate_ordered(
+    redis: &RedisServer,
+    nginx: &Nginx,
+    n: usize,
+    keys: usize,
+) -> Res<Figures> {
+    delivery_rate_of(redis, nginx, n, false, Some(keys), |_| {}).await
+}
+
+async fn delivery_rate_of(
+    redis: &RedisServer,
+    nginx: &Nginx,
+    n: usize,
+    naive: bool,
+    ordering_keys: Option<usize>,
+    tweak: impl Fn(&mut Config),
+) -> Res<Figures> {
     redis.flush().await?;
     nginx.reset().await?;
     let mut cfg = config(redis);
@@ -889,14 +912,21 @@ async fn delivery_rate(
     if naive {
         naive::preload(redis, (0..n).map(|i| (format!("nr-{i}"), due)).collect()).await?;
     } else {
-        preload(
-            &store,
-            &cfg,
-            (0..n)
+        let jobs = match ordering_keys {
+            None => (0..n)
                 .map(|i| job(format!("dr-{i}"), url.clone(), due))
                 .collect(),
-        )
-        .await?;
+            Some(keys) => (0..n)
+                .map(|i| {
+                    let (round, key) = (i / keys, i % keys);
+                    JobInput {
+                        ordering_key: Some(format!("key-{key}")),
+                        ..job(format!("do-{key}-{round}"), url.clone(), due)
+                    }
+                })
+                .collect(),
+        };
+        preload(&store, &cfg, jobs).await?;
     }
     let meter = Meter::start(redis, nginx).await?;
     let runner = Runner::start(redis, &cfg, naive, url).await?;
@@ -2515,6 +2545,11 @@ async fn bench(opts: &Options) -> Res<Vec<Scenario>> {
         "delivery_rate",
         runs,
         delivery_rate(&redis, &nginx, s(100_000, 2_000), false, |_| {})
+    );
+    scenario!(
+        "delivery_rate_ordered",
+        runs,
+        delivery_rate_ordered(&redis, &nginx, s(100_000, 2_000), s(10_000, 200))
     );
     scenario!(
         "delivery_rate_signed_shared",
