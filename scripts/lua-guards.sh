@@ -35,6 +35,11 @@ GUARDS=(
   "enqueue: a finished job's summary counts as existing|lua/enqueue_jobs.lua|      if s then|      if false then"
   "cancel: a finished job's summary stays finished|lua/cancel_job.lua|    if summary then return WRONG_STATE end|"
   "wheel: tombstones skipped when a bucket opens|lua/prelude.lua|      if r and r.state == 'w' then|      if r then"
+  "enqueue: a job behind its key's earlier jobs is held|lua/enqueue_jobs.lua|    if ahead ~= '' then|    if false then"
+  "order: only the head's finish releases the next|lua/prelude.lua|  if plan.head ~= id then|  if false then"
+  "reschedule: a held job stays held|lua/reschedule_job.lua|if r.state == 'o' then|if false then"
+  "place: a job that exists keeps its place|lua/place_jobs.lua|  elseif plan.exists then|  elseif false then"
+  "unplace: a live job's pointer stays|lua/unplace_jobs.lua|    if ARGV[i + 2] == '1' then|    if false then"
 )
 
 backup="$(mktemp -d)"

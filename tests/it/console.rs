@@ -110,6 +110,25 @@ async fn an_operator_looks_replays_and_pauses_from_the_console() {
     );
     browser.screenshot(&screenshot_path("job")).await;
 
+    // A job held behind an earlier one of its ordering key links to it.
+    for id in ["ord-1", "ord-2"] {
+        post_created_with(
+            &jobs,
+            &admin,
+            json!({"id": id, "url": flaky.url("/ok"), "delay": "1h", "ordering_key": "order-42"}),
+        )
+        .await;
+    }
+    browser.goto(&format!("{base}/ui#/job/ord-2")).await;
+    browser.wait_for("#main a[href='#/job/ord-1']").await;
+    let page = browser.eval("return document.body.innerText").await;
+    let page = page.as_str().unwrap_or_default();
+    assert!(
+        page.contains("order-42") && page.contains("waiting for"),
+        "{page}"
+    );
+    browser.screenshot(&screenshot_path("job-ordered")).await;
+
     // Dead letters offer a read key no replay; one sent anyway is refused.
     browser.goto(&format!("{base}/ui#/dead")).await;
     browser.wait_for("#dead a[href='#/job/xss-1']").await;

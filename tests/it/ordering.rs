@@ -247,16 +247,26 @@ async fn cancel_and_dead_letter_of_the_head_release_the_next() {
     let job = |id: &str, path: &str| json!({"id": id, "url": receiver.url(path), "ordering_key": "acct-1", "body": {"id": id}});
     let (status, answer) = post_json(
         &format!("{base}/v1/jobs/batch"),
-        json!({"jobs": [job("a", "/fail"), job("b", "/gone"), job("c", "/ok"), job("d", "/ok")]}),
+        json!({"jobs": [job("a", "/fail"), job("x", "/ok"), job("b", "/gone"), job("c", "/ok"),
+            job("d", "/ok")]}),
     )
     .await;
     assert_eq!(status, 200, "{answer}");
     let results = answer["results"].as_array().expect("results");
     assert!(results[0]["job"].get("waiting_for").is_none(), "{answer}");
     assert_eq!(results[1]["job"]["waiting_for"], "a", "{answer}");
-    assert_eq!(results[3]["job"]["waiting_for"], "c", "{answer}");
+    assert_eq!(results[2]["job"]["waiting_for"], "x", "{answer}");
+    assert_eq!(results[4]["job"]["waiting_for"], "c", "{answer}");
 
     receiver.wait_for_count(2, Duration::from_secs(10)).await;
+    // A waiting job that is cancelled leaves the line, and releases nothing.
+    let client = reqwest::Client::new();
+    let cancelled = client
+        .delete(format!("{base}/v1/jobs/x"))
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(cancelled.status(), 204);
     let (_, b) = get_json(&format!("{base}/v1/jobs/b")).await;
     assert_eq!(b["ordering_key"], "acct-1", "{b}");
     assert_eq!(b["waiting_for"], "a", "{b}");
@@ -271,7 +281,6 @@ async fn cancel_and_dead_letter_of_the_head_release_the_next() {
     );
 
     // A held job can change, but not its ordering key.
-    let client = reqwest::Client::new();
     let patch = |id: &str, body: Value| {
         client
             .patch(format!("{base}/v1/jobs/{id}"))
@@ -310,7 +319,7 @@ async fn cancel_and_dead_letter_of_the_head_release_the_next() {
         .into_iter()
         .filter(|id| id != "a")
         .collect();
-    assert_eq!(order, ["b", "c", "d"]);
+    assert_eq!(order, ["b", "c", "d"], "x was cancelled while it waited");
     let c_body = receiver
         .requests()
         .into_iter()
@@ -434,6 +443,39 @@ async fn jobs_placed_by_their_key_are_found_by_id_and_pointers_are_swept() {
     let unordered = json!({"id": id, "url": receiver.url("/"), "delay": "1s"});
     let (status, conflict) = post_json(&format!("{base}/v1/jobs"), unordered.clone()).await;
     assert_eq!(status, 409, "{conflict}");
+    // The other way round: an unordered job keeps its id against an
+    // ordered create, whose key lives elsewhere.
+    let (plain, plain_key) = split_placement(&keys, "plain");
+    let (status, _) = post_json(
+        &format!("{base}/v1/jobs"),
+        json!({"id": plain, "url": receiver.url("/"), "delay": "1h"}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (status, conflict) = post_json(
+        &format!("{base}/v1/jobs"),
+        json!({"id": plain, "url": receiver.url("/"), "delay": "1h", "ordering_key": plain_key}),
+    )
+    .await;
+    assert_eq!(status, 409, "{conflict}");
+    let (status, shown) = get_json(&format!("{base}/v1/jobs/{plain}")).await;
+    assert_eq!(status, 200, "{shown}");
+    assert!(shown.get("ordering_key").is_none(), "{shown}");
+    // A job that lives on keeps its pointer through the sweeps.
+    let (long, long_key) = split_placement(&keys, "long");
+    let (status, _) = post_json(
+        &format!("{base}/v1/jobs"),
+        json!({"id": long, "url": receiver.url("/"), "delay": "1h", "ordering_key": long_key}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let long_own = keys.partition_of(&long);
+    let placed_at: f64 = redis::cmd("ZSCORE")
+        .arg(keys.placed(long_own))
+        .arg(&long)
+        .query_async(&mut conn)
+        .await
+        .expect("ZSCORE");
 
     receiver.wait_for_count(1, Duration::from_secs(10)).await;
     wait_until(
@@ -457,6 +499,15 @@ async fn jobs_placed_by_their_key_are_found_by_id_and_pointers_are_swept() {
     .await;
     let (status, _) = get_json(&format!("{base}/v1/jobs/{id}")).await;
     assert_eq!(status, 404);
+    let rechecked: f64 = redis::cmd("ZSCORE")
+        .arg(keys.placed(long_own))
+        .arg(&long)
+        .query_async(&mut conn)
+        .await
+        .expect("the live job's pointer is kept");
+    assert!(rechecked > placed_at, "checked again later");
+    let (status, shown) = get_json(&format!("{base}/v1/jobs/{long}")).await;
+    assert_eq!(status, 200, "{shown}");
     let (status, recreated) = post_json(&format!("{base}/v1/jobs"), unordered).await;
     assert_eq!(status, 201, "{recreated}");
 
@@ -509,29 +560,47 @@ async fn jobs_placed_by_their_key_are_found_by_id_and_pointers_are_swept() {
     daemon.stop().await.expect("clean stop");
 }
 
-/// The same order on a real 3-master Redis Cluster, with two daemons and a
-/// slot migrated mid-run: every key's jobs arrive in creation order, none
-/// is lost.
+/// The same on a real 3-master Redis Cluster: two daemon processes, one
+/// killed with SIGKILL, and the partitions of the first master migrated to
+/// the second mid-run: every key's jobs arrive in creation order, none is
+/// lost.
 #[tokio::test]
-async fn keys_deliver_in_order_on_a_cluster_through_a_slot_migration() {
+async fn keys_deliver_in_order_on_a_cluster_through_kill_9_and_a_slot_migration() {
     use crate::support::cluster::{keyslot, migrate_slot, slot_owner};
     let keys = crate::env_count("HOOKQ_CLUSTER_ORDER_KEYS", 200) as u64;
     let per_key = 10;
     let cluster = RedisCluster::start();
     let (receiver, log) = ordering_receiver(0.15).await;
-    let mut config = test_config(&cluster.nodes[0]);
-    config.redis.partitions = 16;
-    config.redis.cluster_nodes = cluster.seeds();
-    config.delivery.timeout = Duration::from_secs(5);
-    config.delivery.retry = vec![Duration::from_millis(20); 12];
-    config.breaker.failures = 0;
-    config.validate().expect("valid cluster config");
-    let daemons = [start_daemon(&config).await, start_daemon(&config).await];
-    let bases: Vec<String> = daemons.iter().map(|d| d.url()).collect();
+    let seeds = serde_json::to_string(&cluster.seeds()).expect("seeds as JSON");
+    let env = [
+        ("HOOKQ_REDIS__CLUSTER_NODES", seeds.as_str()),
+        ("HOOKQ_REDIS__PARTITIONS", "16"),
+        ("HOOKQ_DELIVERY__WORKERS", "64"),
+        ("HOOKQ_DELIVERY__TIMEOUT", "1s"),
+        ("HOOKQ_DELIVERY__MAX_TIMEOUT", "2s"),
+        ("HOOKQ_DELIVERY__LEASE_MARGIN", "300ms"),
+        (
+            "HOOKQ_DELIVERY__RETRY",
+            r#"["20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms"]"#,
+        ),
+        ("HOOKQ_BREAKER__FAILURES", "0"),
+    ];
+    let mut ports = [free_port(), free_port()];
+    let mut daemons: Vec<OwnedProcess> = ports
+        .iter()
+        .map(|&p| spawn_serve(&cluster.nodes[0], p, &env))
+        .collect();
+    for &p in &ports {
+        wait_ready(p).await;
+    }
+    let bases: Vec<String> = ports
+        .iter()
+        .map(|p| format!("http://127.0.0.1:{p}"))
+        .collect();
 
     let masters = cluster.master_ports();
     let (from, to) = (masters[0], masters[1]);
-    let slots: Vec<u16> = (0..config.redis.partitions)
+    let slots: Vec<u16> = (0..16)
         .map(|p| keyslot(from, &format!("hookq:{{{p}}}:due")))
         .filter(|slot| slot_owner(from, *slot) == from)
         .collect();
@@ -544,13 +613,18 @@ async fn keys_deliver_in_order_on_a_cluster_through_a_slot_migration() {
             .sum::<usize>()
     });
     create_ordered(&bases, keys, per_key, &receiver.url("/")).await;
+    daemons[1].signal("KILL");
+    let _ = daemons[1].wait_exit(Duration::from_secs(5)).await;
+    ports[1] = free_port();
+    daemons[1] = spawn_serve(&cluster.nodes[0], ports[1], &env);
     let moved = migration.await.expect("the migration completes");
     assert_delivered_in_order(&log, keys, per_key).await;
     for slot in &slots {
         assert_eq!(slot_owner(from, *slot), to, "slot {slot} moved");
     }
     eprintln!("cluster ordering: {moved} keys migrated");
-    for daemon in daemons {
-        daemon.stop().await.expect("clean stop");
+    for daemon in &mut daemons {
+        daemon.signal("KILL");
+        let _ = daemon.wait_exit(Duration::from_secs(5)).await;
     }
 }

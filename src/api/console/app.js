@@ -241,7 +241,7 @@ function overviewPage() {
     const late = p50 === null
       ? 'no attempt started in the last 5 s'
       : `p50 ≤ ${p50}, p99 ≤ ${p99} over the last 5 s (this daemon)`;
-    lag.textContent = `Lateness (attempt start − due): ${late} · oldest ready job waiting: ${stats.oldest_ready_lag_ms} ms · held for a host: ${stats.held_for_host} · leases expired: ${stats.expired_leases}`;
+    lag.textContent = `Lateness (attempt start − due): ${late} · oldest ready job waiting: ${stats.oldest_ready_lag_ms} ms · held for a host: ${stats.held_for_host} · waiting behind their ordering key: ${stats.held_in_order} · leases expired: ${stats.expired_leases}`;
     parts.replaceChildren(table(['partition', 'scheduled', 'ready', 'in flight', 'dead', 'delivered'],
       (stats.partitions || []).map((p) => [p.partition, p.scheduled, p.ready, p.inflight, p.dead, p.delivered].map(String))));
     painted();
@@ -370,6 +370,10 @@ function jobPage(id) {
       ['created', fmtTime(job.created_at)], ['updated', fmtTime(job.updated_at)],
       ['retry', !job.retry ? 'the default ladder' : job.retry.length ? job.retry.join(', ') : 'none (one attempt)'], ['timeout', job.timeout || 'default'],
     ];
+    if (job.ordering_key) fields.push(['ordering key', job.ordering_key]);
+    if (job.waiting_for) {
+      fields.push(['waiting for', el('a', { href: '#/job/' + encodeURIComponent(job.waiting_for) }, job.waiting_for)]);
+    }
     const headers = Object.keys(job.headers || {});
     const cancel = !['delivered', 'dead', 'cancelled'].includes(job.state) && can('write')
       ? el('button', { type: 'button', id: 'cancel', onclick: () => attempt(() => api('DELETE', '/v1/jobs/' + encodeURIComponent(id)), () => jobPage(id)) }, 'Cancel job')
