@@ -207,6 +207,15 @@ impl Daemon {
                             .run_placement_sweep(move |p| fleet.owns(p), token.child_token()),
                     )
                 };
+                let firer = tokio::spawn(
+                    crate::firer::Firer::new(
+                        store.clone(),
+                        signals.clone(),
+                        clock.clone(),
+                        fleet.clone(),
+                    )
+                    .run(token.child_token()),
+                );
                 let carrier = Carrier::new(
                     store.clone(),
                     signals.clone(),
@@ -226,7 +235,8 @@ impl Daemon {
                     breaker_task,
                     fleet_task,
                     indexing,
-                    sweep
+                    sweep,
+                    firer
                 );
             })
         };

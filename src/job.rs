@@ -142,6 +142,9 @@ pub struct JobSpec {
     /// in order of creation (SPEC §11.5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ordering_key: Option<String>,
+    /// The schedule that fired this job (SPEC §12), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule_id: Option<String>,
     /// The W3C trace context of the request that created the job (not
     /// content: a re-create with another one is the same job).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -302,6 +305,7 @@ impl JobSpec {
             && self.retry_ms == other.retry_ms
             && self.timeout_ms == other.timeout_ms
             && self.ordering_key == other.ordering_key
+            && self.schedule_id == other.schedule_id
             && body_value(self) == body_value(other)
     }
 
@@ -320,6 +324,7 @@ impl JobSpec {
             retry_ms: None,
             timeout_ms: None,
             ordering_key: None,
+            schedule_id: None,
             trace: None,
         }
     }
@@ -665,7 +670,7 @@ fn serialize_redacted<S: serde::Serializer>(
     serializer.collect_map(headers.keys().map(|name| (name, REDACTED)))
 }
 
-fn parse_duration(text: &str, field: &str) -> Result<Duration, FieldError> {
+pub(crate) fn parse_duration(text: &str, field: &str) -> Result<Duration, FieldError> {
     humantime::parse_duration(text).map_err(|e| {
         FieldError::new(
             "invalid_duration",
@@ -958,6 +963,7 @@ impl JobInput {
             retry_ms,
             timeout_ms,
             ordering_key: self.ordering_key,
+            schedule_id: None,
             trace: None,
         };
         Ok(ValidJob { id, spec, due })
@@ -1073,6 +1079,9 @@ pub struct JobView {
     /// Its ordering key, if any (absent from a finished job's summary).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ordering_key: Option<String>,
+    /// The schedule that fired it, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schedule_id: Option<String>,
     /// While the job is held back behind earlier jobs of its ordering key:
     /// the id of the job just ahead of it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -1357,6 +1366,7 @@ mod tests {
             summarized: false,
             trace_id: Some(trace_id_of("a", None)),
             ordering_key: None,
+            schedule_id: None,
             waiting_for: None,
         };
         let json = serde_json::to_string(&view).expect("serializes");

@@ -7,7 +7,8 @@
 //! becomes the earliest of its due set and `r<p>` when its ready list goes
 //! from empty to non-empty; only the daemon the fleet dealt p to listens
 //! there (see [`crate::fleet`]), so a job's wakes reach one daemon however
-//! many share the Redis. On `<ns>:wake`, which every daemon hears: `x<id>`
+//! many share the Redis; there too `f<p>:<ms>` when a schedule's next fire
+//! time becomes the earliest of its partition. On `<ns>:wake`, which every daemon hears: `x<id>`
 //! when a job under a lease was cancelled (a daemon holding it for its host
 //! drops it), `h<host>` when a host's breaker state changed. One subscriber
 //! task per daemon turns those messages into [`Signals`], and follows the
@@ -54,6 +55,11 @@ pub struct Signals {
     pub cancellations: Notify,
     /// Wakes the host-state refresher when a host's breaker state changed.
     pub hosts: Notify,
+    /// Wakes the firer (schedules).
+    pub firer: Notify,
+    /// Per partition: the earliest fire time someone announced (epoch ms),
+    /// `i64::MAX` when none is pending.
+    fire_hints: Vec<AtomicI64>,
 }
 
 impl Signals {
@@ -69,6 +75,8 @@ impl Signals {
             cancelled: Mutex::new(Vec::new()),
             cancellations: Notify::new(),
             hosts: Notify::new(),
+            firer: Notify::new(),
+            fire_hints: (0..partitions).map(|_| AtomicI64::new(i64::MAX)).collect(),
         })
     }
 
@@ -78,6 +86,23 @@ impl Signals {
             hint.fetch_min(due_ms, Ordering::AcqRel);
             self.carrier.notify_one();
         }
+    }
+
+    /// Announces that partition `p` has a schedule to fire at `at_ms`.
+    pub fn fire(&self, p: u16, at_ms: i64) {
+        if let Some(hint) = self.fire_hints.get(p as usize) {
+            hint.fetch_min(at_ms, Ordering::AcqRel);
+            self.firer.notify_one();
+        }
+    }
+
+    /// Takes the pending fire hint of partition `p`.
+    pub fn take_fire_hint(&self, p: u16) -> Option<i64> {
+        let hint = self
+            .fire_hints
+            .get(p as usize)?
+            .swap(i64::MAX, Ordering::AcqRel);
+        (hint != i64::MAX).then_some(hint)
     }
 
     /// Takes the pending due hint of partition `p`.
@@ -174,6 +199,7 @@ impl Signals {
         for p in 0..self.ready.len() {
             self.due(p as u16, 0);
             self.ready(p as u16);
+            self.fire(p as u16, 0);
         }
         self.hosts.notify_one();
     }
@@ -184,6 +210,12 @@ impl Signals {
             if let Some((p, ms)) = rest.split_once(':') {
                 if let (Ok(p), Ok(ms)) = (p.parse(), ms.parse()) {
                     self.due(p, ms);
+                }
+            }
+        } else if let Some(rest) = message.strip_prefix('f') {
+            if let Some((p, ms)) = rest.split_once(':') {
+                if let (Ok(p), Ok(ms)) = (p.parse(), ms.parse()) {
+                    self.fire(p, ms);
                 }
             }
         } else if let Some(p) = message.strip_prefix('r') {

@@ -8,6 +8,7 @@ mod console;
 mod dead_letters;
 mod hosts;
 mod jobs;
+mod schedules;
 mod server;
 
 pub use server::serve;
@@ -204,6 +205,18 @@ pub fn router(state: AppState) -> Router {
             "/v1/dead-letters/{id}",
             get(dead_letters::show).delete(dead_letters::drop),
         )
+        .route(
+            "/v1/schedules",
+            post(schedules::create).get(schedules::list),
+        )
+        .route(
+            "/v1/schedules/{id}",
+            get(schedules::show)
+                .patch(schedules::patch)
+                .delete(schedules::delete),
+        )
+        .route("/v1/schedules/{id}/pause", post(schedules::pause))
+        .route("/v1/schedules/{id}/resume", post(schedules::resume))
         .route("/v1/hosts", get(hosts::list))
         .route("/v1/hosts/{*host}", any(hosts::one))
         .layer(DefaultBodyLimit::max(max_body))

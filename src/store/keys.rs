@@ -76,6 +76,25 @@ impl Keys {
         format!("{}placed", self.prefix(p))
     }
 
+    /// HASH `<ns>:{p}:sched:<id>`: schedule `id` (its content, template,
+    /// next fire time, last runs; see `lua/put_schedule.lua`), in the
+    /// partition of its id.
+    pub fn schedule(&self, p: u16, id: &str) -> String {
+        format!("{}sched:{id}", self.prefix(p))
+    }
+
+    /// ZSET `<ns>:{p}:fires`: the active schedules of partition `p`,
+    /// scored by their next fire time.
+    pub fn fires(&self, p: u16) -> String {
+        format!("{}fires", self.prefix(p))
+    }
+
+    /// ZSET `<ns>:{p}:schedules`: every schedule of partition `p` (score
+    /// 0, so ordered by id for paging).
+    pub fn schedules(&self, p: u16) -> String {
+        format!("{}schedules", self.prefix(p))
+    }
+
     /// `<ns>:{p}:`, the start of every key of partition `p`.
     pub fn partition_prefix(&self, p: u16) -> String {
         self.prefix(p)

@@ -13,6 +13,7 @@ pub mod keys;
 pub mod listing;
 pub mod placement;
 pub mod record;
+pub mod schedules;
 pub mod schema;
 pub mod scripts;
 pub mod summary;
@@ -193,6 +194,17 @@ pub enum EnqueueOutcome {
     Identical,
     /// A job with this id exists with different content; nothing changed.
     Conflict,
+}
+
+/// A record found where a schedule's firing puts the job of its id: a
+/// finished job's summary keeps no spec, so its `schedule_id` comes from
+/// the id (`<schedule id>:<fire time>`).
+fn fired_summary(mut record: JobRecord) -> JobRecord {
+    if record.summarized {
+        record.spec.schedule_id =
+            crate::schedule::fired_by(&record.id).map(|(schedule, _)| schedule.to_string());
+    }
+    record
 }
 
 /// Where a create stands after one round (see [`Store::enqueue_many`]).
@@ -667,10 +679,14 @@ impl Store {
             .iter()
             .map(|job| {
                 let own = self.keys.partition_of(&job.id);
-                if self.home_of_new(job) == own {
-                    EnqueueStep::Create(own, false)
-                } else {
+                if self.home_of_new(job) != own {
                     EnqueueStep::Place(None)
+                } else if let Some(p) = self.fired_partition(&job.id).filter(|&p| p != own) {
+                    // Its id is one a schedule's firing gives: a job of
+                    // that id may live there.
+                    EnqueueStep::Create(p, true)
+                } else {
+                    EnqueueStep::Create(own, false)
                 }
             })
             .collect();
@@ -733,6 +749,12 @@ impl Store {
                             steps[i] = match outcome {
                                 Placed::Here(outcome) => EnqueueStep::Done(Ok(outcome)),
                                 Placed::Elsewhere(q) => EnqueueStep::Create(q, true),
+                                Placed::Absent
+                                    if jobs[i].order.is_none()
+                                        && self.fired_partition(&jobs[i].id) == Some(*p) =>
+                                {
+                                    EnqueueStep::Create(self.keys.partition_of(&jobs[i].id), false)
+                                }
                                 // The pointer that led here is stale.
                                 Placed::Absent => EnqueueStep::Place(Some(*p)),
                             };
@@ -768,6 +790,12 @@ impl Store {
             }
         }
         Ok(outcomes)
+    }
+
+    /// The partition of the schedule whose firing would give job id `id`
+    /// (see [`crate::schedule::fired_by`]), if it is such an id.
+    fn fired_partition(&self, id: &str) -> Option<u16> {
+        crate::schedule::fired_by(id).map(|(schedule, _)| self.schedule_partition(schedule))
     }
 
     /// The partition a new job is to live in: its ordering list's, or its id's.
@@ -1418,8 +1446,24 @@ impl Store {
             .arg(id)
             .query_async(&mut conn)
             .await?;
-        if len == 0 || len >= record::HEADER_LEN {
+        if len >= record::HEADER_LEN {
             return Ok(own);
+        }
+        if len == 0 {
+            // A job a schedule fired lives in the schedule's partition,
+            // unless one of its id was created by hand (kept or summarised
+            // here).
+            let Some(fired) = self.fired_partition(id).filter(|&p| p != own) else {
+                return Ok(own);
+            };
+            let kept: bool = redis::cmd("EXISTS")
+                .arg(self.keys.job(own, id))
+                .query_async(&mut conn)
+                .await?;
+            if kept || self.find_summary(own, id).await?.is_some() {
+                return Ok(own);
+            }
+            return Ok(fired);
         }
         let value: Vec<u8> = redis::cmd("HGET")
             .arg(&at)
@@ -1449,6 +1493,14 @@ impl Store {
                     format!("{id}: a pointer to a pointer"),
                 )),
             },
+            Ok(None) => match self.fired_partition(id).filter(|&p| p != own) {
+                // A job a schedule fired lives in the schedule's partition.
+                Some(p) => Ok(self.get_in(p, id).await?.unwrap_or(None).map(fired_summary)),
+                None => Ok(None),
+            },
+            Ok(Some(record)) if self.fired_partition(id) == Some(own) => {
+                Ok(Some(fired_summary(record)))
+            }
             Ok(found) => Ok(found),
         }
     }

@@ -199,6 +199,7 @@ impl JobRecord {
             trace_id,
             summarized: self.summarized,
             ordering_key: self.spec.ordering_key,
+            schedule_id: self.spec.schedule_id,
             waiting_for: self.waiting_for,
         }
     }

@@ -103,6 +103,13 @@ pub const PLACE_JOBS: ScriptDef = script!("place_jobs", 1, 3, repeat 3);
 pub const UNPLACE_JOBS: ScriptDef = script!("unplace_jobs", 1, 2, repeat 3);
 /// `fleet_beat`: a daemon's heartbeat; answers the live daemons.
 pub const FLEET_BEAT: ScriptDef = script!("fleet_beat", 1, 2);
+/// `put_schedule`: create or change a schedule.
+pub const PUT_SCHEDULE: ScriptDef = script!("put_schedule", 2, 14);
+/// `drop_schedule`: delete a schedule.
+pub const DROP_SCHEDULE: ScriptDef = script!("drop_schedule", 3, 1);
+/// `fire_schedules`: fire due schedules of one partition, six ARGV per
+/// schedule.
+pub const FIRE_SCHEDULES: ScriptDef = script!("fire_schedules", 4, 3, repeat 6);
 /// `promote_due`: move due jobs to the ready list.
 pub const PROMOTE_DUE: ScriptDef = script!("promote_due", 3, 1);
 /// `claim_ready`: lease ready jobs to workers.
@@ -164,6 +171,9 @@ pub const ALL: &[&ScriptDef] = &[
     &ENQUEUE_JOBS,
     &PLACE_JOBS,
     &UNPLACE_JOBS,
+    &PUT_SCHEDULE,
+    &DROP_SCHEDULE,
+    &FIRE_SCHEDULES,
     &PROMOTE_DUE,
     &CLAIM_READY,
     &COMPLETE_JOBS,

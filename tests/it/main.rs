@@ -18,6 +18,7 @@ mod hosts;
 mod migrate;
 mod ops;
 mod ordering;
+mod schedules;
 mod security;
 mod telemetry;
 

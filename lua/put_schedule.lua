@@ -1,0 +1,84 @@
+--[[
+  Create or change a schedule (see src/schedule.rs). A schedule is a HASH
+  `<ns>:{p}:sched:<id>` of its partition (the partition of its id):
+
+    spec    its content (JSON), compared on a re-create
+    tmpl    the spec JSON of the jobs it fires (the template, with
+            `schedule_id`), stored as each fired job's spec
+    max     attempts allowed to a fired job
+    lease   a fired job's lease in ms ("" for the daemon default)
+    overlap `allow` or `skip` (read by each firing)
+    paused  "1" while paused
+    next    its next fire time (ms), "" once it has ended
+    anchor  the creation time (ms), the anchor of `every`
+    ver     bumped by every change, so a firing computed from an older
+            version is refused
+    ct, ut  created, updated (ms)
+    last    the last runs, newest first, at most 10: `<ms><f|s>` joined by ","
+            (f fired, s skipped)
+    prev    the id of the last job it fired (for `overlap = "skip"`)
+
+  An active schedule is in the partition's fire index, scored by its next
+  fire time; every schedule is in the partition's schedule index (score 0,
+  ordered by id, for listing).
+
+  Input:
+    KEYS[1] fire index      <ns>:{p}:fires
+    KEYS[2] schedule index  <ns>:{p}:schedules
+    ARGV[1] key prefix      <ns>:{p}:  (the schedule's hash is built from it)
+    ARGV[2] id
+    ARGV[3] "create" (idempotent by id) or "replace" (a change)
+    ARGV[4] spec JSON
+    ARGV[5] template JSON
+    ARGV[6] max attempts
+    ARGV[7] lease in ms, or ""
+    ARGV[8] "1" paused, "0" active
+    ARGV[9] next fire time (ms), or "" (ended)
+    ARGV[10] anchor (ms): create only
+    ARGV[11] replace: the version the change was computed from
+    ARGV[12] wake channel
+    ARGV[13] partition number
+    ARGV[14] overlap: "allow" or "skip"
+  Output:
+    {code, version}: DONE written; UNCHANGED (create) an identical schedule
+    exists; CHANGED (create) the id exists with other content, (replace)
+    the schedule changed since it was read; NOT_FOUND (replace) no such
+    schedule (the codes of the prelude). Nothing changes unless DONE.
+    TRYAGAIN, with nothing changed, while the partition's slot is migrating.
+]]
+local rcall = redis.call
+local key = ARGV[1] .. 'sched:' .. ARGV[2]
+local f = rcall('HMGET', key, 'spec', 'ver')
+if ARGV[3] == 'create' then
+  if f[1] then
+    if f[1] == ARGV[4] then return {UNCHANGED, tonumber(f[2]) or 0} end
+    return {CHANGED, tonumber(f[2]) or 0}
+  end
+  if slot_moving_once(KEYS[1]) then return try_again() end
+else
+  if not f[1] then
+    if slot_moving_once(KEYS[1]) then return try_again() end
+    return {NOT_FOUND, 0}
+  end
+  if f[2] ~= ARGV[11] then return {CHANGED, tonumber(f[2]) or 0} end
+end
+
+local now = now_ms()
+local version = (tonumber(f[2]) or 0) + 1
+local fields = {'spec', ARGV[4], 'tmpl', ARGV[5], 'max', ARGV[6], 'lease', ARGV[7],
+  'paused', ARGV[8], 'next', ARGV[9], 'ver', version, 'ut', now, 'overlap', ARGV[14]}
+if ARGV[3] == 'create' then
+  for _, v in ipairs({'anchor', ARGV[10], 'ct', now, 'last', ''}) do fields[#fields + 1] = v end
+end
+rcall('HSET', key, unpack(fields))
+rcall('ZADD', KEYS[2], 0, ARGV[2])
+if ARGV[8] == '1' or ARGV[9] == '' then
+  rcall('ZREM', KEYS[1], ARGV[2])
+else
+  local head = tonumber(rcall('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2])
+  rcall('ZADD', KEYS[1], ARGV[9], ARGV[2])
+  if not head or tonumber(ARGV[9]) < head then
+    rcall('PUBLISH', ARGV[12] .. ':' .. ARGV[13], 'f' .. ARGV[13] .. ':' .. ARGV[9])
+  end
+end
+return {DONE, version}

@@ -1,0 +1,416 @@
+//! `/v1/schedules`: create, read, list, change, pause, resume and delete
+//! schedules (SPEC §12). Fire times are computed here with
+//! [`crate::schedule`]; the store writes what they become.
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use super::{parse_json, parse_limit, parse_query, ApiError, AppState};
+use crate::config::Config;
+use crate::job::{format_duration_ms, format_ms, FieldError, JobSpec, RunAt};
+use crate::schedule::{
+    job_id, validate_schedule_id, CatchUp, Overlap, ScheduleInput, ScheduleSpec,
+};
+use crate::store::schedules::{PutOutcome, ScheduleRecord, ScheduleWrite};
+
+/// Fire times a view lists ahead.
+const NEXT_RUNS: usize = 5;
+
+/// One recorded fire time, as a view shows it.
+#[derive(Serialize)]
+struct RunView {
+    at: String,
+    job_id: String,
+    outcome: &'static str,
+}
+
+/// A schedule as the API shows it.
+#[derive(Serialize)]
+struct ScheduleView {
+    id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cron: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    every: Option<String>,
+    timezone: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    start_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    end_at: Option<String>,
+    overlap: Overlap,
+    catch_up: CatchUp,
+    /// `active`, `paused` or `ended`.
+    state: &'static str,
+    next_runs: Vec<String>,
+    last_runs: Vec<RunView>,
+    job: serde_json::Value,
+    created_at: String,
+    updated_at: String,
+}
+
+fn view(record: ScheduleRecord) -> ScheduleView {
+    let spec = &record.spec;
+    let state = if record.paused {
+        "paused"
+    } else if record.next.is_none() {
+        "ended"
+    } else {
+        "active"
+    };
+    let next_runs = match (spec.rule(record.anchor), state, record.next) {
+        (Ok(rule), "active", Some(next)) => std::iter::once(next)
+            .chain(spec.next_runs(&rule, next, NEXT_RUNS - 1))
+            .collect(),
+        // What it would fire once resumed (fire times while paused are
+        // skipped).
+        (Ok(rule), "paused", _) => spec.next_runs(&rule, crate::job::now_ms(), NEXT_RUNS),
+        _ => Vec::new(),
+    };
+    ScheduleView {
+        cron: spec.cron.clone(),
+        every: spec.every_ms.map(format_duration_ms),
+        timezone: spec.timezone.clone(),
+        start_at: spec.start_at.map(format_ms),
+        end_at: spec.end_at.map(format_ms),
+        overlap: spec.overlap,
+        catch_up: spec.catch_up,
+        state,
+        next_runs: next_runs.into_iter().map(format_ms).collect(),
+        last_runs: record
+            .last_runs
+            .iter()
+            .map(|run| RunView {
+                at: format_ms(run.at),
+                job_id: job_id(&record.id, run.at),
+                outcome: if run.fired { "fired" } else { "skipped" },
+            })
+            .collect(),
+        job: spec.job.to_shown_json(),
+        created_at: format_ms(record.created),
+        updated_at: format_ms(record.updated),
+        id: record.id,
+    }
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!("no schedule with id `{id}`"),
+    )
+}
+
+fn modified(id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "modified",
+        format!("schedule `{id}` changed while this change was prepared; read it again and retry"),
+    )
+}
+
+/// What the store writes for schedule `id` with `spec`.
+fn write_of<'a>(
+    config: &Config,
+    id: &'a str,
+    spec: &'a ScheduleSpec,
+    paused: bool,
+    next: Option<i64>,
+    anchor: i64,
+    expected_version: Option<u64>,
+) -> ScheduleWrite<'a> {
+    let template = JobSpec {
+        schedule_id: Some(id.to_string()),
+        ..spec.job.clone()
+    };
+    ScheduleWrite {
+        id,
+        spec,
+        template_json: template.stored_json(),
+        max_attempts: spec.job.max_attempts(config),
+        lease_ms: spec
+            .job
+            .timeout_ms
+            .map(|t| config.lease_for(Duration::from_millis(t)).as_millis() as u64),
+        paused,
+        next,
+        anchor,
+        expected_version,
+    }
+}
+
+/// Checks what a schedule's template may not have yet.
+fn supported(spec: &ScheduleSpec) -> Result<(), FieldError> {
+    if spec.job.ordering_key.is_some() {
+        return Err(FieldError::new(
+            "not_supported",
+            "job.ordering_key",
+            "a schedule's job cannot have an ordering_key yet",
+        ));
+    }
+    Ok(())
+}
+
+/// The next fire time of `spec` after `now` (its rule anchored at `anchor`).
+fn next_after(spec: &ScheduleSpec, anchor: i64, now: i64) -> Result<Option<i64>, ApiError> {
+    let rule = spec.rule(anchor)?;
+    Ok(spec.next_after(&rule, now))
+}
+
+/// `POST /v1/schedules`: 201 new, 200 identical re-create, 409 conflict.
+pub(super) async fn create(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let input: ScheduleInput = parse_json(&body?)?;
+    let valid = input.validate(&state.config)?;
+    supported(&valid.spec)?;
+    let now = state.store.redis_time_ms().await?;
+    let next = next_after(&valid.spec, now, now)?;
+    let write = write_of(
+        &state.config,
+        &valid.id,
+        &valid.spec,
+        valid.paused,
+        next,
+        now,
+        None,
+    );
+    let status = match state.store.put_schedule(&write).await? {
+        PutOutcome::Written(_) => StatusCode::CREATED,
+        PutOutcome::Identical => StatusCode::OK,
+        PutOutcome::Conflict => {
+            // The stored JSON may spell the same content otherwise.
+            match state.store.get_schedule(&valid.id).await? {
+                Some(stored) if stored.spec.same_content(&valid.spec) => StatusCode::OK,
+                _ => {
+                    return Err(ApiError::new(
+                        StatusCode::CONFLICT,
+                        "conflict",
+                        format!("schedule `{}` exists with different content", valid.id),
+                    ))
+                }
+            }
+        }
+        PutOutcome::NotFound => return Err(not_found(&valid.id)),
+    };
+    match state.store.get_schedule(&valid.id).await? {
+        Some(record) => Ok((status, Json(view(record))).into_response()),
+        None => Err(not_found(&valid.id)),
+    }
+}
+
+/// `GET /v1/schedules/{id}`.
+pub(super) async fn show(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    validate_schedule_id(&id)?;
+    match state.store.get_schedule(&id).await? {
+        Some(record) => Ok(Json(view(record)).into_response()),
+        None => Err(not_found(&id)),
+    }
+}
+
+/// `GET /v1/schedules?limit=&cursor=`: schedules in id order per partition.
+pub(super) async fn list(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let pairs = parse_query(query.as_deref(), &["limit", "cursor"])?;
+    let get = |name: &str| {
+        pairs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let limit = parse_limit(get("limit"))?;
+    let after = get("cursor")
+        .map(|c| parse_cursor(c, state.store.keys().partitions()))
+        .transpose()?;
+    let (records, next) = state.store.list_schedules(limit, after).await?;
+    let schedules: Vec<ScheduleView> = records.into_iter().map(view).collect();
+    let next_cursor = next.map(|(p, id)| format!("{p}.{id}"));
+    Ok(
+        Json(serde_json::json!({"schedules": schedules, "next_cursor": next_cursor}))
+            .into_response(),
+    )
+}
+
+/// A schedules cursor: `<partition>.<last id shown>` (the id may be empty).
+fn parse_cursor(text: &str, partitions: u16) -> Result<(u16, String), ApiError> {
+    let bad = || {
+        ApiError::from(FieldError::new(
+            "invalid_cursor",
+            "cursor",
+            "cursor is not one this API gave",
+        ))
+    };
+    let (p, id) = text.split_once('.').ok_or_else(bad)?;
+    let p: u16 = p.parse().map_err(|_| bad())?;
+    if p >= partitions || (!id.is_empty() && validate_schedule_id(id).is_err()) {
+        return Err(bad());
+    }
+    Ok((p, id.to_string()))
+}
+
+/// The fields `PATCH /v1/schedules/{id}` may change (any but `id`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SchedulePatch {
+    cron: Option<String>,
+    every: Option<String>,
+    timezone: Option<String>,
+    start_at: Option<RunAt>,
+    end_at: Option<RunAt>,
+    overlap: Option<String>,
+    catch_up: Option<String>,
+    paused: Option<bool>,
+    job: Option<Box<RawValue>>,
+}
+
+/// The input a client could have sent for `spec`.
+fn input_of(spec: &ScheduleSpec) -> Result<ScheduleInput, ApiError> {
+    let job = serde_json::to_string(&spec.job.to_input(None))
+        .ok()
+        .and_then(|json| RawValue::from_string(json).ok());
+    Ok(ScheduleInput {
+        id: None,
+        cron: spec.cron.clone(),
+        every: spec.every_ms.map(format_duration_ms),
+        timezone: Some(spec.timezone.clone()),
+        start_at: spec.start_at.map(RunAt::Millis),
+        end_at: spec.end_at.map(RunAt::Millis),
+        overlap: Some(
+            match spec.overlap {
+                Overlap::Allow => "allow",
+                Overlap::Skip => "skip",
+            }
+            .into(),
+        ),
+        catch_up: Some(
+            match spec.catch_up {
+                CatchUp::Latest => "latest",
+                CatchUp::None => "none",
+                CatchUp::All => "all",
+            }
+            .into(),
+        ),
+        paused: None,
+        job,
+    })
+}
+
+/// `PATCH /v1/schedules/{id}`: the fields given replace the schedule's
+/// (`cron` and `every` replace each other; `job` replaces the template
+/// whole), validated as a create; it applies from the next fire time.
+pub(super) async fn patch(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    validate_schedule_id(&id)?;
+    let patch: SchedulePatch = parse_json(&body?)?;
+    let Some(record) = state.store.get_schedule(&id).await? else {
+        return Err(not_found(&id));
+    };
+    let mut input = input_of(&record.spec)?;
+    if patch.cron.is_some() || patch.every.is_some() {
+        input.cron = patch.cron;
+        input.every = patch.every;
+    }
+    input.timezone = patch.timezone.or(input.timezone);
+    input.start_at = patch.start_at.or(input.start_at);
+    input.end_at = patch.end_at.or(input.end_at);
+    input.overlap = patch.overlap.or(input.overlap);
+    input.catch_up = patch.catch_up.or(input.catch_up);
+    input.job = patch.job.or(input.job);
+    let spec = input.spec(&state.config)?;
+    supported(&spec)?;
+    let paused = patch.paused.unwrap_or(record.paused);
+    let now = state.store.redis_time_ms().await?;
+    let next = next_after(&spec, record.anchor, now)?;
+    change(&state, &id, &spec, paused, next, &record).await
+}
+
+/// Writes a change of `record` and answers its view.
+async fn change(
+    state: &AppState,
+    id: &str,
+    spec: &ScheduleSpec,
+    paused: bool,
+    next: Option<i64>,
+    record: &ScheduleRecord,
+) -> Result<Response, ApiError> {
+    let write = write_of(
+        &state.config,
+        id,
+        spec,
+        paused,
+        next,
+        record.anchor,
+        Some(record.version),
+    );
+    match state.store.put_schedule(&write).await? {
+        PutOutcome::Written(_) | PutOutcome::Identical => {}
+        PutOutcome::Conflict => return Err(modified(id)),
+        PutOutcome::NotFound => return Err(not_found(id)),
+    }
+    match state.store.get_schedule(id).await? {
+        Some(record) => Ok(Json(view(record)).into_response()),
+        None => Err(not_found(id)),
+    }
+}
+
+/// `POST /v1/schedules/{id}/pause`: no fire time until resumed (those in
+/// between are skipped, never caught up).
+pub(super) async fn pause(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    set_paused(&state, &id, true).await
+}
+
+/// `POST /v1/schedules/{id}/resume`: fires again from the next fire time
+/// after now.
+pub(super) async fn resume(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    set_paused(&state, &id, false).await
+}
+
+async fn set_paused(state: &AppState, id: &str, paused: bool) -> Result<Response, ApiError> {
+    validate_schedule_id(id)?;
+    let Some(record) = state.store.get_schedule(id).await? else {
+        return Err(not_found(id));
+    };
+    let now = state.store.redis_time_ms().await?;
+    let next = if paused {
+        record.next
+    } else {
+        next_after(&record.spec, record.anchor, now)?
+    };
+    let spec = record.spec.clone();
+    change(state, id, &spec, paused, next, &record).await
+}
+
+/// `DELETE /v1/schedules/{id}`: 204; the jobs it fired stay.
+pub(super) async fn delete(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    validate_schedule_id(&id)?;
+    if state.store.drop_schedule(&id).await? {
+        Ok(StatusCode::NO_CONTENT.into_response())
+    } else {
+        Err(not_found(&id))
+    }
+}

@@ -1,0 +1,394 @@
+//! Schedules in Redis (SPEC §12): each schedule is a hash in the partition
+//! of its id (`lua/put_schedule.lua` lays it out), indexed for listing and,
+//! while active, by its next fire time. This module owns their reads, their
+//! changes, and the firing round a daemon runs for a partition it carries:
+//! read the due schedules, compute their fire times (src/schedule.rs), and
+//! let `lua/fire_schedules.lua` create the jobs and advance each schedule
+//! in one step.
+
+use redis::Value;
+
+use super::{arg, scripts, Code, Store, StoreError, StoreResult};
+use crate::schedule::{self, ScheduleSpec};
+
+/// Due schedules fired per script call.
+const FIRE_BATCH: usize = 200;
+
+/// A schedule as read from Redis.
+#[derive(Debug, Clone)]
+pub struct ScheduleRecord {
+    /// Its id.
+    pub id: String,
+    /// Its content.
+    pub spec: ScheduleSpec,
+    /// Its content JSON as stored (for optimistic changes).
+    pub spec_json: String,
+    /// Paused.
+    pub paused: bool,
+    /// Next fire time (ms); None once it has ended.
+    pub next: Option<i64>,
+    /// The creation time (ms), the anchor of `every`.
+    pub anchor: i64,
+    /// Bumped by every change.
+    pub version: u64,
+    /// Created (ms).
+    pub created: i64,
+    /// Last changed (ms).
+    pub updated: i64,
+    /// The last runs, newest first (at most 10).
+    pub last_runs: Vec<LastRun>,
+}
+
+/// One recorded fire time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastRun {
+    /// The fire time (ms).
+    pub at: i64,
+    /// A job was created (else the time was skipped).
+    pub fired: bool,
+}
+
+/// A schedule to write.
+#[derive(Debug, Clone)]
+pub struct ScheduleWrite<'a> {
+    /// Its id.
+    pub id: &'a str,
+    /// Its content.
+    pub spec: &'a ScheduleSpec,
+    /// The spec JSON of the jobs it fires.
+    pub template_json: String,
+    /// Attempts allowed to a fired job.
+    pub max_attempts: u32,
+    /// A fired job's own lease, when its timeout differs from the default.
+    pub lease_ms: Option<u64>,
+    /// Paused.
+    pub paused: bool,
+    /// Its next fire time (None: it has ended).
+    pub next: Option<i64>,
+    /// Creation time (create only).
+    pub anchor: i64,
+    /// A change: the version it was computed from; None: a create.
+    pub expected_version: Option<u64>,
+}
+
+/// What a schedule write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutOutcome {
+    /// Written; its version now.
+    Written(u64),
+    /// (create) an identical schedule exists.
+    Identical,
+    /// (create) the id exists with other content; (change) the schedule
+    /// changed since it was read.
+    Conflict,
+    /// (change) no such schedule.
+    NotFound,
+}
+
+/// What one firing round of a partition did.
+#[derive(Debug, Clone, Default)]
+pub struct FireRound {
+    /// Jobs created: (job id, lateness ms = created − fire time).
+    pub fired: Vec<(String, i64)>,
+    /// Fire times passed over (overlap, or missed and not caught up).
+    pub skipped: usize,
+    /// The partition's earliest next fire time, if any.
+    pub next: Option<i64>,
+}
+
+fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    fields
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+impl ScheduleRecord {
+    /// Decodes a schedule hash (HGETALL); None when there is none.
+    fn decode(id: &str, fields: &[(String, String)]) -> StoreResult<Option<ScheduleRecord>> {
+        let Some(spec_json) = field(fields, "spec") else {
+            return Ok(None);
+        };
+        let bad = |d: String| StoreError::reply("schedule", format!("{id}: {d}"));
+        let spec: ScheduleSpec =
+            serde_json::from_str(spec_json).map_err(|e| bad(format!("spec: {e}")))?;
+        let int = |name: &str| field(fields, name).and_then(|v| v.parse::<i64>().ok());
+        let last_runs = field(fields, "last")
+            .unwrap_or_default()
+            .split(',')
+            .filter_map(|run| {
+                let (at, outcome) = run.split_at(run.len().checked_sub(1)?);
+                Some(LastRun {
+                    at: at.parse().ok()?,
+                    fired: outcome == "f",
+                })
+            })
+            .collect();
+        Ok(Some(ScheduleRecord {
+            id: id.to_string(),
+            spec_json: spec_json.to_string(),
+            spec,
+            paused: field(fields, "paused") == Some("1"),
+            next: int("next"),
+            anchor: int("anchor").unwrap_or_default(),
+            version: int("ver").unwrap_or_default() as u64,
+            created: int("ct").unwrap_or_default(),
+            updated: int("ut").unwrap_or_default(),
+            last_runs,
+        }))
+    }
+}
+
+impl Store {
+    /// The partition of schedule `id` (its id's).
+    pub fn schedule_partition(&self, id: &str) -> u16 {
+        self.keys.partition_of(id)
+    }
+
+    /// Creates (idempotently by id) or changes a schedule.
+    pub async fn put_schedule(&self, write: &ScheduleWrite<'_>) -> StoreResult<PutOutcome> {
+        let p = self.schedule_partition(write.id);
+        let spec_json = serde_json::to_string(write.spec)
+            .map_err(|e| StoreError::reply("put_schedule", e.to_string()))?;
+        let overlap = match write.spec.overlap {
+            schedule::Overlap::Allow => "allow",
+            schedule::Overlap::Skip => "skip",
+        };
+        let reply: Vec<Value> = self
+            .invoke_acked(
+                &scripts::PUT_SCHEDULE,
+                &[&self.keys.fires(p), &self.keys.schedules(p)],
+                &[
+                    arg(&self.keys.partition_prefix(p)),
+                    arg(&write.id),
+                    arg(&if write.expected_version.is_some() {
+                        "replace"
+                    } else {
+                        "create"
+                    }),
+                    arg(&spec_json),
+                    arg(&write.template_json),
+                    arg(&write.max_attempts),
+                    arg(&write.lease_ms.map(|l| l.to_string()).unwrap_or_default()),
+                    arg(&if write.paused { "1" } else { "0" }),
+                    arg(&write.next.map(|n| n.to_string()).unwrap_or_default()),
+                    arg(&write.anchor),
+                    arg(&write.expected_version.unwrap_or_default()),
+                    arg(&*self.channel),
+                    arg(&p),
+                    arg(&overlap),
+                ],
+            )
+            .await?;
+        let version: u64 = match reply.get(1) {
+            Some(v) => redis::from_redis_value(v)?,
+            None => return Err(StoreError::reply("put_schedule", "no version")),
+        };
+        Ok(match Code::decode("put_schedule", reply.first())? {
+            Code::Done => PutOutcome::Written(version),
+            Code::Unchanged => PutOutcome::Identical,
+            Code::Changed => PutOutcome::Conflict,
+            Code::NotFound => PutOutcome::NotFound,
+            other => return Err(StoreError::reply("put_schedule", format!("code {other:?}"))),
+        })
+    }
+
+    /// Reads schedule `id`; None if there is none.
+    pub async fn get_schedule(&self, id: &str) -> StoreResult<Option<ScheduleRecord>> {
+        let p = self.schedule_partition(id);
+        let mut conn = self.conn.clone();
+        let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(self.keys.schedule(p, id))
+            .query_async(&mut conn)
+            .await?;
+        ScheduleRecord::decode(id, &fields)
+    }
+
+    /// Deletes schedule `id` (the jobs it fired stay); false if there was none.
+    pub async fn drop_schedule(&self, id: &str) -> StoreResult<bool> {
+        let p = self.schedule_partition(id);
+        let reply: Value = self
+            .invoke_acked(
+                &scripts::DROP_SCHEDULE,
+                &[
+                    &self.keys.fires(p),
+                    &self.keys.schedules(p),
+                    &self.keys.schedule(p, id),
+                ],
+                &[arg(&id)],
+            )
+            .await?;
+        Ok(Code::decode("drop_schedule", Some(&reply))? == Code::Done)
+    }
+
+    /// A page of schedules in id order per partition, from `after`
+    /// (partition, last id shown), and where the next page starts.
+    pub async fn list_schedules(
+        &self,
+        limit: usize,
+        after: Option<(u16, String)>,
+    ) -> StoreResult<(Vec<ScheduleRecord>, Option<(u16, String)>)> {
+        let mut items = Vec::new();
+        let (mut p, mut from) = match after {
+            Some((p, id)) => (p, format!("({id}")),
+            None => (0, "-".to_string()),
+        };
+        let mut conn = self.conn.clone();
+        while p < self.keys.partitions() && items.len() < limit {
+            let want = limit - items.len();
+            let ids: Vec<String> = redis::cmd("ZRANGE")
+                .arg(self.keys.schedules(p))
+                .arg(&from)
+                .arg("+")
+                .arg("BYLEX")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(want)
+                .query_async(&mut conn)
+                .await?;
+            let mut pipe = redis::pipe();
+            for id in &ids {
+                pipe.hgetall(self.keys.schedule(p, id));
+            }
+            let all: Vec<Vec<(String, String)>> = pipe.query_async(&mut conn).await?;
+            for (id, fields) in ids.iter().zip(&all) {
+                if let Some(record) = ScheduleRecord::decode(id, fields)? {
+                    items.push(record);
+                }
+            }
+            if ids.len() == want {
+                if let Some(last) = ids.last() {
+                    return Ok((items, Some((p, last.clone()))));
+                }
+            }
+            p += 1;
+            from = "-".to_string();
+        }
+        let more = p < self.keys.partitions();
+        Ok((items, more.then(|| (p, String::new()))))
+    }
+
+    /// Fires the due schedules of partition `p`, a batch at a time until
+    /// none is due, and answers the partition's next fire time.
+    pub async fn fire_due(&self, p: u16) -> StoreResult<FireRound> {
+        let mut round = FireRound::default();
+        let mut conn = self.conn.clone();
+        loop {
+            let now = self.redis_time_ms().await?;
+            let due: Vec<(String, f64)> = redis::cmd("ZRANGE")
+                .arg(self.keys.fires(p))
+                .arg("-inf")
+                .arg(now)
+                .arg("BYSCORE")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(FIRE_BATCH)
+                .arg("WITHSCORES")
+                .query_async(&mut conn)
+                .await?;
+            if !due.is_empty() {
+                self.fire_batch(p, &due, now, &mut round).await?;
+            }
+            if due.len() < FIRE_BATCH {
+                break;
+            }
+        }
+        let head: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(self.keys.fires(p))
+            .arg(0)
+            .arg(0)
+            .arg("WITHSCORES")
+            .query_async(&mut conn)
+            .await?;
+        round.next = head.first().map(|(_, at)| *at as i64);
+        Ok(round)
+    }
+
+    /// One `fire_schedules` call for the due schedules `due` (id, fire time).
+    async fn fire_batch(
+        &self,
+        p: u16,
+        due: &[(String, f64)],
+        now: i64,
+        round: &mut FireRound,
+    ) -> StoreResult<()> {
+        let mut pipe = redis::pipe();
+        for (id, _) in due {
+            pipe.cmd("HMGET")
+                .arg(self.keys.schedule(p, id))
+                .arg("spec")
+                .arg("ver")
+                .arg("anchor");
+        }
+        let mut conn = self.conn.clone();
+        let read: Vec<(Option<String>, Option<String>, Option<String>)> =
+            pipe.query_async(&mut conn).await?;
+        let mut args = vec![
+            arg(&self.keys.partition_prefix(p)),
+            arg(&*self.channel),
+            arg(&p),
+        ];
+        let join = |times: &[i64]| {
+            times
+                .iter()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        for ((id, at), (spec, version, anchor)) in due.iter().zip(read) {
+            let at = *at as i64;
+            let spec = spec.and_then(|s| serde_json::from_str::<ScheduleSpec>(&s).ok());
+            let anchor: i64 = anchor.and_then(|a| a.parse().ok()).unwrap_or(at);
+            let plan = spec.as_ref().and_then(|spec| {
+                let rule = spec.rule(anchor).ok()?;
+                Some(spec.due(&rule, at, now))
+            });
+            let plan = plan.unwrap_or_else(|| {
+                // Gone (deleted meanwhile: the script sees the version
+                // change) or unreadable: it ends, firing nothing.
+                tracing::warn!(schedule = %id, "schedule cannot be read; it ends");
+                schedule::Due::default()
+            });
+            args.push(arg(id));
+            args.push(arg(&at));
+            args.push(arg(&version.unwrap_or_default()));
+            args.push(arg(&join(&plan.fire)));
+            args.push(arg(&join(&plan.skipped)));
+            args.push(arg(&plan.next.map(|n| n.to_string()).unwrap_or_default()));
+        }
+        let reply: Vec<i64> = self
+            .invoke(
+                &scripts::FIRE_SCHEDULES,
+                &[
+                    &self.keys.fires(p),
+                    &self.keys.due(p),
+                    &self.keys.ready(p),
+                    &self.keys.seq(p),
+                ],
+                &args,
+            )
+            .await?;
+        let bad = || StoreError::reply("fire_schedules", format!("{} values", reply.len()));
+        let created = *reply.first().ok_or_else(bad)?;
+        let mut at = 1;
+        for (id, _) in due {
+            let n = *reply.get(at).ok_or_else(bad)? as usize;
+            at += 1;
+            for _ in 0..n {
+                let (time, fired) = (
+                    *reply.get(at).ok_or_else(bad)?,
+                    *reply.get(at + 1).ok_or_else(bad)?,
+                );
+                at += 2;
+                if fired == 1 {
+                    round
+                        .fired
+                        .push((schedule::job_id(id, time), created - time));
+                } else {
+                    round.skipped += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,490 @@
+//! Schedules (SPEC §12) end to end: fire times exactly an interval apart,
+//! one job per fire time across two daemon processes and a kill -9, the
+//! catch-up rules after every daemon was down, `overlap = "skip"` against
+//! a receiver that hangs, pause and resume, PATCH, and bad input.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::ops::{free_port, spawn_serve, wait_ready};
+use crate::support::process::OwnedProcess;
+use crate::support::receiver::{Receiver, Recorded, Reply};
+use crate::support::redis::RedisServer;
+use crate::support::wait_until;
+use crate::{get_json, post_json, start_daemon, test_config};
+
+/// The fire times of schedule `id` among the receiver's deliveries
+/// (job ids `<id>:<fire time>`), each once.
+fn fired_times(receiver: &Receiver, id: &str) -> BTreeSet<i64> {
+    let prefix = format!("{id}:");
+    receiver
+        .requests()
+        .iter()
+        .filter_map(|r| r.header("webhook-id")?.strip_prefix(&prefix)?.parse().ok())
+        .collect()
+}
+
+async fn send(method: reqwest::Method, url: &str, body: Option<Value>) -> (u16, Value) {
+    let mut request = reqwest::Client::new().request(method, url);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.expect("request is sent");
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// `every = "1s"`: the fired jobs' fire times are exactly 1,000 ms apart,
+/// each job shows its schedule, and the schedule shows its runs.
+#[tokio::test]
+async fn every_second_fires_jobs_exactly_a_second_apart() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+    let (status, created) = post_json(
+        &format!("{base}/v1/schedules"),
+        json!({"id": "tick", "every": "1s", "job": {"url": receiver.url("/tick"), "body": {"n": 1}}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["state"], "active");
+    let next: Vec<&str> = created["next_runs"]
+        .as_array()
+        .expect("next_runs")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(next.len(), 5, "{created}");
+    // The same again: 200; other content: 409.
+    let (status, _) = post_json(
+        &format!("{base}/v1/schedules"),
+        json!({"id": "tick", "every": "1s", "job": {"url": receiver.url("/tick"), "body": {"n": 1}}}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, _) = post_json(
+        &format!("{base}/v1/schedules"),
+        json!({"id": "tick", "every": "2s", "job": {"url": receiver.url("/tick")}}),
+    )
+    .await;
+    assert_eq!(status, 409);
+
+    wait_until(
+        "four firings are delivered",
+        Duration::from_secs(10),
+        || async { fired_times(&receiver, "tick").len() >= 4 },
+    )
+    .await;
+    let times: Vec<i64> = fired_times(&receiver, "tick").into_iter().collect();
+    for pair in times.windows(2) {
+        assert_eq!(pair[1] - pair[0], 1000, "{times:?}");
+    }
+    let job = format!("tick:{}", times[0]);
+    let (status, shown) = get_json(&format!("{base}/v1/jobs/{job}")).await;
+    assert_eq!(status, 200, "{shown}");
+    assert_eq!(shown["schedule_id"], "tick", "{shown}");
+    let (_, schedule) = get_json(&format!("{base}/v1/schedules/tick")).await;
+    let runs = schedule["last_runs"].as_array().expect("last_runs");
+    assert!(runs.len() >= 4, "{schedule}");
+    assert!(runs
+        .iter()
+        .all(|r| r["outcome"] == "fired"
+            && r["job_id"].as_str().is_some_and(|j| j.starts_with("tick:"))));
+    let (status, page) = get_json(&format!("{base}/v1/schedules?limit=10")).await;
+    assert_eq!(status, 200);
+    assert_eq!(page["schedules"][0]["id"], "tick", "{page}");
+
+    // Deleted: no more firings; the jobs stay.
+    let (status, _) = send(
+        reqwest::Method::DELETE,
+        &format!("{base}/v1/schedules/tick"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 204);
+    let (status, _) = get_json(&format!("{base}/v1/schedules/tick")).await;
+    assert_eq!(status, 404);
+    let (status, _) = get_json(&format!("{base}/v1/jobs/{job}")).await;
+    assert_eq!(status, 200);
+    daemon.stop().await.expect("clean stop");
+}
+
+/// Two daemon processes share a schedule firing every second; one is
+/// killed with SIGKILL mid-run (its partitions pass to the other): the
+/// fire times delivered form a gapless sequence, each once.
+#[tokio::test]
+async fn two_daemons_and_a_kill_9_neither_skip_nor_double_a_firing() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let env = [
+        ("HOOKQ_DELIVERY__TIMEOUT", "1s"),
+        ("HOOKQ_DELIVERY__LEASE_MARGIN", "300ms"),
+    ];
+    let mut ports = [free_port(), free_port()];
+    let mut daemons: Vec<OwnedProcess> = ports
+        .iter()
+        .map(|&p| spawn_serve(&redis, p, &env))
+        .collect();
+    for &p in &ports {
+        wait_ready(p).await;
+    }
+    let base = format!("http://127.0.0.1:{}", ports[0]);
+    // Several schedules, so some live in partitions of each daemon.
+    let ids: Vec<String> = (0..6).map(|i| format!("s{i}")).collect();
+    for id in &ids {
+        let (status, created) = post_json(
+            &format!("{base}/v1/schedules"),
+            json!({"id": id, "every": "1s", "job": {"url": receiver.url("/")}}),
+        )
+        .await;
+        assert_eq!(status, 201, "{created}");
+    }
+    wait_until("firings begin", Duration::from_secs(10), || async {
+        ids.iter().all(|id| fired_times(&receiver, id).len() >= 2)
+    })
+    .await;
+    daemons[1].signal("KILL");
+    let _ = daemons[1].wait_exit(Duration::from_secs(5)).await;
+    let before: usize = ids.iter().map(|id| fired_times(&receiver, id).len()).sum();
+    // The survivor takes the dead one's partitions over once its
+    // membership runs out, and fires what came due meanwhile.
+    wait_until(
+        "firings go on past the takeover",
+        Duration::from_secs(30),
+        || async {
+            ids.iter()
+                .map(|id| fired_times(&receiver, id).len())
+                .sum::<usize>()
+                >= before + 6 * 8
+        },
+    )
+    .await;
+    ports[1] = free_port();
+    daemons[1] = spawn_serve(&redis, ports[1], &env);
+    wait_ready(ports[1]).await;
+    wait_until(
+        "firings go on with both",
+        Duration::from_secs(15),
+        || async {
+            ids.iter()
+                .map(|id| fired_times(&receiver, id).len())
+                .sum::<usize>()
+                >= before + 6 * 12
+        },
+    )
+    .await;
+    for daemon in &mut daemons {
+        daemon.signal("KILL");
+        let _ = daemon.wait_exit(Duration::from_secs(5)).await;
+    }
+    for id in &ids {
+        let times: Vec<i64> = fired_times(&receiver, id).into_iter().collect();
+        for pair in times.windows(2) {
+            assert_eq!(
+                pair[1] - pair[0],
+                1000,
+                "{id}: a gap or a double in {times:?}"
+            );
+        }
+    }
+}
+
+/// Writes schedule `id` (every second, anchored `behind_ms` ago, next
+/// fire time its first) straight to Redis, as if every daemon had been
+/// down since then.
+async fn missed_schedule(
+    config: &hookq::config::Config,
+    id: &str,
+    catch_up: &str,
+    behind_ms: i64,
+    url: &str,
+) {
+    let store = hookq::store::Store::connect(config).await.expect("store");
+    store.load_scripts().await.expect("scripts");
+    let input: hookq::schedule::ScheduleInput = serde_json::from_value(
+        json!({"id": id, "every": "1s", "catch_up": catch_up, "job": {"url": url}}),
+    )
+    .expect("input");
+    let valid = input.validate(config).expect("valid");
+    let now = store.redis_time_ms().await.expect("time");
+    let anchor = now - behind_ms;
+    let template = hookq::job::JobSpec {
+        schedule_id: Some(id.to_string()),
+        ..valid.spec.job.clone()
+    };
+    let write = hookq::store::schedules::ScheduleWrite {
+        id,
+        spec: &valid.spec,
+        template_json: template.stored_json(),
+        max_attempts: valid.spec.job.max_attempts(config),
+        lease_ms: None,
+        paused: false,
+        next: Some(anchor + 1000),
+        anchor,
+        expected_version: None,
+    };
+    assert!(matches!(
+        store.put_schedule(&write).await.expect("put"),
+        hookq::store::schedules::PutOutcome::Written(_)
+    ));
+}
+
+/// After every daemon was down for 30 s: `all` fires every missed time,
+/// `latest` the newest missed one, `none` none; each fires what is less
+/// than 10 s late (late, not missed).
+#[tokio::test]
+async fn catch_up_rules_after_every_daemon_was_down() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let config = test_config(&redis);
+    for rule in ["all", "latest", "none"] {
+        missed_schedule(&config, rule, rule, 30_000, &receiver.url("/")).await;
+    }
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    wait_until(
+        "each schedule caught up",
+        Duration::from_secs(10),
+        || async {
+            ["all", "latest", "none"]
+                .iter()
+                .all(|id| fired_times(&receiver, id).len() >= 5)
+        },
+    )
+    .await;
+    // How late a fired job was created after its fire time.
+    let lateness = |id: &str, at: i64| {
+        let base = base.clone();
+        let job = format!("{id}:{at}");
+        async move {
+            let (_, view) = get_json(&format!("{base}/v1/jobs/{job}")).await;
+            let created = view["created_at"].as_str().expect("created_at").to_string();
+            chrono::DateTime::parse_from_rfc3339(&created)
+                .expect("RFC 3339")
+                .timestamp_millis()
+                - at
+        }
+    };
+    let gapless = |times: &BTreeSet<i64>| {
+        let times: Vec<i64> = times.iter().copied().collect();
+        times.windows(2).all(|pair| pair[1] - pair[0] == 1000)
+    };
+    let all = fired_times(&receiver, "all");
+    assert!(
+        all.len() >= 29 && gapless(&all),
+        "every missed time: {all:?}"
+    );
+    let first = *all.iter().next().expect("fired");
+    assert!(
+        lateness("all", first).await >= 28_000,
+        "from the first missed time"
+    );
+    // latest: from the newest time at least 10 s late; none: from the
+    // oldest less than 10 s late.
+    let latest = fired_times(&receiver, "latest");
+    let first = *latest.iter().next().expect("fired");
+    let late = lateness("latest", first).await;
+    assert!(
+        gapless(&latest) && (10_000..11_000).contains(&late),
+        "latest: {late} ms late: {latest:?}"
+    );
+    let none = fired_times(&receiver, "none");
+    let first = *none.iter().next().expect("fired");
+    let late = lateness("none", first).await;
+    assert!(
+        gapless(&none) && (9_000..10_000).contains(&late),
+        "none: {late} ms late: {none:?}"
+    );
+    daemon.stop().await.expect("clean stop");
+}
+
+/// `overlap = "skip"`: while the previous firing's job hangs at the
+/// receiver, fire times are skipped; the receiver never has two at once.
+#[tokio::test]
+async fn overlap_skip_fires_nothing_while_the_last_job_is_unfinished() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::start(Arc::new(|_: &Recorded| {
+        Reply::status(200).with_delay(Duration::from_millis(2500))
+    }))
+    .await;
+    let mut config = test_config(&redis);
+    config.delivery.timeout = Duration::from_secs(5);
+    config.validate().expect("config");
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    let (status, created) = post_json(
+        &format!("{base}/v1/schedules"),
+        json!({"id": "slow", "every": "1s", "overlap": "skip", "job": {"url": receiver.url("/")}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    wait_until(
+        "fired twice, skipped between",
+        Duration::from_secs(15),
+        || async {
+            let (_, view) = get_json(&format!("{base}/v1/schedules/slow")).await;
+            let runs = view["last_runs"].as_array().cloned().unwrap_or_default();
+            runs.iter().filter(|r| r["outcome"] == "fired").count() >= 2
+                && runs.iter().any(|r| r["outcome"] == "skipped")
+        },
+    )
+    .await;
+    // Arrivals are at least the receiver's delay apart: one at a time.
+    let arrivals: Vec<std::time::SystemTime> =
+        receiver.requests().iter().map(|r| r.received_at).collect();
+    for pair in arrivals.windows(2) {
+        let gap = pair[1].duration_since(pair[0]).unwrap_or_default();
+        assert!(
+            gap >= Duration::from_millis(2400),
+            "overlapping jobs: {gap:?}"
+        );
+    }
+    daemon.stop().await.expect("clean stop");
+}
+
+/// Pause: no fire time while paused (never caught up); resume: firing
+/// again. PATCH: the new interval applies from the next fire time.
+#[tokio::test]
+async fn pause_resume_and_patch() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+    let (status, _) = post_json(
+        &format!("{base}/v1/schedules"),
+        json!({"id": "p", "every": "1s", "job": {"url": receiver.url("/"), "body": {"v": 1}}}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    wait_until("it fires", Duration::from_secs(10), || async {
+        !fired_times(&receiver, "p").is_empty()
+    })
+    .await;
+    let (status, paused) = post_json(&format!("{base}/v1/schedules/p/pause"), json!({})).await;
+    assert_eq!(
+        (status, &paused["state"]),
+        (200, &json!("paused")),
+        "{paused}"
+    );
+    let paused_at = hookq::job::now_ms();
+    let fired_before = fired_times(&receiver, "p");
+    // Three fire times pass while paused (a wait for time itself).
+    wait_until("three seconds pass", Duration::from_secs(5), || async {
+        hookq::job::now_ms() > paused_at + 3000
+    })
+    .await;
+    let (status, resumed) = post_json(&format!("{base}/v1/schedules/p/resume"), json!({})).await;
+    assert_eq!(
+        (status, &resumed["state"]),
+        (200, &json!("active")),
+        "{resumed}"
+    );
+    let resumed_at = hookq::job::now_ms();
+    wait_until("it fires again", Duration::from_secs(10), || async {
+        fired_times(&receiver, "p").len() > fired_before.len() + 1
+    })
+    .await;
+    let paused_window: Vec<i64> = fired_times(&receiver, "p")
+        .into_iter()
+        .filter(|t| *t > paused_at + 200 && *t < resumed_at - 200)
+        .collect();
+    assert!(
+        paused_window.is_empty(),
+        "fired while paused: {paused_window:?}"
+    );
+
+    // Every 2 s from the next fire time on, with a new body.
+    let (status, patched) = send(
+        reqwest::Method::PATCH,
+        &format!("{base}/v1/schedules/p"),
+        Some(json!({"every": "2s", "job": {"url": receiver.url("/"), "body": {"v": 2}}})),
+    )
+    .await;
+    assert_eq!(status, 200, "{patched}");
+    assert_eq!(patched["every"], "2s", "{patched}");
+    let patched_at = hookq::job::now_ms();
+    wait_until(
+        "two firings after the change",
+        Duration::from_secs(10),
+        || async {
+            fired_times(&receiver, "p")
+                .iter()
+                .filter(|t| **t > patched_at)
+                .count()
+                >= 2
+        },
+    )
+    .await;
+    let after: Vec<i64> = fired_times(&receiver, "p")
+        .into_iter()
+        .filter(|t| *t > patched_at)
+        .collect();
+    assert_eq!(after[1] - after[0], 2000, "{after:?}");
+    let body = receiver
+        .requests()
+        .into_iter()
+        .find(|r| r.header("webhook-id") == Some(format!("p:{}", after[0]).as_str()))
+        .expect("arrived")
+        .json();
+    assert_eq!(body["v"], 2);
+    daemon.stop().await.expect("clean stop");
+}
+
+/// Bad schedules answer 400 naming the field, with the parser's reason,
+/// and write nothing.
+#[tokio::test]
+async fn bad_schedules_are_refused_naming_the_field() {
+    let redis = RedisServer::start();
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+    let job = json!({"url": "http://127.0.0.1:9/"});
+    let cases = [
+        (json!({"id": "b", "job": job}), "cron"),
+        (
+            json!({"id": "b", "cron": "* * * * *", "every": "1m", "job": job}),
+            "cron",
+        ),
+        (json!({"id": "b", "cron": "99 * * * *", "job": job}), "cron"),
+        (
+            json!({"id": "b", "cron": "@daily", "timezone": "Nowhere/Land", "job": job}),
+            "timezone",
+        ),
+        (json!({"id": "b", "every": "10ms", "job": job}), "every"),
+        (
+            json!({"id": "b", "every": "1m", "start_at": 2_000_000_000_000i64, "end_at": 1_900_000_000_000i64, "job": job}),
+            "end_at",
+        ),
+        (
+            json!({"id": "b", "every": "1m", "job": {"url": "not a url"}}),
+            "job.url",
+        ),
+        (
+            json!({"id": "b", "every": "1m", "job": {"url": "http://127.0.0.1:9/", "ordering_key": "k"}}),
+            "job.ordering_key",
+        ),
+        (json!({"id": "b:c", "every": "1m", "job": job}), "id"),
+    ];
+    for (body, field) in cases {
+        let (status, answer) = post_json(&format!("{base}/v1/schedules"), body.clone()).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert_eq!(answer["error"]["field"], field, "{body}: {answer}");
+    }
+    let (_, answer) = post_json(
+        &format!("{base}/v1/schedules"),
+        json!({"id": "b", "cron": "99 * * * *", "job": job}),
+    )
+    .await;
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("99")),
+        "the parser's reason: {answer}"
+    );
+    let (status, _) = get_json(&format!("{base}/v1/schedules/b")).await;
+    assert_eq!(status, 404, "nothing written");
+    daemon.stop().await.expect("clean stop");
+}
