@@ -86,6 +86,13 @@ pub enum Command {
         #[command(subcommand)]
         action: Option<HostAction>,
     },
+    /// Schedules (recurring jobs): `list` (the default), `show ID`,
+    /// `pause ID`, `resume ID`, `delete ID`.
+    Schedules {
+        /// What to do.
+        #[command(subcommand)]
+        action: Option<ScheduleAction>,
+    },
     /// Check Redis (version, persistence, eviction policy, partitions, scripts).
     Doctor,
     /// Convert the namespace's data in Redis to this hookq's layout (stop
@@ -110,6 +117,33 @@ pub enum Command {
         /// Its scopes, comma-separated: read, write, admin.
         #[arg(long, value_delimiter = ',', default_value = "read")]
         scopes: Vec<String>,
+    },
+}
+
+/// `hookq hosts` actions.
+#[derive(Debug, Subcommand)]
+pub enum ScheduleAction {
+    /// Every schedule with its state and next fire time.
+    List,
+    /// A schedule with its next and last runs.
+    Show {
+        /// Schedule id.
+        id: String,
+    },
+    /// No fire time until resumed (those in between are skipped).
+    Pause {
+        /// Schedule id.
+        id: String,
+    },
+    /// Fire again from the next fire time after now.
+    Resume {
+        /// Schedule id.
+        id: String,
+    },
+    /// Delete a schedule (the jobs it fired stay).
+    Delete {
+        /// Schedule id.
+        id: String,
     },
 }
 
@@ -374,6 +408,110 @@ async fn migrate(config: &Config, json: bool) -> Result<ExitCode, CliError> {
 }
 
 /// `hookq hosts [--state S]`, `hookq hosts pause|resume HOST`.
+async fn schedules(
+    config: &Config,
+    action: Option<ScheduleAction>,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    let id_of = |action: &ScheduleAction| match action {
+        ScheduleAction::List => None,
+        ScheduleAction::Show { id }
+        | ScheduleAction::Pause { id }
+        | ScheduleAction::Resume { id }
+        | ScheduleAction::Delete { id } => Some(id.clone()),
+    };
+    let action = action.unwrap_or(ScheduleAction::List);
+    if let Some(id) = id_of(&action) {
+        crate::schedule::validate_schedule_id(&id).map_err(|e| fail(2, format!("ID: {e}")))?;
+    }
+    let store = connect(config).await?;
+    let missing = |id: &str| fail(3, format!("no schedule with id `{id}`"));
+    let record = match &action {
+        ScheduleAction::List => {
+            let mut all = Vec::new();
+            let mut after = None;
+            loop {
+                let (page, next) = store.list_schedules(1000, after).await?;
+                all.extend(page.into_iter().map(|r| r.view()));
+                match next {
+                    Some(next) => after = Some(next),
+                    None => break,
+                }
+            }
+            if json {
+                print_json(&all)?;
+            } else {
+                let rows: Vec<Vec<String>> = all
+                    .iter()
+                    .map(|s| {
+                        vec![
+                            s.id.clone(),
+                            s.state.to_string(),
+                            match (&s.cron, &s.every) {
+                                (Some(cron), _) => format!("cron {cron} ({})", s.timezone),
+                                (None, Some(every)) => format!("every {every}"),
+                                _ => "-".into(),
+                            },
+                            s.next_runs.first().cloned().unwrap_or_else(|| "-".into()),
+                            s.last_runs
+                                .first()
+                                .map(|r| format!("{} {}", r.at, r.outcome))
+                                .unwrap_or_else(|| "-".into()),
+                        ]
+                    })
+                    .collect();
+                print_table(&["id", "state", "when", "next_run", "last_run"], &rows);
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        ScheduleAction::Show { id } => store.get_schedule(id).await?.ok_or_else(|| missing(id))?,
+        ScheduleAction::Pause { id } | ScheduleAction::Resume { id } => {
+            let pause = matches!(action, ScheduleAction::Pause { .. });
+            store
+                .set_schedule_paused(config, id, pause)
+                .await?
+                .ok_or_else(|| missing(id))?
+        }
+        ScheduleAction::Delete { id } => {
+            if !store.drop_schedule(id).await? {
+                return Err(missing(id));
+            }
+            if json {
+                print_json(&serde_json::json!({"id": id, "deleted": true}))?;
+            } else {
+                println!("{id} deleted (the jobs it fired stay)");
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    let view = record.view();
+    if json {
+        print_json(&view)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut rows = vec![
+        vec!["id".into(), view.id.clone()],
+        vec!["state".into(), view.state.to_string()],
+        vec![
+            "when".into(),
+            match (&view.cron, &view.every) {
+                (Some(cron), _) => format!("cron {cron} ({})", view.timezone),
+                (None, Some(every)) => format!("every {every}"),
+                _ => "-".into(),
+            },
+        ],
+        vec!["next_runs".into(), view.next_runs.join(", ")],
+    ];
+    for run in &view.last_runs {
+        rows.push(vec![
+            "last_run".into(),
+            format!("{} {} ({})", run.at, run.outcome, run.job_id),
+        ]);
+    }
+    print_table(&["field", "value"], &rows);
+    Ok(ExitCode::SUCCESS)
+}
+
 async fn hosts(
     config: &Config,
     state: Option<String>,
@@ -591,6 +729,7 @@ pub async fn run(cli: Cli, config: Config) -> Result<ExitCode, CliError> {
         }
         Command::Replay(args) => replay(&config, args, json).await,
         Command::Hosts { state, action } => hosts(&config, state, action, json).await,
+        Command::Schedules { action } => schedules(&config, action, json).await,
         Command::NewSecret => {
             let secret = crate::delivery::signing::SigningSecret::generate();
             if json {

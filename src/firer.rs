@@ -18,10 +18,6 @@ use crate::fleet::Fleet;
 use crate::store::Store;
 use crate::wake::Signals;
 
-/// A partition with nothing to fire is read again after this anyway (a
-/// safety net for a lost wake message; not needed for any firing).
-const RECHECK: Duration = Duration::from_secs(30);
-
 /// Fires due schedules.
 pub struct Firer {
     store: Store,
@@ -86,11 +82,7 @@ impl Firer {
                         // daemon's estimate of it ran ahead) is read again
                         // a millisecond later, not at once.
                         let floor = if round.fired.is_empty() { now + 1 } else { now };
-                        next[i] = round
-                            .next
-                            .unwrap_or(i64::MAX)
-                            .min(now + RECHECK.as_millis() as i64)
-                            .max(floor);
+                        next[i] = round.next.unwrap_or(i64::MAX).max(floor);
                     }
                     Err(err) => {
                         failed = true;
@@ -113,14 +105,14 @@ impl Firer {
                 .map(|(n, _)| *n)
                 .min()
                 .unwrap_or(i64::MAX);
-            let wait = if earliest == i64::MAX {
-                RECHECK
-            } else {
-                Duration::from_millis((earliest - self.clock.now_ms()).clamp(0, 30_000) as u64)
-            };
+            // Nothing to fire: sleep until a wake message (a new, changed
+            // or resumed schedule; every partition after a reconnect) or a
+            // new deal.
+            let wait = (earliest != i64::MAX)
+                .then(|| Duration::from_millis((earliest - self.clock.now_ms()).max(0) as u64));
             tokio::select! {
                 _ = token.cancelled() => return,
-                _ = tokio::time::sleep(wait) => {}
+                _ = tokio::time::sleep(wait.unwrap_or_default()), if wait.is_some() => {}
                 _ = self.signals.firer.notified() => {}
                 Ok(()) = deal.changed() => {}
             }

@@ -2,103 +2,19 @@
 //! schedules (SPEC §12). Fire times are computed here with
 //! [`crate::schedule`]; the store writes what they become.
 
-use std::time::Duration;
-
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::{parse_json, parse_limit, parse_query, ApiError, AppState};
-use crate::config::Config;
-use crate::job::{format_duration_ms, format_ms, FieldError, JobSpec, RunAt};
-use crate::schedule::{
-    job_id, validate_schedule_id, CatchUp, Overlap, ScheduleInput, ScheduleSpec,
-};
-use crate::store::schedules::{PutOutcome, ScheduleRecord, ScheduleWrite};
-
-/// Fire times a view lists ahead.
-const NEXT_RUNS: usize = 5;
-
-/// One recorded fire time, as a view shows it.
-#[derive(Serialize)]
-struct RunView {
-    at: String,
-    job_id: String,
-    outcome: &'static str,
-}
-
-/// A schedule as the API shows it.
-#[derive(Serialize)]
-struct ScheduleView {
-    id: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cron: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    every: Option<String>,
-    timezone: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    start_at: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    end_at: Option<String>,
-    overlap: Overlap,
-    catch_up: CatchUp,
-    /// `active`, `paused` or `ended`.
-    state: &'static str,
-    next_runs: Vec<String>,
-    last_runs: Vec<RunView>,
-    job: serde_json::Value,
-    created_at: String,
-    updated_at: String,
-}
-
-fn view(record: ScheduleRecord) -> ScheduleView {
-    let spec = &record.spec;
-    let state = if record.paused {
-        "paused"
-    } else if record.next.is_none() {
-        "ended"
-    } else {
-        "active"
-    };
-    let next_runs = match (spec.rule(record.anchor), state, record.next) {
-        (Ok(rule), "active", Some(next)) => std::iter::once(next)
-            .chain(spec.next_runs(&rule, next, NEXT_RUNS - 1))
-            .collect(),
-        // What it would fire once resumed (fire times while paused are
-        // skipped).
-        (Ok(rule), "paused", _) => spec.next_runs(&rule, crate::job::now_ms(), NEXT_RUNS),
-        _ => Vec::new(),
-    };
-    ScheduleView {
-        cron: spec.cron.clone(),
-        every: spec.every_ms.map(format_duration_ms),
-        timezone: spec.timezone.clone(),
-        start_at: spec.start_at.map(format_ms),
-        end_at: spec.end_at.map(format_ms),
-        overlap: spec.overlap,
-        catch_up: spec.catch_up,
-        state,
-        next_runs: next_runs.into_iter().map(format_ms).collect(),
-        last_runs: record
-            .last_runs
-            .iter()
-            .map(|run| RunView {
-                at: format_ms(run.at),
-                job_id: job_id(&record.id, run.at),
-                outcome: if run.fired { "fired" } else { "skipped" },
-            })
-            .collect(),
-        job: spec.job.to_shown_json(),
-        created_at: format_ms(record.created),
-        updated_at: format_ms(record.updated),
-        id: record.id,
-    }
-}
+use crate::job::{format_duration_ms, FieldError, RunAt};
+use crate::schedule::{validate_schedule_id, CatchUp, Overlap, ScheduleInput, ScheduleSpec};
+use crate::store::schedules::{PutOutcome, ScheduleRecord, ScheduleView, ScheduleWrite};
 
 fn not_found(id: &str) -> ApiError {
     ApiError::new(
@@ -114,36 +30,6 @@ fn modified(id: &str) -> ApiError {
         "modified",
         format!("schedule `{id}` changed while this change was prepared; read it again and retry"),
     )
-}
-
-/// What the store writes for schedule `id` with `spec`.
-fn write_of<'a>(
-    config: &Config,
-    id: &'a str,
-    spec: &'a ScheduleSpec,
-    paused: bool,
-    next: Option<i64>,
-    anchor: i64,
-    expected_version: Option<u64>,
-) -> ScheduleWrite<'a> {
-    let template = JobSpec {
-        schedule_id: Some(id.to_string()),
-        ..spec.job.clone()
-    };
-    ScheduleWrite {
-        id,
-        spec,
-        template_json: template.stored_json(),
-        max_attempts: spec.job.max_attempts(config),
-        lease_ms: spec
-            .job
-            .timeout_ms
-            .map(|t| config.lease_for(Duration::from_millis(t)).as_millis() as u64),
-        paused,
-        next,
-        anchor,
-        expected_version,
-    }
 }
 
 /// Checks what a schedule's template may not have yet.
@@ -174,7 +60,7 @@ pub(super) async fn create(
     supported(&valid.spec)?;
     let now = state.store.redis_time_ms().await?;
     let next = next_after(&valid.spec, now, now)?;
-    let write = write_of(
+    let write = ScheduleWrite::new(
         &state.config,
         &valid.id,
         &valid.spec,
@@ -202,7 +88,7 @@ pub(super) async fn create(
         PutOutcome::NotFound => return Err(not_found(&valid.id)),
     };
     match state.store.get_schedule(&valid.id).await? {
-        Some(record) => Ok((status, Json(view(record))).into_response()),
+        Some(record) => Ok((status, Json(record.view())).into_response()),
         None => Err(not_found(&valid.id)),
     }
 }
@@ -214,7 +100,7 @@ pub(super) async fn show(
 ) -> Result<Response, ApiError> {
     validate_schedule_id(&id)?;
     match state.store.get_schedule(&id).await? {
-        Some(record) => Ok(Json(view(record)).into_response()),
+        Some(record) => Ok(Json(record.view()).into_response()),
         None => Err(not_found(&id)),
     }
 }
@@ -236,7 +122,7 @@ pub(super) async fn list(
         .map(|c| parse_cursor(c, state.store.keys().partitions()))
         .transpose()?;
     let (records, next) = state.store.list_schedules(limit, after).await?;
-    let schedules: Vec<ScheduleView> = records.into_iter().map(view).collect();
+    let schedules: Vec<ScheduleView> = records.into_iter().map(ScheduleRecord::view).collect();
     let next_cursor = next.map(|(p, id)| format!("{p}.{id}"));
     Ok(
         Json(serde_json::json!({"schedules": schedules, "next_cursor": next_cursor}))
@@ -349,7 +235,7 @@ async fn change(
     next: Option<i64>,
     record: &ScheduleRecord,
 ) -> Result<Response, ApiError> {
-    let write = write_of(
+    let write = ScheduleWrite::new(
         &state.config,
         id,
         spec,
@@ -364,7 +250,7 @@ async fn change(
         PutOutcome::NotFound => return Err(not_found(id)),
     }
     match state.store.get_schedule(id).await? {
-        Some(record) => Ok(Json(view(record)).into_response()),
+        Some(record) => Ok(Json(record.view()).into_response()),
         None => Err(not_found(id)),
     }
 }
@@ -389,17 +275,14 @@ pub(super) async fn resume(
 
 async fn set_paused(state: &AppState, id: &str, paused: bool) -> Result<Response, ApiError> {
     validate_schedule_id(id)?;
-    let Some(record) = state.store.get_schedule(id).await? else {
-        return Err(not_found(id));
-    };
-    let now = state.store.redis_time_ms().await?;
-    let next = if paused {
-        record.next
-    } else {
-        next_after(&record.spec, record.anchor, now)?
-    };
-    let spec = record.spec.clone();
-    change(state, id, &spec, paused, next, &record).await
+    match state
+        .store
+        .set_schedule_paused(&state.config, id, paused)
+        .await?
+    {
+        Some(record) => Ok(Json(record.view()).into_response()),
+        None => Err(not_found(id)),
+    }
 }
 
 /// `DELETE /v1/schedules/{id}`: 204; the jobs it fired stay.

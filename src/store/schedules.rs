@@ -6,10 +6,18 @@
 //! let `lua/fire_schedules.lua` create the jobs and advance each schedule
 //! in one step.
 
+use std::time::Duration;
+
 use redis::Value;
+use serde::Serialize;
 
 use super::{arg, scripts, Code, Store, StoreError, StoreResult};
-use crate::schedule::{self, ScheduleSpec};
+use crate::config::Config;
+use crate::job::{format_duration_ms, format_ms, JobSpec};
+use crate::schedule::{self, job_id, CatchUp, Overlap, ScheduleSpec};
+
+/// Fire times a view lists ahead.
+const NEXT_RUNS: usize = 5;
 
 /// Due schedules fired per script call.
 const FIRE_BATCH: usize = 200;
@@ -69,6 +77,39 @@ pub struct ScheduleWrite<'a> {
     pub anchor: i64,
     /// A change: the version it was computed from; None: a create.
     pub expected_version: Option<u64>,
+}
+
+impl<'a> ScheduleWrite<'a> {
+    /// What to write for schedule `id` with `spec` (its fired jobs' spec,
+    /// attempts and lease from `config`).
+    pub fn new(
+        config: &Config,
+        id: &'a str,
+        spec: &'a ScheduleSpec,
+        paused: bool,
+        next: Option<i64>,
+        anchor: i64,
+        expected_version: Option<u64>,
+    ) -> ScheduleWrite<'a> {
+        let template = JobSpec {
+            schedule_id: Some(id.to_string()),
+            ..spec.job.clone()
+        };
+        ScheduleWrite {
+            id,
+            spec,
+            template_json: template.stored_json(),
+            max_attempts: spec.job.max_attempts(config),
+            lease_ms: spec
+                .job
+                .timeout_ms
+                .map(|t| config.lease_for(Duration::from_millis(t)).as_millis() as u64),
+            paused,
+            next,
+            anchor,
+            expected_version,
+        }
+    }
 }
 
 /// What a schedule write did.
@@ -139,7 +180,149 @@ impl ScheduleRecord {
     }
 }
 
+/// One recorded fire time, as a view shows it.
+#[derive(Debug, Serialize)]
+pub struct RunView {
+    /// The fire time.
+    pub at: String,
+    /// The job it fired (or would have).
+    pub job_id: String,
+    /// `fired` or `skipped`.
+    pub outcome: &'static str,
+}
+
+/// A schedule as the API and `hookq schedules show` present it.
+#[derive(Debug, Serialize)]
+pub struct ScheduleView {
+    /// Its id.
+    pub id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Its cron expression.
+    pub cron: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Its interval.
+    pub every: Option<String>,
+    /// Its time zone.
+    pub timezone: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    /// No fire time before.
+    pub start_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    /// No fire time after.
+    pub end_at: Option<String>,
+    /// Overlap rule.
+    pub overlap: Overlap,
+    /// Catch-up rule.
+    pub catch_up: CatchUp,
+    /// `active`, `paused` or `ended`.
+    pub state: &'static str,
+    /// The next fire times.
+    pub next_runs: Vec<String>,
+    /// The last runs, newest first.
+    pub last_runs: Vec<RunView>,
+    /// The job template (header values redacted).
+    pub job: serde_json::Value,
+    /// Created.
+    pub created_at: String,
+    /// Last changed.
+    pub updated_at: String,
+}
+
+impl ScheduleRecord {
+    /// The API view of this schedule.
+    pub fn view(self) -> ScheduleView {
+        let record = self;
+        let spec = &record.spec;
+        let state = if record.paused {
+            "paused"
+        } else if record.next.is_none() {
+            "ended"
+        } else {
+            "active"
+        };
+        let next_runs = match (spec.rule(record.anchor), state, record.next) {
+            (Ok(rule), "active", Some(next)) => std::iter::once(next)
+                .chain(spec.next_runs(&rule, next, NEXT_RUNS - 1))
+                .collect(),
+            // What it would fire once resumed (fire times while paused are
+            // skipped).
+            (Ok(rule), "paused", _) => spec.next_runs(&rule, crate::job::now_ms(), NEXT_RUNS),
+            _ => Vec::new(),
+        };
+        ScheduleView {
+            cron: spec.cron.clone(),
+            every: spec.every_ms.map(format_duration_ms),
+            timezone: spec.timezone.clone(),
+            start_at: spec.start_at.map(format_ms),
+            end_at: spec.end_at.map(format_ms),
+            overlap: spec.overlap,
+            catch_up: spec.catch_up,
+            state,
+            next_runs: next_runs.into_iter().map(format_ms).collect(),
+            last_runs: record
+                .last_runs
+                .iter()
+                .map(|run| RunView {
+                    at: format_ms(run.at),
+                    job_id: job_id(&record.id, run.at),
+                    outcome: if run.fired { "fired" } else { "skipped" },
+                })
+                .collect(),
+            job: spec.job.to_shown_json(),
+            created_at: format_ms(record.created),
+            updated_at: format_ms(record.updated),
+            id: record.id,
+        }
+    }
+}
+
 impl Store {
+    /// Pauses or resumes schedule `id` (resumed, it fires from its next
+    /// fire time after now: times while paused are skipped, never caught
+    /// up); None if there is no such schedule.
+    pub async fn set_schedule_paused(
+        &self,
+        config: &Config,
+        id: &str,
+        paused: bool,
+    ) -> StoreResult<Option<ScheduleRecord>> {
+        for _ in 0..5 {
+            let Some(record) = self.get_schedule(id).await? else {
+                return Ok(None);
+            };
+            let next = if paused {
+                record.next
+            } else {
+                let now = self.redis_time_ms().await?;
+                let rule = record
+                    .spec
+                    .rule(record.anchor)
+                    .map_err(|e| StoreError::reply("schedule", e.message))?;
+                record.spec.next_after(&rule, now)
+            };
+            let write = ScheduleWrite::new(
+                config,
+                id,
+                &record.spec,
+                paused,
+                next,
+                record.anchor,
+                Some(record.version),
+            );
+            match self.put_schedule(&write).await? {
+                PutOutcome::Written(_) | PutOutcome::Identical => {
+                    return self.get_schedule(id).await
+                }
+                PutOutcome::NotFound => return Ok(None),
+                PutOutcome::Conflict => continue,
+            }
+        }
+        Err(StoreError::reply(
+            "put_schedule",
+            "the schedule kept changing while it was being paused or resumed",
+        ))
+    }
+
     /// The partition of schedule `id` (its id's).
     pub fn schedule_partition(&self, id: &str) -> u16 {
         self.keys.partition_of(id)

@@ -826,6 +826,26 @@ async fn malformed_requests_get_4xx_and_change_nothing() {
             Some("host"),
         ),
         ("GET", "/v1/nothing-here", "".into(), None),
+        ("POST", "/v1/schedules", "not json".into(), None),
+        (
+            "POST",
+            "/v1/schedules",
+            r#"{"every": "1ms", "job": {"url": "http://a.example/"}}"#.into(),
+            Some("every"),
+        ),
+        (
+            "POST",
+            "/v1/schedules",
+            r#"{"every": "1m", "job": {"url": "x"}}"#.into(),
+            Some("job.url"),
+        ),
+        ("GET", "/v1/schedules?limit=0", "".into(), Some("limit")),
+        ("GET", "/v1/schedules?cursor=x", "".into(), Some("cursor")),
+        ("GET", "/v1/schedules/a:b", "".into(), Some("id")),
+        ("PATCH", "/v1/schedules/a:b", "{}".into(), Some("id")),
+        ("DELETE", "/v1/schedules/a:b", "".into(), Some("id")),
+        ("POST", "/v1/schedules/a:b/pause", "".into(), Some("id")),
+        ("POST", "/v1/schedules/a:b/resume", "".into(), Some("id")),
     ];
     // The table covers every documented operation that takes input (a body,
     // a query or an id in the path): a route added without a malformed case

@@ -488,3 +488,52 @@ async fn bad_schedules_are_refused_naming_the_field() {
     assert_eq!(status, 404, "nothing written");
     daemon.stop().await.expect("clean stop");
 }
+
+/// `hookq schedules`: list, show, pause, resume and delete against the
+/// same Redis; a missing id exits 3, a malformed one 2 naming ID.
+#[tokio::test]
+async fn the_cli_lists_shows_pauses_resumes_and_deletes_schedules() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let (status, _) = post_json(
+        &format!("{}/v1/schedules", daemon.url()),
+        json!({"id": "nightly", "cron": "0 3 * * *", "timezone": "Europe/Berlin",
+            "job": {"url": receiver.url("/")}}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let cli = |args: &[&str]| crate::ops::hookq(&redis, "hookq", args);
+    let text = |out: &std::process::Output| String::from_utf8_lossy(&out.stdout).to_string();
+
+    let out = cli(&["schedules"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text(&out).contains("nightly") && text(&out).contains("cron 0 3 * * * (Europe/Berlin)"),
+        "{}",
+        text(&out)
+    );
+    let out = cli(&["--json", "schedules", "show", "nightly"]);
+    let shown: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(shown["state"], "active", "{shown}");
+    assert_eq!(shown["next_runs"].as_array().map(Vec::len), Some(5));
+    let out = cli(&["--json", "schedules", "pause", "nightly"]);
+    let paused: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(paused["state"], "paused", "{paused}");
+    let (_, api) = get_json(&format!("{}/v1/schedules/nightly", daemon.url())).await;
+    assert_eq!(api["state"], "paused", "the API sees it: {api}");
+    let out = cli(&["--json", "schedules", "resume", "nightly"]);
+    let resumed: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(resumed["state"], "active", "{resumed}");
+    let out = cli(&["schedules", "delete", "nightly"]);
+    assert!(out.status.success(), "{out:?}");
+    let out = cli(&["schedules", "show", "nightly"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let out = cli(&["schedules", "show", "a:b"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("ID"),
+        "{out:?}"
+    );
+    daemon.stop().await.expect("clean stop");
+}
