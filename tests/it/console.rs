@@ -205,6 +205,53 @@ async fn an_operator_looks_replays_and_pauses_from_the_console() {
     browser.wait_text("#lag", |t| t.contains("p99 ≤")).await;
     browser.screenshot(&screenshot_path("overview")).await;
 
+    // Schedules: listed with their next run, paused from the page; one
+    // shows the jobs it fired.
+    let schedules = format!("{base}/v1/schedules");
+    post_created_with(
+        &schedules,
+        &admin,
+        json!({"id": "nightly", "cron": "0 3 * * *", "timezone": "Europe/Berlin",
+            "job": {"url": flaky.url("/ok")}}),
+    )
+    .await;
+    post_created_with(
+        &schedules,
+        &admin,
+        json!({"id": "tick", "every": "1s", "job": {"url": flaky.url("/ok")}}),
+    )
+    .await;
+    browser.goto(&format!("{base}/ui#/schedules")).await;
+    browser
+        .wait_for("#schedules a[href='#/schedule/nightly']")
+        .await;
+    browser
+        .click("#schedules button.pause[data-schedule='nightly']")
+        .await;
+    wait_until("nightly is paused", Duration::from_secs(10), || async {
+        get_json_with(&format!("{schedules}/nightly"), &admin)
+            .await
+            .1["state"]
+            == "paused"
+    })
+    .await;
+    browser
+        .wait_for("#schedules button.resume[data-schedule='nightly']")
+        .await;
+    browser.screenshot(&screenshot_path("schedules")).await;
+    browser.goto(&format!("{base}/ui#/schedule/tick")).await;
+    browser.wait_for("#main a[href^='#/job/tick']").await;
+    let runs = browser
+        .eval("return document.querySelectorAll('#next-runs li').length")
+        .await;
+    assert_eq!(runs, json!(5));
+    browser.screenshot(&screenshot_path("schedule")).await;
+    let _ = reqwest::Client::new()
+        .delete(format!("{schedules}/tick"))
+        .bearer_auth(&admin)
+        .send()
+        .await;
+
     // Jobs by state, then a host paused from the page.
     browser.goto(&format!("{base}/ui#/jobs")).await;
     browser.click("#main form button[type=submit]").await;

@@ -537,3 +537,61 @@ async fn the_cli_lists_shows_pauses_resumes_and_deletes_schedules() {
     );
     daemon.stop().await.expect("clean stop");
 }
+
+/// On a real 3-master Redis Cluster, two daemons: schedules spread over
+/// partitions on every master each fire once per fire time.
+#[tokio::test]
+async fn schedules_on_a_cluster_fire_each_time_once() {
+    use crate::support::cluster::{keyslot, slot_owner, RedisCluster};
+    let cluster = RedisCluster::start();
+    let receiver = Receiver::ok().await;
+    let mut config = test_config(&cluster.nodes[0]);
+    config.redis.partitions = 16;
+    config.redis.cluster_nodes = cluster.seeds();
+    config.validate().expect("valid cluster config");
+    let daemons = [start_daemon(&config).await, start_daemon(&config).await];
+    let keys = hookq::store::Keys::new(&config.redis.namespace, config.redis.partitions);
+    let ids: Vec<String> = (0..24).map(|i| format!("c{i}")).collect();
+    let first = cluster.master_ports()[0];
+    let masters: BTreeSet<u16> = ids
+        .iter()
+        .map(|id| {
+            let slot = keyslot(first, &keys.fires(keys.partition_of(id)));
+            slot_owner(first, slot)
+        })
+        .collect();
+    assert_eq!(masters.len(), 3, "the schedules live on every master");
+    for (i, id) in ids.iter().enumerate() {
+        let (status, created) = post_json(
+            &format!("{}/v1/schedules", daemons[i % 2].url()),
+            json!({"id": id, "every": "1s", "job": {"url": receiver.url("/")}}),
+        )
+        .await;
+        assert_eq!(status, 201, "{created}");
+    }
+    wait_until(
+        "every schedule fired four times",
+        Duration::from_secs(20),
+        || async { ids.iter().all(|id| fired_times(&receiver, id).len() >= 4) },
+    )
+    .await;
+    for daemon in daemons {
+        daemon.stop().await.expect("clean stop");
+    }
+    let mut deliveries = std::collections::HashMap::new();
+    for r in receiver.requests() {
+        if let Some(id) = r.header("webhook-id") {
+            *deliveries.entry(id.to_string()).or_insert(0) += 1;
+        }
+    }
+    assert!(
+        deliveries.values().all(|n| *n == 1),
+        "a job twice: {deliveries:?}"
+    );
+    for id in &ids {
+        let times: Vec<i64> = fired_times(&receiver, id).into_iter().collect();
+        for pair in times.windows(2) {
+            assert_eq!(pair[1] - pair[0], 1000, "{id}: {times:?}");
+        }
+    }
+}

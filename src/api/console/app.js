@@ -197,13 +197,16 @@ function route() {
   const hash = location.hash.replace(/^#\/?/, '') || 'overview';
   const [page, ...rest] = hash.split('/');
   for (const a of document.querySelectorAll('#nav a')) {
-    a.classList.toggle('active', a.dataset.page === page || (page === 'job' && a.dataset.page === 'jobs'));
+    a.classList.toggle('active', a.dataset.page === page || (page === 'job' && a.dataset.page === 'jobs')
+      || (page === 'schedule' && a.dataset.page === 'schedules'));
   }
   if (!session.open && !session.key) return login();
   if (page === 'jobs') return jobsPage(new URLSearchParams(location.hash.split('?')[1] || ''));
   if (page === 'job') return jobPage(decodeURIComponent(rest.join('/').split('?')[0]));
   if (page === 'dead') return deadPage();
   if (page === 'hosts') return hostsPage();
+  if (page === 'schedules') return schedulesPage();
+  if (page === 'schedule') return schedulePage(decodeURIComponent(rest.join('/')));
   return overviewPage();
 }
 
@@ -460,6 +463,67 @@ function hostsPage() {
         h.host, h.state, String(h.waiting), String(h.in_flight), String(h.concurrency), String(h.rate), h.reason || '',
         can('admin') ? el('button', { type: 'button', class: h.state === 'closed' ? 'pause' : 'resume', onclick: () => act(h.host, h.state === 'closed' ? 'pause' : 'resume') }, h.state === 'closed' ? 'Pause' : 'Resume') : '',
       ]), 'No host has been called yet.'));
+    painted();
+  });
+  every(2000, refresh);
+}
+
+// Schedules: each with its state, rule, next and last run; pause and resume.
+function scheduleWhen(s) {
+  return s.cron ? `cron ${s.cron} (${s.timezone})` : `every ${s.every}`;
+}
+
+function pauseButton(s, done) {
+  if (!can('write') || s.state === 'ended') return '';
+  const action = s.state === 'paused' ? 'resume' : 'pause';
+  return el('button', { type: 'button', class: action, 'data-schedule': s.id, onclick: () => attempt(() => api('POST', `/v1/schedules/${encodeURIComponent(s.id)}/${action}`), done) },
+    action === 'pause' ? 'Pause' : 'Resume');
+}
+
+function lastRun(run) {
+  return run ? `${fmtTime(run.at)} ${run.outcome}` : '–';
+}
+
+function schedulesPage() {
+  const list = el('div', { id: 'schedules' });
+  show(el('h1', {}, 'Schedules'), list);
+  const refresh = () => attempt(async () => {
+    const page = await api('GET', '/v1/schedules?limit=200');
+    list.replaceChildren(table(['schedule', 'state', 'when', 'next run', 'last run', ''],
+      page.schedules.map((s) => [
+        el('a', { href: '#/schedule/' + encodeURIComponent(s.id) }, s.id), s.state, scheduleWhen(s),
+        fmtTime(s.next_runs[0]), lastRun(s.last_runs[0]), pauseButton(s, refresh),
+      ]), 'No schedule yet.'));
+    painted();
+  });
+  every(2000, refresh);
+}
+
+function schedulePage(id) {
+  const refresh = () => attempt(async () => {
+    let s;
+    try {
+      s = await api('GET', '/v1/schedules/' + encodeURIComponent(id));
+    } catch (e) {
+      if (e.status === 404) {
+        show(el('h1', {}, 'Schedule ', el('code', {}, id)), el('p', { class: 'error' }, 'No schedule with this id.'));
+        return;
+      }
+      throw e;
+    }
+    show(el('h1', {}, 'Schedule ', el('code', {}, s.id)), pauseButton(s, refresh),
+      table(['field', 'value'], [
+        ['state', s.state], ['when', scheduleWhen(s)], ['overlap', s.overlap], ['catch up', s.catch_up],
+        ['starts', fmtTime(s.start_at)], ['ends', fmtTime(s.end_at)],
+        ['job', `${s.job.method || 'POST'} ${s.job.url}`],
+      ]),
+      el('h2', {}, 'Next runs'),
+      el('ul', { id: 'next-runs' }, s.next_runs.map((t) => el('li', {}, fmtTime(t)))),
+      el('h2', {}, 'Last runs'),
+      table(['at', 'outcome', 'job'], s.last_runs.map((r) => [
+        fmtTime(r.at), r.outcome,
+        r.outcome === 'fired' ? el('a', { href: '#/job/' + encodeURIComponent(r.job_id) }, r.job_id) : r.job_id,
+      ]), 'Not fired yet.'));
     painted();
   });
   every(2000, refresh);
