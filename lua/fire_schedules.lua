@@ -8,7 +8,9 @@
 
   The job of fire time T has id `<schedule id>:<T>`, lives in the
   schedule's partition, is due at T (its record's given due time is T)
-  and stores the schedule's template as its spec. With `overlap = "skip"`
+  and stores the schedule's template as its spec; with an ordering key it
+  joins the tail of its ordering list (held unless the list is empty, see
+  the prelude). With `overlap = "skip"`
   a fire time whose previous job still has a live record (not delivered,
   dead or cancelled) creates nothing and is recorded as skipped.
 
@@ -48,7 +50,7 @@ local plans = {}
 for i = 4, #ARGV, 6 do
   local id = ARGV[i]
   local key = prefix .. 'sched:' .. id
-  local f = rcall('HMGET', key, 'ver', 'tmpl', 'max', 'lease', 'prev', 'last', 'overlap')
+  local f = rcall('HMGET', key, 'ver', 'tmpl', 'max', 'lease', 'prev', 'last', 'overlap', 'order')
   local score = rcall('ZSCORE', KEYS[1], id)
   local current = f[1] and f[1] == ARGV[i + 2] and score and tonumber(score) == tonumber(ARGV[i + 1])
   if not f[1] and slot_moving_once(KEYS[1]) then return try_again() end
@@ -58,7 +60,7 @@ end
 if IN_CLUSTER and #plans > 0 and slot_moving(KEYS[1]) then return try_again() end
 
 local out = {now}
-local ready, zadd, seqs = {}, {}, 0
+local ready, zadd, seqs, held = {}, {}, 0, 0
 for _, plan in ipairs(plans) do
   if not plan.current then
     out[#out + 1] = 0
@@ -78,7 +80,14 @@ for _, plan in ipairs(plans) do
         if not rec_exists(at) then
           local r = {state = 'r', ut = now, att = 0, max = tonumber(f[3]), due = t, seq = 0,
             ct = now, lease = tonumber(f[4]) or 0, given = t}
-          if t <= now then
+          local line = f[8] and f[8] ~= '' and prefix .. 'order:' .. f[8]
+          local behind = line and rcall('LLEN', line) > 0
+          if line then rcall('RPUSH', line, job) end
+          if behind then
+            r.state = 'o'
+            rec_create(at, r, f[2])
+            held = held + 1
+          elseif t <= now then
             rec_create(at, r, f[2])
             ready[#ready + 1] = job
           else
@@ -115,6 +124,7 @@ for _, plan in ipairs(plans) do
     end
   end
 end
+if held > 0 then rcall('HINCRBY', prefix .. 'stats', 'held', held) end
 -- Jobs due in the future (a fire time the daemon saw due by a clock
 -- running ahead of this one) wait in the due set like any job.
 if #zadd > 0 then

@@ -17,6 +17,9 @@
     last    the last runs, newest first, at most 10: `<ms><f|s>` joined by ","
             (f fired, s skipped)
     prev    the id of the last job it fired (for `overlap = "skip"`)
+    order   its jobs' ordering list `<topic>:<ordering key>`, or "": such
+            a schedule lives in its key's partition, its id's holding a
+            stub (see place_schedule.lua)
 
   An active schedule is in the partition's fire index, scored by its next
   fire time; every schedule is in the partition's schedule index (score 0,
@@ -39,22 +42,27 @@
     ARGV[12] wake channel
     ARGV[13] partition number
     ARGV[14] overlap: "allow" or "skip"
+    ARGV[15] its jobs' ordering list, or ""
+    ARGV[16] create: "c" to compare only (NOT_FOUND when absent)
   Output:
     {code, version}: DONE written; UNCHANGED (create) an identical schedule
     exists; CHANGED (create) the id exists with other content, (replace)
     the schedule changed since it was read; NOT_FOUND (replace) no such
-    schedule (the codes of the prelude). Nothing changes unless DONE.
+    schedule; ELSEWHERE (create) a stub names partition `version` (the
+    codes of the prelude). Nothing changes unless DONE.
     TRYAGAIN, with nothing changed, while the partition's slot is migrating.
 ]]
 local rcall = redis.call
 local key = ARGV[1] .. 'sched:' .. ARGV[2]
-local f = rcall('HMGET', key, 'spec', 'ver')
+local f = rcall('HMGET', key, 'spec', 'ver', 'at')
 if ARGV[3] == 'create' then
   if f[1] then
     if f[1] == ARGV[4] then return {UNCHANGED, tonumber(f[2]) or 0} end
     return {CHANGED, tonumber(f[2]) or 0}
   end
+  if f[3] then return {ELSEWHERE, tonumber(f[3])} end
   if slot_moving_once(KEYS[1]) then return try_again() end
+  if ARGV[16] == 'c' then return {NOT_FOUND, 0} end
 else
   if not f[1] then
     if slot_moving_once(KEYS[1]) then return try_again() end
@@ -66,7 +74,8 @@ end
 local now = now_ms()
 local version = (tonumber(f[2]) or 0) + 1
 local fields = {'spec', ARGV[4], 'tmpl', ARGV[5], 'max', ARGV[6], 'lease', ARGV[7],
-  'paused', ARGV[8], 'next', ARGV[9], 'ver', version, 'ut', now, 'overlap', ARGV[14]}
+  'paused', ARGV[8], 'next', ARGV[9], 'ver', version, 'ut', now, 'overlap', ARGV[14],
+  'order', ARGV[15]}
 if ARGV[3] == 'create' then
   for _, v in ipairs({'anchor', ARGV[10], 'ct', now, 'last', ''}) do fields[#fields + 1] = v end
 end

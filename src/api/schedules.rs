@@ -32,18 +32,6 @@ fn modified(id: &str) -> ApiError {
     )
 }
 
-/// Checks what a schedule's template may not have yet.
-fn supported(spec: &ScheduleSpec) -> Result<(), FieldError> {
-    if spec.job.ordering_key.is_some() {
-        return Err(FieldError::new(
-            "not_supported",
-            "job.ordering_key",
-            "a schedule's job cannot have an ordering_key yet",
-        ));
-    }
-    Ok(())
-}
-
 /// The next fire time of `spec` after `now` (its rule anchored at `anchor`).
 fn next_after(spec: &ScheduleSpec, anchor: i64, now: i64) -> Result<Option<i64>, ApiError> {
     let rule = spec.rule(anchor)?;
@@ -57,7 +45,6 @@ pub(super) async fn create(
 ) -> Result<Response, ApiError> {
     let input: ScheduleInput = parse_json(&body?)?;
     let valid = input.validate(&state.config)?;
-    supported(&valid.spec)?;
     let now = state.store.redis_time_ms().await?;
     let next = next_after(&valid.spec, now, now)?;
     let write = ScheduleWrite::new(
@@ -219,7 +206,17 @@ pub(super) async fn patch(
     input.catch_up = patch.catch_up.or(input.catch_up);
     input.job = patch.job.or(input.job);
     let spec = input.spec(&state.config)?;
-    supported(&spec)?;
+    if spec.job.ordering_list() != record.spec.job.ordering_list() {
+        // Its jobs live in their ordering key's partition.
+        return Err(ApiError {
+            field: Some("job.ordering_key".into()),
+            ..ApiError::new(
+                StatusCode::CONFLICT,
+                "ordering_key_fixed",
+                format!("schedule `{id}`'s job ordering key (and topic, when it has one) cannot change; create a new schedule instead"),
+            )
+        });
+    }
     let paused = patch.paused.unwrap_or(record.paused);
     let now = state.store.redis_time_ms().await?;
     let next = next_after(&spec, record.anchor, now)?;

@@ -792,10 +792,20 @@ impl Store {
         Ok(outcomes)
     }
 
+    /// The partition the schedule lives in whose firing would give job id
+    /// `id`, if it is such an id (a schedule with an ordering key lives in
+    /// its key's partition: one read finds it).
+    async fn fired_home(&self, id: &str) -> StoreResult<Option<u16>> {
+        match crate::schedule::fired_by(id) {
+            Some((schedule, _)) => Ok(Some(self.schedule_home(schedule).await?)),
+            None => Ok(None),
+        }
+    }
+
     /// The partition of the schedule whose firing would give job id `id`
     /// (see [`crate::schedule::fired_by`]), if it is such an id.
     fn fired_partition(&self, id: &str) -> Option<u16> {
-        crate::schedule::fired_by(id).map(|(schedule, _)| self.schedule_partition(schedule))
+        crate::schedule::fired_by(id).map(|(schedule, _)| self.keys.partition_of(schedule))
     }
 
     /// The partition a new job is to live in: its ordering list's, or its id's.
@@ -1453,7 +1463,7 @@ impl Store {
             // A job a schedule fired lives in the schedule's partition,
             // unless one of its id was created by hand (kept or summarised
             // here).
-            let Some(fired) = self.fired_partition(id).filter(|&p| p != own) else {
+            let Some(fired) = self.fired_home(id).await?.filter(|&p| p != own) else {
                 return Ok(own);
             };
             let kept: bool = redis::cmd("EXISTS")
@@ -1493,7 +1503,7 @@ impl Store {
                     format!("{id}: a pointer to a pointer"),
                 )),
             },
-            Ok(None) => match self.fired_partition(id).filter(|&p| p != own) {
+            Ok(None) => match self.fired_home(id).await?.filter(|&p| p != own) {
                 // A job a schedule fired lives in the schedule's partition.
                 Some(p) => Ok(self.get_in(p, id).await?.unwrap_or(None).map(fired_summary)),
                 None => Ok(None),

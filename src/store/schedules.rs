@@ -77,6 +77,9 @@ pub struct ScheduleWrite<'a> {
     pub anchor: i64,
     /// A change: the version it was computed from; None: a create.
     pub expected_version: Option<u64>,
+    /// Its jobs' ordering list ([`JobSpec::ordering_list`]), if any: the
+    /// schedule then lives in that list's partition.
+    pub order: Option<String>,
 }
 
 impl<'a> ScheduleWrite<'a> {
@@ -108,6 +111,7 @@ impl<'a> ScheduleWrite<'a> {
             next,
             anchor,
             expected_version,
+            order: spec.job.ordering_list(),
         }
     }
 }
@@ -124,6 +128,16 @@ pub enum PutOutcome {
     Conflict,
     /// (change) no such schedule.
     NotFound,
+}
+
+/// What one `put_schedule` call found.
+enum Put {
+    /// The outcome, in that partition.
+    Done(PutOutcome),
+    /// (create) a stub names this other partition.
+    Elsewhere(u16),
+    /// (create, compare only) no such schedule there.
+    Absent,
 }
 
 /// What one firing round of a partition did.
@@ -323,14 +337,92 @@ impl Store {
         ))
     }
 
-    /// The partition of schedule `id` (its id's).
-    pub fn schedule_partition(&self, id: &str) -> u16 {
-        self.keys.partition_of(id)
+    /// The partition schedule `id` lives in: its id's, unless a stub
+    /// there names its ordering key's (see `lua/place_schedule.lua`).
+    pub async fn schedule_home(&self, id: &str) -> StoreResult<u16> {
+        let own = self.keys.partition_of(id);
+        let mut conn = self.conn.clone();
+        let at: Option<u16> = redis::cmd("HGET")
+            .arg(self.keys.schedule(own, id))
+            .arg("at")
+            .query_async(&mut conn)
+            .await?;
+        Ok(at.filter(|&p| p < self.keys.partitions()).unwrap_or(own))
     }
 
-    /// Creates (idempotently by id) or changes a schedule.
+    /// Creates (idempotently by id) or changes a schedule. A schedule whose
+    /// jobs have an ordering key lives in its key's partition (with a stub
+    /// in its id's, placed first); a create that meets a stub compares
+    /// with the schedule it names, or replaces it when that one is gone.
     pub async fn put_schedule(&self, write: &ScheduleWrite<'_>) -> StoreResult<PutOutcome> {
-        let p = self.schedule_partition(write.id);
+        let own = self.keys.partition_of(write.id);
+        let target = write
+            .order
+            .as_deref()
+            .map_or(own, |order| self.keys.order_partition(order));
+        if write.expected_version.is_some() {
+            let home = self.schedule_home(write.id).await?;
+            return match self.put_schedule_in(home, write, false).await? {
+                Put::Done(outcome) => Ok(outcome),
+                _ => Ok(PutOutcome::NotFound),
+            };
+        }
+        let mut p = if target == own {
+            own
+        } else {
+            self.place_schedule(own, write.id, target, None).await?
+        };
+        for _ in 0..4 {
+            match self.put_schedule_in(p, write, p != target).await? {
+                Put::Done(outcome) => return Ok(outcome),
+                Put::Elsewhere(q) if q < self.keys.partitions() && q != p => p = q,
+                Put::Elsewhere(_) => break,
+                // The stub that led here names a schedule gone.
+                Put::Absent => p = self.place_schedule(own, write.id, target, Some(p)).await?,
+            }
+        }
+        Err(StoreError::reply(
+            "put_schedule",
+            "the schedule's place kept changing while it was being created",
+        ))
+    }
+
+    /// One `place_schedule` call in partition `own` (the id's): the
+    /// partition where schedule `id` lives or is to be created.
+    async fn place_schedule(
+        &self,
+        own: u16,
+        id: &str,
+        target: u16,
+        replace: Option<u16>,
+    ) -> StoreResult<u16> {
+        let home: u16 = self
+            .invoke_acked(
+                &scripts::PLACE_SCHEDULE,
+                &[&self.keys.schedule(own, id)],
+                &[
+                    arg(&own),
+                    arg(&target),
+                    arg(&replace.map(|r| r.to_string()).unwrap_or_default()),
+                ],
+            )
+            .await?;
+        if home >= self.keys.partitions() {
+            return Err(StoreError::reply(
+                "place_schedule",
+                format!("partition {home}"),
+            ));
+        }
+        Ok(home)
+    }
+
+    /// One `put_schedule` call in partition `p`.
+    async fn put_schedule_in(
+        &self,
+        p: u16,
+        write: &ScheduleWrite<'_>,
+        compare_only: bool,
+    ) -> StoreResult<Put> {
         let spec_json = serde_json::to_string(write.spec)
             .map_err(|e| StoreError::reply("put_schedule", e.to_string()))?;
         let overlap = match write.spec.overlap {
@@ -360,6 +452,8 @@ impl Store {
                     arg(&*self.channel),
                     arg(&p),
                     arg(&overlap),
+                    arg(&write.order.as_deref().unwrap_or_default()),
+                    arg(&if compare_only { "c" } else { "" }),
                 ],
             )
             .await?;
@@ -368,40 +462,64 @@ impl Store {
             None => return Err(StoreError::reply("put_schedule", "no version")),
         };
         Ok(match Code::decode("put_schedule", reply.first())? {
-            Code::Done => PutOutcome::Written(version),
-            Code::Unchanged => PutOutcome::Identical,
-            Code::Changed => PutOutcome::Conflict,
-            Code::NotFound => PutOutcome::NotFound,
+            Code::Done => Put::Done(PutOutcome::Written(version)),
+            Code::Unchanged => Put::Done(PutOutcome::Identical),
+            Code::Changed => Put::Done(PutOutcome::Conflict),
+            Code::NotFound if compare_only => Put::Absent,
+            Code::NotFound => Put::Done(PutOutcome::NotFound),
+            Code::Elsewhere => Put::Elsewhere(version as u16),
             other => return Err(StoreError::reply("put_schedule", format!("code {other:?}"))),
         })
     }
 
     /// Reads schedule `id`; None if there is none.
     pub async fn get_schedule(&self, id: &str) -> StoreResult<Option<ScheduleRecord>> {
-        let p = self.schedule_partition(id);
+        let own = self.keys.partition_of(id);
         let mut conn = self.conn.clone();
         let fields: Vec<(String, String)> = redis::cmd("HGETALL")
-            .arg(self.keys.schedule(p, id))
+            .arg(self.keys.schedule(own, id))
+            .query_async(&mut conn)
+            .await?;
+        let stub = field(&fields, "spec")
+            .is_none()
+            .then(|| field(&fields, "at").and_then(|at| at.parse::<u16>().ok()))
+            .flatten()
+            .filter(|&p| p < self.keys.partitions() && p != own);
+        let Some(home) = stub else {
+            return ScheduleRecord::decode(id, &fields);
+        };
+        let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(self.keys.schedule(home, id))
             .query_async(&mut conn)
             .await?;
         ScheduleRecord::decode(id, &fields)
     }
 
-    /// Deletes schedule `id` (the jobs it fired stay); false if there was none.
+    /// Deletes schedule `id` (the jobs it fired stay), and its stub if it
+    /// has one; false if there was none.
     pub async fn drop_schedule(&self, id: &str) -> StoreResult<bool> {
-        let p = self.schedule_partition(id);
+        let own = self.keys.partition_of(id);
+        let home = self.schedule_home(id).await?;
         let reply: Value = self
             .invoke_acked(
                 &scripts::DROP_SCHEDULE,
                 &[
-                    &self.keys.fires(p),
-                    &self.keys.schedules(p),
-                    &self.keys.schedule(p, id),
+                    &self.keys.fires(home),
+                    &self.keys.schedules(home),
+                    &self.keys.schedule(home, id),
                 ],
                 &[arg(&id)],
             )
             .await?;
-        Ok(Code::decode("drop_schedule", Some(&reply))? == Code::Done)
+        let dropped = Code::decode("drop_schedule", Some(&reply))? == Code::Done;
+        if home != own {
+            let mut conn = self.conn.clone();
+            let _: i64 = redis::cmd("DEL")
+                .arg(self.keys.schedule(own, id))
+                .query_async(&mut conn)
+                .await?;
+        }
+        Ok(dropped)
     }
 
     /// A page of schedules in id order per partition, from `after`

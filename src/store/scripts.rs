@@ -104,7 +104,9 @@ pub const UNPLACE_JOBS: ScriptDef = script!("unplace_jobs", 1, 2, repeat 3);
 /// `fleet_beat`: a daemon's heartbeat; answers the live daemons.
 pub const FLEET_BEAT: ScriptDef = script!("fleet_beat", 1, 2);
 /// `put_schedule`: create or change a schedule.
-pub const PUT_SCHEDULE: ScriptDef = script!("put_schedule", 2, 14);
+pub const PUT_SCHEDULE: ScriptDef = script!("put_schedule", 2, 16);
+/// `place_schedule`: a stub naming the partition a schedule lives in.
+pub const PLACE_SCHEDULE: ScriptDef = script!("place_schedule", 1, 3);
 /// `drop_schedule`: delete a schedule.
 pub const DROP_SCHEDULE: ScriptDef = script!("drop_schedule", 3, 1);
 /// `fire_schedules`: fire due schedules of one partition, six ARGV per
@@ -172,6 +174,7 @@ pub const ALL: &[&ScriptDef] = &[
     &PLACE_JOBS,
     &UNPLACE_JOBS,
     &PUT_SCHEDULE,
+    &PLACE_SCHEDULE,
     &DROP_SCHEDULE,
     &FIRE_SCHEDULES,
     &PROMOTE_DUE,

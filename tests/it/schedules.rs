@@ -212,21 +212,15 @@ async fn missed_schedule(
     let valid = input.validate(config).expect("valid");
     let now = store.redis_time_ms().await.expect("time");
     let anchor = now - behind_ms;
-    let template = hookq::job::JobSpec {
-        schedule_id: Some(id.to_string()),
-        ..valid.spec.job.clone()
-    };
-    let write = hookq::store::schedules::ScheduleWrite {
+    let write = hookq::store::schedules::ScheduleWrite::new(
+        config,
         id,
-        spec: &valid.spec,
-        template_json: template.stored_json(),
-        max_attempts: valid.spec.job.max_attempts(config),
-        lease_ms: None,
-        paused: false,
-        next: Some(anchor + 1000),
+        &valid.spec,
+        false,
+        Some(anchor + 1000),
         anchor,
-        expected_version: None,
-    };
+        None,
+    );
     assert!(matches!(
         store.put_schedule(&write).await.expect("put"),
         hookq::store::schedules::PutOutcome::Written(_)
@@ -463,7 +457,7 @@ async fn bad_schedules_are_refused_naming_the_field() {
             "job.url",
         ),
         (
-            json!({"id": "b", "every": "1m", "job": {"url": "http://127.0.0.1:9/", "ordering_key": "k"}}),
+            json!({"id": "b", "every": "1m", "job": {"url": "http://127.0.0.1:9/", "ordering_key": "a b"}}),
             "job.ordering_key",
         ),
         (json!({"id": "b:c", "every": "1m", "job": job}), "id"),
@@ -594,4 +588,105 @@ async fn schedules_on_a_cluster_fire_each_time_once() {
             assert_eq!(pair[1] - pair[0], 1000, "{id}: {times:?}");
         }
     }
+}
+
+/// A schedule whose job has an ordering key: it lives in its key's
+/// partition (found by id through a stub in its own), its jobs join the
+/// key's line (held behind a slow head, then delivered one at a time in
+/// fire-time order); the key cannot change; deleted, its stub goes too.
+#[tokio::test]
+async fn an_ordered_schedules_jobs_wait_in_line() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::start(Arc::new(|_: &Recorded| {
+        Reply::status(200).with_delay(Duration::from_millis(1500))
+    }))
+    .await;
+    let mut config = test_config(&redis);
+    config.delivery.timeout = Duration::from_secs(5);
+    config.validate().expect("config");
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    let keys = hookq::store::Keys::new(&config.redis.namespace, config.redis.partitions);
+    // An id whose partition differs from its key's.
+    let id = (0..)
+        .map(|i| format!("line-{i}"))
+        .find(|id| keys.partition_of(id) != keys.order_partition("default:acct-7"))
+        .expect("an id");
+    let body = json!({"id": id, "every": "1s", "job": {"url": receiver.url("/"), "ordering_key": "acct-7"}});
+    let (status, created) = post_json(&format!("{base}/v1/schedules"), body.clone()).await;
+    assert_eq!(status, 201, "{created}");
+    let (status, again) = post_json(&format!("{base}/v1/schedules"), body).await;
+    assert_eq!(status, 200, "{again}");
+    wait_until(
+        "a fired job waits in line",
+        Duration::from_secs(10),
+        || async {
+            let (_, schedule) = get_json(&format!("{base}/v1/schedules/{id}")).await;
+            let runs = schedule["last_runs"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            for run in runs {
+                let job_id = run["job_id"].as_str().unwrap_or_default().to_string();
+                let (_, job) = get_json(&format!("{base}/v1/jobs/{job_id}")).await;
+                if job["waiting_for"].is_string() {
+                    return job["ordering_key"] == "acct-7" && job["schedule_id"] == json!(id);
+                }
+            }
+            false
+        },
+    )
+    .await;
+    wait_until("three delivered", Duration::from_secs(15), || async {
+        fired_times(&receiver, &id).len() >= 3
+    })
+    .await;
+    // One at a time, in fire-time order: arrivals at least the receiver's
+    // delay apart, each fire time after the one before.
+    let arrivals: Vec<(std::time::SystemTime, i64)> = receiver
+        .requests()
+        .iter()
+        .filter_map(|r| {
+            let at = r.header("webhook-id")?.rsplit_once(':')?.1.parse().ok()?;
+            Some((r.received_at, at))
+        })
+        .collect();
+    for pair in arrivals.windows(2) {
+        assert!(pair[1].1 > pair[0].1, "in order: {arrivals:?}");
+        let gap = pair[1].0.duration_since(pair[0].0).unwrap_or_default();
+        assert!(gap >= Duration::from_millis(1400), "one at a time: {gap:?}");
+    }
+    let (status, refused) = send(
+        reqwest::Method::PATCH,
+        &format!("{base}/v1/schedules/{id}"),
+        Some(json!({"job": {"url": receiver.url("/"), "ordering_key": "acct-8"}})),
+    )
+    .await;
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(refused["error"]["field"], "job.ordering_key");
+    let (_, page) = get_json(&format!("{base}/v1/schedules?limit=100")).await;
+    let listed = page["schedules"]
+        .as_array()
+        .expect("schedules")
+        .iter()
+        .filter(|s| s["id"] == json!(id))
+        .count();
+    assert_eq!(listed, 1, "{page}");
+    let (status, _) = send(
+        reqwest::Method::DELETE,
+        &format!("{base}/v1/schedules/{id}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 204);
+    let mut conn = redis.conn().await;
+    let stub: bool = redis::cmd("EXISTS")
+        .arg(keys.schedule(keys.partition_of(&id), &id))
+        .query_async(&mut conn)
+        .await
+        .expect("EXISTS");
+    assert!(!stub, "the stub is gone with its schedule");
+    let (status, _) = get_json(&format!("{base}/v1/schedules/{id}")).await;
+    assert_eq!(status, 404);
+    daemon.stop().await.expect("clean stop");
 }
