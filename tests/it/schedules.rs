@@ -94,6 +94,18 @@ async fn every_second_fires_jobs_exactly_a_second_apart() {
         .iter()
         .all(|r| r["outcome"] == "fired"
             && r["job_id"].as_str().is_some_and(|j| j.starts_with("tick:"))));
+    // Firings are counted and their lateness measured.
+    let metrics = reqwest::get(format!("{base}/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("hookq_schedule_firings_total{outcome=\"fired\"}")
+            && metrics.contains("hookq_schedule_firing_lateness_seconds"),
+        "{metrics}"
+    );
     let (status, page) = get_json(&format!("{base}/v1/schedules?limit=10")).await;
     assert_eq!(status, 200);
     assert_eq!(page["schedules"][0]["id"], "tick", "{page}");
@@ -533,10 +545,12 @@ async fn the_cli_lists_shows_pauses_resumes_and_deletes_schedules() {
 }
 
 /// On a real 3-master Redis Cluster, two daemons: schedules spread over
-/// partitions on every master each fire once per fire time.
+/// partitions on every master each fire once per fire time, also while
+/// the first master's partitions migrate to the second a few keys at a
+/// time.
 #[tokio::test]
 async fn schedules_on_a_cluster_fire_each_time_once() {
-    use crate::support::cluster::{keyslot, slot_owner, RedisCluster};
+    use crate::support::cluster::{keyslot, migrate_slot, slot_owner, RedisCluster};
     let cluster = RedisCluster::start();
     let receiver = Receiver::ok().await;
     let mut config = test_config(&cluster.nodes[0]);
@@ -567,6 +581,37 @@ async fn schedules_on_a_cluster_fire_each_time_once() {
         "every schedule fired four times",
         Duration::from_secs(20),
         || async { ids.iter().all(|id| fired_times(&receiver, id).len() >= 4) },
+    )
+    .await;
+    let all_masters = cluster.master_ports();
+    let (from, to) = (all_masters[0], all_masters[1]);
+    let slots: Vec<u16> = (0..config.redis.partitions)
+        .map(|p| keyslot(from, &keys.fires(p)))
+        .filter(|slot| slot_owner(from, *slot) == from)
+        .collect();
+    let migrated = slots.clone();
+    let moved = tokio::task::spawn_blocking(move || {
+        migrated
+            .iter()
+            .map(|slot| migrate_slot(&all_masters, *slot, from, to, 5, Duration::from_millis(20)))
+            .sum::<usize>()
+    })
+    .await
+    .expect("the migration completes");
+    assert!(moved > 0);
+    for slot in &slots {
+        assert_eq!(slot_owner(from, *slot), to, "slot {slot} moved");
+    }
+    let fired_then: usize = ids.iter().map(|id| fired_times(&receiver, id).len()).sum();
+    wait_until(
+        "firings go on after the migration",
+        Duration::from_secs(20),
+        || async {
+            ids.iter()
+                .map(|id| fired_times(&receiver, id).len())
+                .sum::<usize>()
+                >= fired_then + 3 * ids.len()
+        },
     )
     .await;
     for daemon in daemons {
