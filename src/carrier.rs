@@ -13,6 +13,7 @@
 //! the deal changes) are still safe because every move is one atomic
 //! script.
 
+use crate::backoff::Backoff;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -98,7 +99,7 @@ impl Carrier {
         // Per partition: the last promote came early for `next_due` (so the
         // next one waits for the due time itself).
         let mut came_early = vec![false; partitions as usize];
-        let mut failures = 0u32;
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_millis(1600));
         loop {
             for p in 0..partitions {
                 let i = p as usize;
@@ -221,16 +222,14 @@ impl Carrier {
 
             if !ok {
                 // Redis is unreachable or failing: back off, then re-read everything.
-                failures += 1;
-                let backoff = Duration::from_millis(50 << failures.min(5));
                 tokio::select! {
                     biased;
                     _ = token.cancelled() => return,
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(backoff.step()) => {}
                 }
                 continue;
             }
-            failures = 0;
+            backoff.reset();
             if again {
                 // A full batch: more may be due. Let workers run, then continue.
                 tokio::task::yield_now().await;

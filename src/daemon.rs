@@ -6,6 +6,7 @@
 //! `delivery.shutdown_grace` to finish (the rest are recovered by their
 //! leases). Tests start a [`Daemon`] in-process on `127.0.0.1:0`.
 
+use crate::backoff::Backoff;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -56,20 +57,19 @@ fn metrics_handle() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
 /// Connects to Redis, retrying with backoff until it answers or `token` is
 /// cancelled.
 async fn connect_store(config: &Config, token: &CancellationToken) -> anyhow::Result<Store> {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     loop {
         match Store::connect(config).await {
             Ok(store) => return Ok(store),
             Err(err @ StoreError::Schema { .. }) => return Err(err.into()),
             Err(err) => {
-                tracing::warn!(cause = %err, retry_in = ?backoff, "cannot connect to Redis yet");
+                tracing::warn!(cause = %err, retry_in = ?backoff.current(), "cannot connect to Redis yet");
             }
         }
         tokio::select! {
             _ = token.cancelled() => anyhow::bail!("stopped before Redis was reachable"),
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(backoff.step()) => {}
         }
-        backoff = (backoff * 2).min(Duration::from_secs(5));
     }
 }
 
@@ -145,14 +145,13 @@ impl Daemon {
             let config = config.clone();
             let store = store.clone();
             tokio::spawn(async move {
-                let mut backoff = Duration::from_millis(100);
+                let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
                 while let Err(err) = store.load_scripts().await {
                     tracing::warn!(cause = %err, "cannot load scripts yet");
                     tokio::select! {
                         _ = token.cancelled() => return,
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = tokio::time::sleep(backoff.step()) => {}
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
                 scripts_loaded.store(true, Ordering::Release);
                 // Dead letters of a hookq from before the dead-letter index

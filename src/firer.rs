@@ -8,6 +8,7 @@
 //! the deal changes) cannot double a fire time: the script advances each
 //! schedule only from the time it was read at.
 
+use crate::backoff::Backoff;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,7 +45,7 @@ impl Firer {
         let mut next = vec![0i64; partitions as usize];
         let mut owned = vec![false; partitions as usize];
         let mut deal = self.fleet.watch();
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
         loop {
             let now = self.clock.now_ms();
             for p in 0..partitions {
@@ -89,15 +90,15 @@ impl Firer {
                         metrics::counter!("hookq_redis_errors_total", "component" => "firer")
                             .increment(1);
                         tracing::warn!(cause = %err, partition = p, "cannot fire schedules yet");
-                        next[i] = now + backoff.as_millis() as i64;
+                        next[i] = now + backoff.current().as_millis() as i64;
                     }
                 }
             }
-            backoff = if failed {
-                (backoff * 2).min(Duration::from_secs(5))
+            if failed {
+                backoff.step();
             } else {
-                Duration::from_millis(100)
-            };
+                backoff.reset();
+            }
             let earliest = next
                 .iter()
                 .zip(&owned)

@@ -25,6 +25,7 @@
 
 pub mod alerts;
 pub mod api;
+pub mod backoff;
 pub mod carrier;
 pub mod cli;
 pub mod clock;

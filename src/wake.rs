@@ -19,6 +19,7 @@
 //! backoff, and after every (re)subscribe tells everyone to re-read Redis, so
 //! a message lost while disconnected costs one extra check, never a stuck job.
 
+use crate::backoff::Backoff;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -266,7 +267,7 @@ pub async fn run_subscriber(
     signals: Arc<Signals>,
     token: CancellationToken,
 ) {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     let mut next = 0usize;
     loop {
         let Some(client) = clients.get(next % clients.len().max(1)) else {
@@ -281,7 +282,7 @@ pub async fn run_subscriber(
         };
         match subscribed {
             Ok(Ok(pubsub)) => {
-                backoff = Duration::from_millis(100);
+                backoff.reset();
                 tracing::debug!(channels = wanted.len(), "subscribed to wake channels");
                 signals.everything();
                 if listen(pubsub, &channels, &mut owned, wanted, &signals, &token).await {
@@ -295,9 +296,8 @@ pub async fn run_subscriber(
         tokio::select! {
             biased;
             _ = token.cancelled() => return,
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(backoff.step()) => {}
         }
-        backoff = (backoff * 2).min(Duration::from_secs(2));
     }
 }
 

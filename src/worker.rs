@@ -12,6 +12,7 @@
 //! `delivery.shutdown_grace`; jobs still waiting for their host are given
 //! back to Redis at once.
 
+use crate::backoff::Backoff;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -572,7 +573,7 @@ impl WorkerPool {
             },
         );
         let deadline = self.recording_deadline(job, self.config.delivery.max_timeout);
-        let mut backoff = Duration::from_millis(50);
+        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
         loop {
             match self.completions.complete(job, delivery.clone()).await {
                 Ok(true) => return,
@@ -580,12 +581,11 @@ impl WorkerPool {
                     tracing::info!("delivered, but the lease was taken over or the job cancelled; outcome discarded");
                     return;
                 }
-                Err(err) if tokio::time::Instant::now() + backoff < deadline => {
+                Err(err) if tokio::time::Instant::now() + backoff.current() < deadline => {
                     metrics::counter!("hookq_redis_errors_total", "component" => "worker")
                         .increment(1);
                     tracing::warn!(cause = %err, "cannot record delivery yet; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    tokio::time::sleep(backoff.step()).await;
                 }
                 Err(err) => {
                     tracing::error!(cause = %err, "cannot record delivery; the lease will return the job");
@@ -612,7 +612,7 @@ impl WorkerPool {
             action,
         };
         let deadline = self.recording_deadline(job, self.config.delivery.max_timeout);
-        let mut backoff = Duration::from_millis(50);
+        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
         loop {
             match self.store.fail(job, &failure).await {
                 Ok(outcome) => {
@@ -632,12 +632,11 @@ impl WorkerPool {
                     }
                     return;
                 }
-                Err(err) if tokio::time::Instant::now() + backoff < deadline => {
+                Err(err) if tokio::time::Instant::now() + backoff.current() < deadline => {
                     metrics::counter!("hookq_redis_errors_total", "component" => "worker")
                         .increment(1);
                     tracing::warn!(cause = %err, "cannot record failure yet; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    tokio::time::sleep(backoff.step()).await;
                 }
                 Err(err) => {
                     tracing::error!(cause = %err, "cannot record failure; the lease will return the job");
