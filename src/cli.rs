@@ -447,11 +447,7 @@ async fn schedules(
                         vec![
                             s.id.clone(),
                             s.state.to_string(),
-                            match (&s.cron, &s.every) {
-                                (Some(cron), _) => format!("cron {cron} ({})", s.timezone),
-                                (None, Some(every)) => format!("every {every}"),
-                                _ => "-".into(),
-                            },
+                            s.when(),
                             s.next_runs.first().cloned().unwrap_or_else(|| "-".into()),
                             s.last_runs
                                 .first()
@@ -492,14 +488,7 @@ async fn schedules(
     let mut rows = vec![
         vec!["id".into(), view.id.clone()],
         vec!["state".into(), view.state.to_string()],
-        vec![
-            "when".into(),
-            match (&view.cron, &view.every) {
-                (Some(cron), _) => format!("cron {cron} ({})", view.timezone),
-                (None, Some(every)) => format!("every {every}"),
-                _ => "-".into(),
-            },
-        ],
+        vec!["when".into(), view.when()],
         vec!["next_runs".into(), view.next_runs.join(", ")],
     ];
     for run in &view.last_runs {

@@ -546,55 +546,47 @@ impl ValidJob {
     }
 }
 
+/// Checks that `text` (field `field`) is 1 to `max` characters of
+/// A-Z a-z 0-9 and `extra`, refusing it with `code` otherwise; the message
+/// spells the rule out.
+pub(crate) fn validate_charset(
+    text: &str,
+    max: usize,
+    extra: &[u8],
+    code: &'static str,
+    field: &str,
+) -> Result<(), FieldError> {
+    let ok = (1..=max).contains(&text.len())
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || extra.contains(&b));
+    if ok {
+        return Ok(());
+    }
+    let extra: Vec<String> = extra.iter().map(|b| (*b as char).to_string()).collect();
+    Err(FieldError::new(
+        code,
+        field,
+        format!(
+            "{field} must be 1-{max} characters of A-Z a-z 0-9 {}",
+            extra.join(" ")
+        ),
+    ))
+}
+
 /// Checks a job id: `[A-Za-z0-9._:-]{1,128}`.
 pub fn validate_id(id: &str) -> Result<(), FieldError> {
-    let ok = (1..=128).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b));
-    if ok {
-        Ok(())
-    } else {
-        Err(FieldError::new(
-            "invalid_id",
-            "id",
-            "id must be 1-128 characters of A-Z a-z 0-9 . _ : -",
-        ))
-    }
+    validate_charset(id, 128, b"._:-", "invalid_id", "id")
 }
 
 /// Checks an ordering key: `[A-Za-z0-9._:-]{1,128}`.
 pub fn validate_ordering_key(key: &str) -> Result<(), FieldError> {
-    let ok = (1..=128).contains(&key.len())
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b));
-    if ok {
-        Ok(())
-    } else {
-        Err(FieldError::new(
-            "invalid_ordering_key",
-            "ordering_key",
-            "ordering_key must be 1-128 characters of A-Z a-z 0-9 . _ : -",
-        ))
-    }
+    validate_charset(key, 128, b"._:-", "invalid_ordering_key", "ordering_key")
 }
 
 /// Checks a topic: `[A-Za-z0-9._-]{1,64}`.
 pub fn validate_topic(topic: &str) -> Result<(), FieldError> {
-    let ok = (1..=64).contains(&topic.len())
-        && topic
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-    if ok {
-        Ok(())
-    } else {
-        Err(FieldError::new(
-            "invalid_topic",
-            "topic",
-            "topic must be 1-64 characters of A-Z a-z 0-9 . _ -",
-        ))
-    }
+    validate_charset(topic, 64, b"._-", "invalid_topic", "topic")
 }
 
 /// Checks a target URL: absolute http(s), with a host, at most 2048 bytes,

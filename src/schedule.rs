@@ -28,19 +28,7 @@ pub const MIN_EVERY_MS: u64 = 1000;
 /// Checks a schedule id: `[A-Za-z0-9._-]{1,100}` (no `:`, which separates
 /// a fired job's id from its fire time).
 pub fn validate_schedule_id(id: &str) -> Result<(), FieldError> {
-    let ok = (1..=100).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-    if ok {
-        Ok(())
-    } else {
-        Err(FieldError::new(
-            "invalid_id",
-            "id",
-            "a schedule id must be 1-100 characters of A-Z a-z 0-9 . _ -",
-        ))
-    }
+    crate::job::validate_charset(id, 100, b"._-", "invalid_id", "id")
 }
 
 /// The schedule id and fire time of a job a schedule fired: its id is

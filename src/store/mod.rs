@@ -219,6 +219,21 @@ enum EnqueueStep {
     Done(StoreResult<EnqueueOutcome>),
 }
 
+/// Marks the jobs `items` of a failed call as failed with `err` (each as
+/// [`StoreError::Shared`]), keeping the batch's first error.
+fn fail_group<T>(
+    steps: &mut [EnqueueStep],
+    items: &[(usize, T)],
+    err: StoreError,
+    first_error: &mut Option<StoreError>,
+) {
+    let err = Arc::new(err);
+    first_error.get_or_insert_with(|| StoreError::Shared(err.clone()));
+    for &(i, _) in items {
+        steps[i] = EnqueueStep::Done(Err(StoreError::Shared(err.clone())));
+    }
+}
+
 /// What one `enqueue_jobs` call found for a job.
 enum Placed {
     /// The outcome, here.
@@ -690,7 +705,6 @@ impl Store {
                 }
             })
             .collect();
-        let mut failures = 0;
         let mut first_error: Option<StoreError> = None;
         for _ in 0..4 {
             // Placement, per id partition.
@@ -716,16 +730,7 @@ impl Store {
                             steps[i] = EnqueueStep::Create(home, !create);
                         }
                     }
-                    Err(err) => {
-                        failures += 1;
-                        let err = Arc::new(err);
-                        if first_error.is_none() {
-                            first_error = Some(StoreError::Shared(err.clone()));
-                        }
-                        for &(i, _) in items {
-                            steps[i] = EnqueueStep::Done(Err(StoreError::Shared(err.clone())));
-                        }
-                    }
+                    Err(err) => fail_group(&mut steps, items, err, &mut first_error),
                 }
             }
             // Creation (or comparison), per partition.
@@ -760,16 +765,7 @@ impl Store {
                             };
                         }
                     }
-                    Err(err) => {
-                        failures += 1;
-                        let err = Arc::new(err);
-                        if first_error.is_none() {
-                            first_error = Some(StoreError::Shared(err.clone()));
-                        }
-                        for &(i, _) in items {
-                            steps[i] = EnqueueStep::Done(Err(StoreError::Shared(err.clone())));
-                        }
-                    }
+                    Err(err) => fail_group(&mut steps, items, err, &mut first_error),
                 }
             }
         }
@@ -783,7 +779,7 @@ impl Store {
                 )),
             })
             .collect();
-        if failures > 0 && outcomes.iter().all(Result::is_err) {
+        if first_error.is_some() && outcomes.iter().all(Result::is_err) {
             // Every call failed: the whole batch answers the first error.
             if let Some(err) = first_error {
                 return Err(err);

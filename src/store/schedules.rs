@@ -242,6 +242,17 @@ pub struct ScheduleView {
     pub updated_at: String,
 }
 
+impl ScheduleView {
+    /// When it fires, in words: `cron <expr> (<zone>)` or `every <interval>`.
+    pub fn when(&self) -> String {
+        match (&self.cron, &self.every) {
+            (Some(cron), _) => format!("cron {cron} ({})", self.timezone),
+            (None, Some(every)) => format!("every {every}"),
+            _ => "-".into(),
+        }
+    }
+}
+
 impl ScheduleRecord {
     /// The API view of this schedule.
     pub fn view(self) -> ScheduleView {

@@ -11,7 +11,7 @@ use crate::support::redis::RedisServer;
 use crate::support::wait_until;
 use crate::{get_json, post_json, start_daemon, test_config};
 
-async fn send(method: reqwest::Method, url: &str, body: Option<Value>) -> (u16, Value) {
+pub(crate) async fn send(method: reqwest::Method, url: &str, body: Option<Value>) -> (u16, Value) {
     let client = reqwest::Client::new();
     let mut request = client.request(method, url);
     if let Some(body) = body {

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::api::send;
 use crate::ops::{free_port, spawn_serve, wait_ready};
 use crate::support::process::OwnedProcess;
 use crate::support::receiver::{Receiver, Recorded, Reply};
@@ -25,16 +26,6 @@ fn fired_times(receiver: &Receiver, id: &str) -> BTreeSet<i64> {
         .iter()
         .filter_map(|r| r.header("webhook-id")?.strip_prefix(&prefix)?.parse().ok())
         .collect()
-}
-
-async fn send(method: reqwest::Method, url: &str, body: Option<Value>) -> (u16, Value) {
-    let mut request = reqwest::Client::new().request(method, url);
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request.send().await.expect("request is sent");
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
 }
 
 /// `every = "1s"`: the fired jobs' fire times are exactly 1,000 ms apart,
