@@ -609,7 +609,7 @@ impl Store {
                 ),
             ));
         }
-        let mut invocation = self.scripts.get(def).prepare_invoke();
+        let mut invocation = self.scripts.get(def)?.prepare_invoke();
         for key in keys {
             invocation.key(*key);
         }

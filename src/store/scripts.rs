@@ -338,13 +338,18 @@ impl Scripts {
         }
     }
 
-    /// The compiled form of `def`.
-    pub fn get(&self, def: &ScriptDef) -> &Script {
-        let index = ALL
-            .iter()
+    /// The compiled form of `def`; an error naming it when it is not one
+    /// of [`ALL`] (a script added without being listed there).
+    pub fn get(&self, def: &ScriptDef) -> StoreResult<&Script> {
+        ALL.iter()
             .position(|d| d.name == def.name)
-            .unwrap_or_default();
-        &self.compiled[index]
+            .and_then(|index| self.compiled.get(index))
+            .ok_or_else(|| {
+                StoreError::reply(
+                    "script wrapper",
+                    format!("{} is not listed in scripts::ALL", def.name),
+                )
+            })
     }
 
     /// All compiled scripts with their definitions.
@@ -356,6 +361,23 @@ impl Scripts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A script missing from [`ALL`] is an error naming it, never another
+    /// script run in its place.
+    #[test]
+    fn a_script_not_listed_is_refused_by_name() {
+        let scripts = Scripts::new(false, 65_536);
+        assert!(scripts.get(&ENQUEUE_JOBS).is_ok());
+        let stray = ScriptDef {
+            name: "not_listed",
+            source: "return 1",
+            keys: 0,
+            args: 0,
+            repeat: 0,
+        };
+        let err = scripts.get(&stray).expect_err("not listed");
+        assert!(err.to_string().contains("not_listed"), "{err}");
+    }
 
     /// Highest `NAME[n]` index mentioned in the script's `--[[ ... ]]` header.
     fn declared(source: &str, name: &str) -> usize {
