@@ -517,6 +517,26 @@ pub enum Due {
     After(u64),
 }
 
+/// A job to create, as the enqueue script takes it.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    /// Job id.
+    pub id: String,
+    /// Canonical spec JSON.
+    pub spec_json: String,
+    /// [`JobSpec::given_due`]: the due time as given, kept in the record's
+    /// header (the stored spec JSON leaves it out).
+    pub given: u64,
+    /// Due time.
+    pub due: Due,
+    /// Attempts allowed in total.
+    pub max_attempts: u32,
+    /// The job's own lease, when its timeout differs from the default.
+    pub lease_ms: Option<u64>,
+    /// Its ordering list ([`JobSpec::ordering_list`]), if any.
+    pub order: Option<String>,
+}
+
 /// A job that passed validation and is ready to be stored.
 #[derive(Debug, Clone)]
 pub struct ValidJob {
@@ -530,8 +550,8 @@ pub struct ValidJob {
 
 impl ValidJob {
     /// The store's view of this job for the enqueue script.
-    pub fn new_job(&self, config: &Config) -> crate::store::NewJob {
-        crate::store::NewJob {
+    pub fn new_job(&self, config: &Config) -> NewJob {
+        NewJob {
             id: self.id.clone(),
             spec_json: self.spec.stored_json(),
             given: self.spec.given_due(),

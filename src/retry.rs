@@ -4,7 +4,14 @@
 
 use std::time::Duration;
 
-use crate::store::FailAction;
+/// What to do after a failed attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FailAction {
+    /// Schedule the next attempt this long after now.
+    Retry(Duration),
+    /// Move the job to the dead-letter stream.
+    DeadLetter,
+}
 
 /// How an attempt failed, as far as retrying is concerned.
 #[derive(Debug, Clone, Copy, PartialEq)]

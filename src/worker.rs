@@ -32,10 +32,11 @@ use crate::hosts::host_key;
 use crate::hosts::lanes::{Entry, Lane, Lanes, Push};
 use crate::hosts::rate::RateLimiter;
 use crate::job::JobSpec;
+use crate::retry::FailAction;
 use crate::retry::{next_delay, FailureKind};
 use crate::store::hosts::HostState;
 use crate::store::summary::LastAttempt;
-use crate::store::{Claimed, FailAction, Failure, Promotion, Store};
+use crate::store::{Claimed, Failure, Promotion, Store};
 use crate::wake::Signals;
 
 /// Claimed jobs held in memory per worker (in flight or waiting for a host).

@@ -25,7 +25,8 @@ use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Value};
 use std::sync::Arc;
 
 use crate::config::Config;
-use crate::job::{Due, JobSpec, State};
+use crate::job::{Due, JobSpec, NewJob, State};
+use crate::retry::FailAction;
 pub use cluster::ClusterConn;
 pub use keys::Keys;
 pub use record::JobRecord;
@@ -156,26 +157,6 @@ pub const CLUSTER_RETRY_WAIT_MS: (u64, u64) = (10, 200);
 /// How long connecting to Redis may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// A job to create, as the enqueue script takes it.
-#[derive(Debug, Clone)]
-pub struct NewJob {
-    /// Job id.
-    pub id: String,
-    /// Canonical spec JSON.
-    pub spec_json: String,
-    /// [`JobSpec::given_due`]: the due time as given, kept in the record's
-    /// header (the stored spec JSON leaves it out).
-    pub given: u64,
-    /// Due time.
-    pub due: Due,
-    /// Attempts allowed in total.
-    pub max_attempts: u32,
-    /// The job's own lease, when its timeout differs from the default.
-    pub lease_ms: Option<u64>,
-    /// Its ordering list ([`JobSpec::ordering_list`]), if any.
-    pub order: Option<String>,
-}
-
 /// What `enqueue` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EnqueueOutcome {
@@ -296,15 +277,6 @@ pub struct Reclaim {
     pub next_deadline: Option<i64>,
     /// Redis time (epoch ms).
     pub now: i64,
-}
-
-/// What to do after a failed attempt.
-#[derive(Debug, Clone, PartialEq)]
-pub enum FailAction {
-    /// Schedule the next attempt this long after now.
-    Retry(Duration),
-    /// Move the job to the dead-letter stream.
-    DeadLetter,
 }
 
 /// What `fail` did.

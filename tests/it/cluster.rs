@@ -344,7 +344,7 @@ async fn scripts_change_nothing_while_their_slot_is_half_moved() {
         last_error: "gone",
         last_status: Some(410),
         topic: "default",
-        action: hookq::store::FailAction::DeadLetter,
+        action: hookq::retry::FailAction::DeadLetter,
     };
     store
         .fail(&claimed[2], &failure)

@@ -263,7 +263,7 @@ async fn an_expired_lease_returns_the_job_and_fences_the_late_outcome() {
         last_error: "late",
         last_status: Some(500),
         topic: "default",
-        action: hookq::store::FailAction::DeadLetter,
+        action: hookq::retry::FailAction::DeadLetter,
     };
     let outcome = store.fail(&lost_attempt, &failure).await.expect("fail");
     assert_eq!(outcome, hookq::store::FailOutcome::Stale);
@@ -322,7 +322,7 @@ async fn a_stale_outcome_is_discarded_while_the_next_attempt_is_in_flight() {
         last_error: "late",
         last_status: Some(500),
         topic: "default",
-        action: hookq::store::FailAction::DeadLetter,
+        action: hookq::retry::FailAction::DeadLetter,
     };
     let failed = store.fail(&stale, &failure).await.expect("fail");
     let record = store.get("fence-1").await.expect("get").expect("record");

@@ -335,7 +335,7 @@ async fn many_summaries_split_into_shards_and_are_all_found() {
     config.redis.partitions = 1;
     let store = hookq::store::Store::connect(&config).await.expect("store");
     let n = 2_000;
-    let jobs: Vec<hookq::store::NewJob> = (0..n)
+    let jobs: Vec<hookq::job::NewJob> = (0..n)
         .map(|i| {
             let input: hookq::job::JobInput = serde_json::from_value(
                 json!({"id": format!("many-{i:05}"), "url": "http://127.0.0.1:9/", "topic": "t"}),

@@ -422,7 +422,7 @@ async fn an_interrupted_replay_never_makes_two_live_jobs() {
         last_error: "http_status: 500",
         last_status: Some(500),
         topic: "default",
-        action: hookq::store::FailAction::DeadLetter,
+        action: hookq::retry::FailAction::DeadLetter,
     };
     store.fail(&claimed, &failure).await.expect("fail");
     let dead = store
