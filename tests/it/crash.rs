@@ -96,8 +96,7 @@ async fn kill_9_during_a_run_loses_no_job() {
         let pause = rand::rng().random_range(150..500);
         tokio::time::sleep(Duration::from_millis(pause)).await;
         let victim = k % 2;
-        daemons[victim].signal("KILL");
-        let _ = daemons[victim].wait_exit(Duration::from_secs(5)).await;
+        daemons[victim].kill_9().await;
         // The victim's leases stay in the in-flight set until they expire
         // (1.3 s), so this read sees every attempt the kill interrupted.
         at_kills.push(inflight_ids(&redis).await);
@@ -116,8 +115,7 @@ async fn kill_9_during_a_run_loses_no_job() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     for daemon in &mut daemons {
-        daemon.signal("KILL");
-        let _ = daemon.wait_exit(Duration::from_secs(5)).await;
+        daemon.kill_9().await;
     }
 
     let mut deliveries: HashMap<String, usize> = HashMap::new();

@@ -173,8 +173,7 @@ async fn a_killed_daemons_partitions_are_taken_over_within_the_bound() {
     // Kill one daemon two seconds into the run.
     let wait = (first_due + 2000 - now_ms()).max(0) as u64;
     tokio::time::sleep(Duration::from_millis(wait)).await;
-    daemons[0].signal("KILL");
-    let _ = daemons[0].wait_exit(Duration::from_secs(5)).await;
+    daemons[0].kill_9().await;
 
     // (A job in flight at the kill may arrive twice: count distinct ids.)
     wait_until("every job delivered", Duration::from_secs(60), || async {

@@ -560,8 +560,7 @@ async fn attempts_cut_off_by_the_grace_are_recovered_by_their_leases() {
     let mut child = spawn_serve(&redis, port, &env);
     let got = slow.wait_for_count(2, Duration::from_secs(20)).await;
     assert_eq!(got[1].headers["hookq-attempt"], "2");
-    child.signal("KILL");
-    let _ = child.wait_exit(Duration::from_secs(5)).await;
+    child.kill_9().await;
 }
 
 #[tokio::test]

@@ -183,8 +183,7 @@ async fn keys_deliver_in_creation_order_through_failures_and_kill_9() {
         let pause = rand::rng().random_range(200..600);
         tokio::time::sleep(Duration::from_millis(pause)).await;
         let victim = k % 2;
-        daemons[victim].signal("KILL");
-        let _ = daemons[victim].wait_exit(Duration::from_secs(5)).await;
+        daemons[victim].kill_9().await;
         ports[victim] = free_port();
         daemons[victim] = spawn_serve(&redis, ports[victim], &env);
     }
@@ -197,8 +196,7 @@ async fn keys_deliver_in_creation_order_through_failures_and_kill_9() {
     let (_, stats) = get_json(&format!("{base}/v1/stats")).await;
     assert_eq!(stats["held_in_order"], 0, "{stats}");
     for daemon in &mut daemons {
-        daemon.signal("KILL");
-        let _ = daemon.wait_exit(Duration::from_secs(5)).await;
+        daemon.kill_9().await;
     }
     // Every ordering list is gone with its last job.
     let mut conn = redis.conn().await;
@@ -613,8 +611,7 @@ async fn keys_deliver_in_order_on_a_cluster_through_kill_9_and_a_slot_migration(
             .sum::<usize>()
     });
     create_ordered(&bases, keys, per_key, &receiver.url("/")).await;
-    daemons[1].signal("KILL");
-    let _ = daemons[1].wait_exit(Duration::from_secs(5)).await;
+    daemons[1].kill_9().await;
     ports[1] = free_port();
     daemons[1] = spawn_serve(&cluster.nodes[0], ports[1], &env);
     let moved = migration.await.expect("the migration completes");
@@ -624,7 +621,6 @@ async fn keys_deliver_in_order_on_a_cluster_through_kill_9_and_a_slot_migration(
     }
     eprintln!("cluster ordering: {moved} keys migrated");
     for daemon in &mut daemons {
-        daemon.signal("KILL");
-        let _ = daemon.wait_exit(Duration::from_secs(5)).await;
+        daemon.kill_9().await;
     }
 }

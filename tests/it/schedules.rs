@@ -150,8 +150,7 @@ async fn two_daemons_and_a_kill_9_neither_skip_nor_double_a_firing() {
         ids.iter().all(|id| fired_times(&receiver, id).len() >= 2)
     })
     .await;
-    daemons[1].signal("KILL");
-    let _ = daemons[1].wait_exit(Duration::from_secs(5)).await;
+    daemons[1].kill_9().await;
     let before: usize = ids.iter().map(|id| fired_times(&receiver, id).len()).sum();
     // The survivor takes the dead one's partitions over once its
     // membership runs out, and fires what came due meanwhile.
@@ -181,8 +180,7 @@ async fn two_daemons_and_a_kill_9_neither_skip_nor_double_a_firing() {
     )
     .await;
     for daemon in &mut daemons {
-        daemon.signal("KILL");
-        let _ = daemon.wait_exit(Duration::from_secs(5)).await;
+        daemon.kill_9().await;
     }
     for id in &ids {
         let times: Vec<i64> = fired_times(&receiver, id).into_iter().collect();

@@ -106,6 +106,13 @@ impl OwnedProcess {
         }
     }
 
+    /// `kill -9` of the child itself (not its group: a daemon killed
+    /// mid-run), then reaps it.
+    pub async fn kill_9(&mut self) {
+        self.signal("KILL");
+        let _ = self.wait_exit(Duration::from_secs(5)).await;
+    }
+
     /// SIGKILLs the whole process group and reaps the child.
     pub fn kill_group(&mut self) {
         super::kill_process_group(self.pid());
