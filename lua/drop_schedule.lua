@@ -9,7 +9,7 @@
   Output:
     DONE deleted, NOT_FOUND no such schedule (the codes of the prelude)
 ]]
-if redis.call('HEXISTS', KEYS[3], 'spec') == 0 then return NOT_FOUND end
+if redis.call('HEXISTS', KEYS[3], 'meta') == 0 then return NOT_FOUND end
 redis.call('DEL', KEYS[3])
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])

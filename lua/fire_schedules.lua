@@ -50,11 +50,13 @@ local plans = {}
 for i = 4, #ARGV, 6 do
   local id = ARGV[i]
   local key = prefix .. 'sched:' .. id
-  local f = rcall('HMGET', key, 'ver', 'tmpl', 'max', 'lease', 'prev', 'last', 'overlap', 'order')
+  local f = rcall('HMGET', key, 'meta', 'tmpl', 'prev', 'last')
+  local m = schedule_meta(f[1])
   local score = rcall('ZSCORE', KEYS[1], id)
-  local current = f[1] and f[1] == ARGV[i + 2] and score and tonumber(score) == tonumber(ARGV[i + 1])
+  local current = m and tostring(m.ver) == ARGV[i + 2] and score
+    and tonumber(score) == tonumber(ARGV[i + 1])
   if not f[1] and slot_moving_once(KEYS[1]) then return try_again() end
-  plans[#plans + 1] = {id = id, key = key, f = f, current = current,
+  plans[#plans + 1] = {id = id, key = key, f = f, m = m, current = current,
     fire = split(ARGV[i + 3]), skip = split(ARGV[i + 4]), next = ARGV[i + 5]}
 end
 if IN_CLUSTER and #plans > 0 and slot_moving(KEYS[1]) then return try_again() end
@@ -65,9 +67,9 @@ for _, plan in ipairs(plans) do
   if not plan.current then
     out[#out + 1] = 0
   else
-    local f = plan.f
-    local skip_overlap = f[7] == 'skip'
-    local prev = f[5]
+    local f, m = plan.f, plan.m
+    local skip_overlap = m.overlap == 'skip'
+    local prev = f[3]
     local runs = {}
     for _, t in ipairs(plan.skip) do runs[#runs + 1] = {t, 0} end
     for _, t in ipairs(plan.fire) do
@@ -78,9 +80,9 @@ for _, plan in ipairs(plans) do
         local job = plan.id .. ':' .. string.format('%d', t)
         local at = live(prefix, job)
         if not rec_exists(at) then
-          local r = {state = 'r', ut = now, att = 0, max = tonumber(f[3]), due = t, seq = 0,
-            ct = now, lease = tonumber(f[4]) or 0, given = t}
-          local line = f[8] and f[8] ~= '' and prefix .. 'order:' .. f[8]
+          local r = {state = 'r', ut = now, att = 0, max = m.max, due = t, seq = 0,
+            ct = now, lease = m.lease, given = t}
+          local line = m.order ~= '' and prefix .. 'order:' .. m.order
           local behind = line and rcall('LLEN', line) > 0
           if line then rcall('RPUSH', line, job) end
           if behind then
@@ -107,7 +109,7 @@ for _, plan in ipairs(plans) do
       if #last == 10 then break end
       last[#last + 1] = string.format('%d', runs[k][1]) .. (runs[k][2] == 1 and 'f' or 's')
     end
-    for old in string.gmatch(f[6] or '', '[^,]+') do
+    for old in string.gmatch(f[4] or '', '[^,]+') do
       if #last == 10 then break end
       last[#last + 1] = old
     end

@@ -843,3 +843,14 @@ local function pointer_of(v)
   if v and #v < REC_HEADER and string.sub(v, 1, 1) == '@' then return tonumber(string.sub(v, 2)) end
   return nil
 end
+
+-- A schedule's `meta` field (see put_schedule.lua) as a table, or nil.
+local function schedule_meta(text)
+  if not text then return nil end
+  local ver, max, lease, overlap, paused, anchor, ct, ut, order = string.match(text,
+    '^(%d+) (%d+) (%d+) (%a+) ([01]) (%-?%d+) (%d+) (%d+) ?(.*)$')
+  if not ver then return nil end
+  return {ver = tonumber(ver), max = tonumber(max), lease = tonumber(lease), overlap = overlap,
+    paused = paused == '1', anchor = tonumber(anchor), ct = tonumber(ct), ut = tonumber(ut),
+    order = order}
+end

@@ -1,25 +1,25 @@
 --[[
   Create or change a schedule (see src/schedule.rs). A schedule is a HASH
-  `<ns>:{p}:sched:<id>` of its partition (the partition of its id):
+  `<ns>:{p}:sched:<id>` of its partition (the partition of its id), with
+  few fields (each field of a hash that outgrows the listpack encoding
+  costs ~50 bytes):
 
-    spec    its content (JSON), compared on a re-create
+    spec    its rule (JSON without the job), compared on a re-create
     tmpl    the spec JSON of the jobs it fires (the template, with
-            `schedule_id`), stored as each fired job's spec
-    max     attempts allowed to a fired job
-    lease   a fired job's lease in ms ("" for the daemon default)
-    overlap `allow` or `skip` (read by each firing)
-    paused  "1" while paused
+            `schedule_id`), stored as each fired job's spec; compared too
+    meta    `<ver> <max> <lease> <overlap> <paused> <anchor> <ct> <ut>
+            <order>`: the version (bumped by every change, so a firing
+            computed from an older version is refused), attempts allowed
+            to a fired job, its lease in ms (0: the daemon default),
+            `allow` or `skip`, 1 while paused, the creation time (the
+            anchor of `every`), created and updated (ms), and its jobs'
+            ordering list `<topic>:<ordering key>` (empty for none: such a
+            schedule lives in its key's partition, its id's holding a stub,
+            see place_schedule.lua)
     next    its next fire time (ms), "" once it has ended
-    anchor  the creation time (ms), the anchor of `every`
-    ver     bumped by every change, so a firing computed from an older
-            version is refused
-    ct, ut  created, updated (ms)
     last    the last runs, newest first, at most 10: `<ms><f|s>` joined by ","
-            (f fired, s skipped)
+            (f fired, s skipped); written by the firings
     prev    the id of the last job it fired (for `overlap = "skip"`)
-    order   its jobs' ordering list `<topic>:<ordering key>`, or "": such
-            a schedule lives in its key's partition, its id's holding a
-            stub (see place_schedule.lua)
 
   An active schedule is in the partition's fire index, scored by its next
   fire time; every schedule is in the partition's schedule index (score 0,
@@ -54,13 +54,15 @@
 ]]
 local rcall = redis.call
 local key = ARGV[1] .. 'sched:' .. ARGV[2]
-local f = rcall('HMGET', key, 'spec', 'ver', 'at')
+local f = rcall('HMGET', key, 'spec', 'tmpl', 'meta', 'at')
+local m = schedule_meta(f[3])
+local old_version = m and m.ver or 0
 if ARGV[3] == 'create' then
   if f[1] then
-    if f[1] == ARGV[4] then return {UNCHANGED, tonumber(f[2]) or 0} end
-    return {CHANGED, tonumber(f[2]) or 0}
+    if f[1] == ARGV[4] and f[2] == ARGV[5] then return {UNCHANGED, old_version} end
+    return {CHANGED, old_version}
   end
-  if f[3] then return {ELSEWHERE, tonumber(f[3])} end
+  if f[4] then return {ELSEWHERE, tonumber(f[4])} end
   if slot_moving_once(KEYS[1]) then return try_again() end
   if ARGV[16] == 'c' then return {NOT_FOUND, 0} end
 else
@@ -68,18 +70,16 @@ else
     if slot_moving_once(KEYS[1]) then return try_again() end
     return {NOT_FOUND, 0}
   end
-  if f[2] ~= ARGV[11] then return {CHANGED, tonumber(f[2]) or 0} end
+  if tostring(old_version) ~= ARGV[11] then return {CHANGED, old_version} end
 end
 
 local now = now_ms()
-local version = (tonumber(f[2]) or 0) + 1
-local fields = {'spec', ARGV[4], 'tmpl', ARGV[5], 'max', ARGV[6], 'lease', ARGV[7],
-  'paused', ARGV[8], 'next', ARGV[9], 'ver', version, 'ut', now, 'overlap', ARGV[14],
-  'order', ARGV[15]}
-if ARGV[3] == 'create' then
-  for _, v in ipairs({'anchor', ARGV[10], 'ct', now, 'last', ''}) do fields[#fields + 1] = v end
-end
-rcall('HSET', key, unpack(fields))
+local version = old_version + 1
+local anchor, created = ARGV[10], now
+if m then anchor, created = m.anchor, m.ct end
+local meta = table.concat({version, tonumber(ARGV[6]), tonumber(ARGV[7]) or 0, ARGV[14], ARGV[8],
+  string.format('%d', anchor), string.format('%d', created), string.format('%d', now), ARGV[15]}, ' ')
+rcall('HSET', key, 'spec', ARGV[4], 'tmpl', ARGV[5], 'meta', meta, 'next', ARGV[9])
 rcall('ZADD', KEYS[2], 0, ARGV[2])
 if ARGV[8] == '1' or ARGV[9] == '' then
   rcall('ZREM', KEYS[1], ARGV[2])

@@ -161,13 +161,18 @@ fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
 impl ScheduleRecord {
     /// Decodes a schedule hash (HGETALL); None when there is none.
     fn decode(id: &str, fields: &[(String, String)]) -> StoreResult<Option<ScheduleRecord>> {
-        let Some(spec_json) = field(fields, "spec") else {
+        let (Some(rule_json), Some(template), Some(meta)) = (
+            field(fields, "spec"),
+            field(fields, "tmpl"),
+            field(fields, "meta"),
+        ) else {
             return Ok(None);
         };
         let bad = |d: String| StoreError::reply("schedule", format!("{id}: {d}"));
-        let spec: ScheduleSpec =
-            serde_json::from_str(spec_json).map_err(|e| bad(format!("spec: {e}")))?;
-        let int = |name: &str| field(fields, name).and_then(|v| v.parse::<i64>().ok());
+        let spec = spec_of(rule_json, template).map_err(|e| bad(format!("spec: {e}")))?;
+        // `<ver> <max> <lease> <overlap> <paused> <anchor> <ct> <ut> <order>`
+        let meta: Vec<&str> = meta.splitn(9, ' ').collect();
+        let int = |i: usize| meta.get(i).and_then(|v| v.parse::<i64>().ok());
         let last_runs = field(fields, "last")
             .unwrap_or_default()
             .split(',')
@@ -181,17 +186,39 @@ impl ScheduleRecord {
             .collect();
         Ok(Some(ScheduleRecord {
             id: id.to_string(),
-            spec_json: spec_json.to_string(),
+            spec_json: rule_json.to_string(),
             spec,
-            paused: field(fields, "paused") == Some("1"),
-            next: int("next"),
-            anchor: int("anchor").unwrap_or_default(),
-            version: int("ver").unwrap_or_default() as u64,
-            created: int("ct").unwrap_or_default(),
-            updated: int("ut").unwrap_or_default(),
+            paused: meta.get(4) == Some(&"1"),
+            next: field(fields, "next").and_then(|v| v.parse().ok()),
+            anchor: int(5).unwrap_or_default(),
+            version: int(0).unwrap_or_default() as u64,
+            created: int(6).unwrap_or_default(),
+            updated: int(7).unwrap_or_default(),
             last_runs,
         }))
     }
+}
+
+/// A schedule's rule as its hash stores it: its spec's JSON without the
+/// job, which the template (`tmpl`) holds once.
+fn rule_json(spec: &ScheduleSpec) -> StoreResult<String> {
+    let mut value =
+        serde_json::to_value(spec).map_err(|e| StoreError::reply("put_schedule", e.to_string()))?;
+    if let Some(object) = value.as_object_mut() {
+        object.remove("job");
+    }
+    Ok(value.to_string())
+}
+
+/// The spec of a schedule from its stored rule and template.
+fn spec_of(rule_json: &str, template: &str) -> Result<ScheduleSpec, serde_json::Error> {
+    let mut rule: serde_json::Value = serde_json::from_str(rule_json)?;
+    let mut job: JobSpec = serde_json::from_str(template)?;
+    job.schedule_id = None;
+    if let Some(object) = rule.as_object_mut() {
+        object.insert("job".into(), serde_json::to_value(job)?);
+    }
+    serde_json::from_value(rule)
 }
 
 /// One recorded fire time, as a view shows it.
@@ -434,8 +461,7 @@ impl Store {
         write: &ScheduleWrite<'_>,
         compare_only: bool,
     ) -> StoreResult<Put> {
-        let spec_json = serde_json::to_string(write.spec)
-            .map_err(|e| StoreError::reply("put_schedule", e.to_string()))?;
+        let spec_json = rule_json(write.spec)?;
         let overlap = match write.spec.overlap {
             schedule::Overlap::Allow => "allow",
             schedule::Overlap::Skip => "skip",
@@ -629,8 +655,8 @@ impl Store {
             pipe.cmd("HMGET")
                 .arg(self.keys.schedule(p, id))
                 .arg("spec")
-                .arg("ver")
-                .arg("anchor");
+                .arg("tmpl")
+                .arg("meta");
         }
         let mut conn = self.conn.clone();
         let read: Vec<(Option<String>, Option<String>, Option<String>)> =
@@ -647,10 +673,16 @@ impl Store {
                 .collect::<Vec<_>>()
                 .join(",")
         };
-        for ((id, at), (spec, version, anchor)) in due.iter().zip(read) {
+        for ((id, at), (rule, template, meta)) in due.iter().zip(read) {
             let at = *at as i64;
-            let spec = spec.and_then(|s| serde_json::from_str::<ScheduleSpec>(&s).ok());
-            let anchor: i64 = anchor.and_then(|a| a.parse().ok()).unwrap_or(at);
+            let spec = rule
+                .zip(template)
+                .and_then(|(rule, template)| spec_of(&rule, &template).ok());
+            // `<ver> <max> <lease> <overlap> <paused> <anchor> ...`
+            let meta = meta.unwrap_or_default();
+            let meta: Vec<&str> = meta.split(' ').collect();
+            let version = meta.first().copied().unwrap_or_default().to_string();
+            let anchor: i64 = meta.get(5).and_then(|a| a.parse().ok()).unwrap_or(at);
             let plan = spec.as_ref().and_then(|spec| {
                 let rule = spec.rule(anchor).ok()?;
                 Some(spec.due(&rule, at, now))
@@ -663,7 +695,7 @@ impl Store {
             });
             args.push(arg(id));
             args.push(arg(&at));
-            args.push(arg(&version.unwrap_or_default()));
+            args.push(arg(&version));
             args.push(arg(&join(&plan.fire)));
             args.push(arg(&join(&plan.skipped)));
             args.push(arg(&plan.next.map(|n| n.to_string()).unwrap_or_default()));
