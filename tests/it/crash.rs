@@ -9,8 +9,7 @@ use std::time::Duration;
 use rand::Rng;
 use serde_json::{json, Value};
 
-use crate::ops::{free_port, spawn_serve, wait_ready};
-use crate::support::process::OwnedProcess;
+use crate::ops::{free_port, spawn_ready, spawn_serve};
 use crate::support::receiver::{Receiver, Recorded, Reply};
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
@@ -63,14 +62,7 @@ async fn kill_9_during_a_run_loses_no_job() {
     }))
     .await;
     let env = chaos_env();
-    let mut ports = [free_port(), free_port()];
-    let mut daemons: Vec<OwnedProcess> = ports
-        .iter()
-        .map(|&p| spawn_serve(&redis, p, &env))
-        .collect();
-    for &p in &ports {
-        wait_ready(p).await;
-    }
+    let (mut daemons, mut ports) = spawn_ready(&redis, 2, &env).await;
 
     // Due over the next few seconds, enqueued through both daemons.
     let spread_ms = (jobs as u64 / 2).max(3000);

@@ -12,8 +12,7 @@ use serde_json::{json, Value};
 use hookq::fleet::{BEAT, MEMBER_TTL};
 use hookq::job::now_ms;
 
-use crate::ops::{free_port, spawn_serve, wait_ready};
-use crate::support::process::OwnedProcess;
+use crate::ops::{free_port, spawn_ready, spawn_serve, wait_ready};
 use crate::support::receiver::Receiver;
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
@@ -152,14 +151,7 @@ async fn a_killed_daemons_partitions_are_taken_over_within_the_bound() {
         ("HOOKQ_DELIVERY__TIMEOUT", "1s"),
         ("HOOKQ_DELIVERY__LEASE_MARGIN", "300ms"),
     ];
-    let ports = [free_port(), free_port(), free_port()];
-    let mut daemons: Vec<OwnedProcess> = ports
-        .iter()
-        .map(|&p| spawn_serve(&redis, p, &env))
-        .collect();
-    for &p in &ports {
-        wait_ready(p).await;
-    }
+    let (mut daemons, ports) = spawn_ready(&redis, 3, &env).await;
     wait_until("three daemons joined", Duration::from_secs(10), || async {
         members(&redis).await.len() == 3
     })

@@ -78,6 +78,24 @@ pub(crate) fn serve_command(mut command: Command, redis: &RedisServer, port: u16
     command
 }
 
+/// `n` daemon processes (`hookq serve` with `extra_env`) on `redis`, each
+/// on a free port, once all of them are ready: the processes and ports.
+pub(crate) async fn spawn_ready(
+    redis: &RedisServer,
+    n: usize,
+    extra_env: &[(&str, &str)],
+) -> (Vec<OwnedProcess>, Vec<u16>) {
+    let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
+    let daemons = ports
+        .iter()
+        .map(|&p| spawn_serve(redis, p, extra_env))
+        .collect();
+    for &p in &ports {
+        wait_ready(p).await;
+    }
+    (daemons, ports)
+}
+
 pub(crate) async fn wait_ready(port: u16) {
     wait_until(
         "hookq serve is ready",

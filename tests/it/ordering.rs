@@ -11,9 +11,8 @@ use std::time::Duration;
 use rand::Rng;
 use serde_json::{json, Value};
 
-use crate::ops::{free_port, spawn_serve, wait_ready};
+use crate::ops::{free_port, spawn_ready, spawn_serve, wait_ready};
 use crate::support::cluster::RedisCluster;
-use crate::support::process::OwnedProcess;
 use crate::support::receiver::{Receiver, Recorded, Reply};
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
@@ -164,14 +163,7 @@ async fn keys_deliver_in_creation_order_through_failures_and_kill_9() {
         ("HOOKQ_BREAKER__OPEN_FOR", "50ms"),
         ("HOOKQ_BREAKER__MAX_OPEN", "200ms"),
     ];
-    let mut ports = [free_port(), free_port()];
-    let mut daemons: Vec<OwnedProcess> = ports
-        .iter()
-        .map(|&p| spawn_serve(&redis, p, &env))
-        .collect();
-    for &p in &ports {
-        wait_ready(p).await;
-    }
+    let (mut daemons, mut ports) = spawn_ready(&redis, 2, &env).await;
     let bases: Vec<String> = ports
         .iter()
         .map(|p| format!("http://127.0.0.1:{p}"))
@@ -583,14 +575,7 @@ async fn keys_deliver_in_order_on_a_cluster_through_kill_9_and_a_slot_migration(
         ),
         ("HOOKQ_BREAKER__FAILURES", "0"),
     ];
-    let mut ports = [free_port(), free_port()];
-    let mut daemons: Vec<OwnedProcess> = ports
-        .iter()
-        .map(|&p| spawn_serve(&cluster.nodes[0], p, &env))
-        .collect();
-    for &p in &ports {
-        wait_ready(p).await;
-    }
+    let (mut daemons, mut ports) = spawn_ready(&cluster.nodes[0], 2, &env).await;
     let bases: Vec<String> = ports
         .iter()
         .map(|p| format!("http://127.0.0.1:{p}"))

@@ -10,8 +10,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::api::send;
-use crate::ops::{free_port, spawn_serve, wait_ready};
-use crate::support::process::OwnedProcess;
+use crate::ops::{free_port, spawn_ready, spawn_serve, wait_ready};
 use crate::support::receiver::{Receiver, Recorded, Reply};
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
@@ -127,14 +126,7 @@ async fn two_daemons_and_a_kill_9_neither_skip_nor_double_a_firing() {
         ("HOOKQ_DELIVERY__TIMEOUT", "1s"),
         ("HOOKQ_DELIVERY__LEASE_MARGIN", "300ms"),
     ];
-    let mut ports = [free_port(), free_port()];
-    let mut daemons: Vec<OwnedProcess> = ports
-        .iter()
-        .map(|&p| spawn_serve(&redis, p, &env))
-        .collect();
-    for &p in &ports {
-        wait_ready(p).await;
-    }
+    let (mut daemons, mut ports) = spawn_ready(&redis, 2, &env).await;
     let base = format!("http://127.0.0.1:{}", ports[0]);
     // Several schedules, so some live in partitions of each daemon.
     let ids: Vec<String> = (0..6).map(|i| format!("s{i}")).collect();
