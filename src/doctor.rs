@@ -83,36 +83,50 @@ fn check(name: &'static str, status: Status, detail: String, fix: Option<String>
 
 /// Runs every check against the Redis of `config`.
 pub async fn run(config: &Config) -> Report {
-    let mut checks = Vec::new();
     let store = match Store::connect_unchecked(config).await {
         Ok(store) => store,
         Err(err) => {
-            checks.push(check(
-                "connection",
-                Status::Fail,
-                format!(
-                    "cannot connect to {}: {err}",
-                    crate::config::redact_url(&config.redis.url)
-                ),
-                Some(
-                    "start Redis (scripts/run.sh does) or fix `redis.url` / HOOKQ_REDIS__URL"
-                        .into(),
-                ),
-            ));
-            return Report { checks };
+            return Report {
+                checks: vec![check(
+                    "connection",
+                    Status::Fail,
+                    format!(
+                        "cannot connect to {}: {err}",
+                        crate::config::redact_url(&config.redis.url)
+                    ),
+                    Some(
+                        "start Redis (scripts/run.sh does) or fix `redis.url` / HOOKQ_REDIS__URL"
+                            .into(),
+                    ),
+                )],
+            }
         }
     };
-    checks.push(check(
-        "connection",
-        Status::Ok,
-        format!(
-            "connected to {}",
-            crate::config::redact_url(&config.redis.url)
+    let mut checks = vec![
+        check(
+            "connection",
+            Status::Ok,
+            format!(
+                "connected to {}",
+                crate::config::redact_url(&config.redis.url)
+            ),
+            None,
         ),
-        None,
-    ));
+        version_check(&store).await,
+    ];
+    checks.extend(settings_checks(&store).await);
+    checks.push(partitions_check(&store).await);
+    checks.push(scripts_check(&store).await);
+    checks.push(schema_check(&store).await);
+    checks.push(memory_check(&store, config).await);
+    checks.push(fleet_check(&store).await);
+    checks.push(replicas_check(&store, config).await);
+    Report { checks }
+}
 
-    let info = info_of(&store, 0, &["server"]).await.unwrap_or_default();
+/// The Redis version: 7.0 or newer.
+async fn version_check(store: &Store) -> Check {
+    let info = info_of(store, 0, &["server"]).await.unwrap_or_default();
     let version = info_field(&info, "redis_version")
         .unwrap_or("unknown")
         .to_string();
@@ -121,7 +135,7 @@ pub async fn run(config: &Config) -> Report {
         .next()
         .and_then(|m| m.parse().ok())
         .unwrap_or(0);
-    checks.push(if major >= 7 {
+    if major >= 7 {
         check("redis version", Status::Ok, version, None)
     } else {
         check(
@@ -130,8 +144,12 @@ pub async fn run(config: &Config) -> Report {
             format!("{version}; hookq needs Redis 7.0 or newer"),
             Some("upgrade Redis to 7.0 or newer".into()),
         )
-    });
+    }
+}
 
+/// The Redis settings hookq relies on or recommends: `maxmemory-policy`,
+/// `appendonly`, `appendfsync`, `hash-max-listpack-value`.
+async fn settings_checks(store: &Store) -> Vec<Check> {
     let get = |name: &'static str| {
         let mut conn = store.conn();
         async move {
@@ -144,6 +162,7 @@ pub async fn run(config: &Config) -> Report {
                 .and_then(|m| m.get(name).cloned())
         }
     };
+    let mut checks = Vec::new();
     match get("maxmemory-policy").await.as_deref() {
         Some("noeviction") => checks.push(check("maxmemory-policy", Status::Ok, "noeviction".into(), None)),
         Some(policy) => checks.push(check(
@@ -235,6 +254,11 @@ pub async fn run(config: &Config) -> Report {
         )),
     }
 
+    checks
+}
+
+/// Every partition's keys answer (on a cluster: every slot is served).
+async fn partitions_check(store: &Store) -> Check {
     let mut unreachable = Vec::new();
     for p in 0..store.keys().partitions() {
         let mut conn = store.conn();
@@ -246,7 +270,7 @@ pub async fn run(config: &Config) -> Report {
             unreachable.push(p);
         }
     }
-    checks.push(if unreachable.is_empty() {
+    if unreachable.is_empty() {
         check(
             "partitions",
             Status::Ok,
@@ -263,9 +287,12 @@ pub async fn run(config: &Config) -> Report {
                     .into(),
             ),
         )
-    });
+    }
+}
 
-    checks.push(match store.load_scripts().await {
+/// The scripts load (the Redis user may run them).
+async fn scripts_check(store: &Store) -> Check {
+    match store.load_scripts().await {
         Ok(()) => check(
             "scripts",
             Status::Ok,
@@ -278,8 +305,12 @@ pub async fn run(config: &Config) -> Report {
             format!("cannot load: {err}"),
             Some("allow SCRIPT LOAD/EVALSHA for hookq's Redis user (ACL: +@scripting)".into()),
         ),
-    });
-    checks.push(match store.schema_version().await {
+    }
+}
+
+/// The data's layout version is this hookq's.
+async fn schema_check(store: &Store) -> Check {
+    match store.schema_version().await {
         Ok(Some(v)) if v == crate::store::schema::SCHEMA_VERSION => {
             check("schema", Status::Ok, format!("layout {v}"), None)
         }
@@ -299,11 +330,7 @@ pub async fn run(config: &Config) -> Report {
             Some("stop every hookq daemon and run `hookq migrate`".into()),
         ),
         Err(err) => check("schema", Status::Fail, format!("cannot read: {err}"), None),
-    });
-    checks.push(memory_check(&store, config).await);
-    checks.push(fleet_check(&store).await);
-    checks.push(replicas_check(&store, config).await);
-    Report { checks }
+    }
 }
 
 // ---------------------------------------------------------------------------
