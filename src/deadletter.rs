@@ -154,6 +154,9 @@ impl Revival {
     }
 }
 
+/// Dead letters looked up at once when a replay names them by id.
+const LOOKUPS_AT_ONCE: usize = 32;
+
 /// Replays the selected dead letters; `progress` is called with the running
 /// count of handled entries.
 pub async fn replay(
@@ -170,10 +173,19 @@ pub async fn replay(
     };
     let mut handled = 0;
     if !selection.ids.is_empty() {
-        for id in &selection.ids {
-            match store.find_dead(id).await? {
+        // The lookups go out a few dozen at a time (up to 10,000 ids, each
+        // a couple of reads); the revivals follow in the order given.
+        use futures_util::StreamExt;
+        let mut found = futures_util::stream::iter(selection.ids.iter().cloned())
+            .map(|id| async move {
+                let dead = store.find_dead(&id).await;
+                (id, dead)
+            })
+            .buffered(LOOKUPS_AT_ONCE);
+        while let Some((id, dead)) = found.next().await {
+            match dead? {
                 Some(dead) => revive(store, config, &dead, change, dry_run, &mut report).await?,
-                None => report.not_found.push(id.clone()),
+                None => report.not_found.push(id),
             }
             handled += 1;
             progress(handled);
