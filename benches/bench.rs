@@ -973,8 +973,10 @@ async fn schedules_firing(
     }
     for chunk in specs.chunks(500) {
         let writes = chunk.iter().map(|valid| {
-            let rule = valid.spec.rule(now);
-            let next = rule.ok().and_then(|rule| valid.spec.next_after(&rule, now));
+            let rule = valid.spec.timing.rule(now);
+            let next = rule
+                .ok()
+                .and_then(|rule| valid.spec.timing.next_after(&rule, now));
             let write = ScheduleWrite::new(&cfg, &valid.id, &valid.spec, false, next, now, None);
             let store = &store;
             async move { store.put_schedule(&write).await }

@@ -101,10 +101,10 @@ pub struct ScheduleInput {
     pub job: Option<Box<RawValue>>,
 }
 
-/// A validated schedule: what it fires and when (its content, compared on
-/// a re-create; the id and whether it is paused are not content).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ScheduleSpec {
+/// When a schedule fires: all a firing needs (its stored JSON is read
+/// without the job template).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Timing {
     /// The cron expression, as given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cron: Option<String>,
@@ -119,12 +119,21 @@ pub struct ScheduleSpec {
     /// No fire time after this (epoch ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_at: Option<i64>,
-    /// Overlap rule.
-    #[serde(default)]
-    pub overlap: Overlap,
     /// Catch-up rule.
     #[serde(default)]
     pub catch_up: CatchUp,
+}
+
+/// A validated schedule: what it fires and when (its content, compared on
+/// a re-create; the id and whether it is paused are not content).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScheduleSpec {
+    /// When it fires.
+    #[serde(flatten)]
+    pub timing: Timing,
+    /// Overlap rule.
+    #[serde(default)]
+    pub overlap: Overlap,
     /// The job template (its spec as a job would store it, without due time).
     pub job: JobSpec,
 }
@@ -277,13 +286,15 @@ impl ScheduleInput {
         }
         let job = input.validate(config).map_err(in_job)?.spec;
         Ok(ScheduleSpec {
-            cron: self.cron.clone(),
-            every_ms,
-            timezone,
-            start_at,
-            end_at,
+            timing: Timing {
+                cron: self.cron.clone(),
+                every_ms,
+                timezone,
+                start_at,
+                end_at,
+                catch_up,
+            },
             overlap,
-            catch_up,
             job,
         })
     }
@@ -348,16 +359,13 @@ impl ScheduleSpec {
     /// Whether `other` is the same schedule (its template compared as
     /// [`JobSpec::same_content`] compares jobs).
     pub fn same_content(&self, other: &ScheduleSpec) -> bool {
-        self.cron == other.cron
-            && self.every_ms == other.every_ms
-            && self.timezone == other.timezone
-            && self.start_at == other.start_at
-            && self.end_at == other.end_at
+        self.timing == other.timing
             && self.overlap == other.overlap
-            && self.catch_up == other.catch_up
             && self.job.same_content(&other.job)
     }
+}
 
+impl Timing {
     /// The rule of this schedule; `anchor` is its creation time (the
     /// anchor of `every` when there is no `start_at`).
     pub fn rule(&self, anchor: i64) -> Result<Rule, FieldError> {
@@ -635,15 +643,13 @@ mod tests {
 
     #[test]
     fn start_and_end_bound_the_fire_times() {
-        let spec = ScheduleSpec {
+        let spec = Timing {
             cron: None,
             every_ms: Some(60_000),
             timezone: "UTC".into(),
             start_at: Some(1_000_000),
             end_at: Some(1_200_000),
-            overlap: Overlap::Allow,
             catch_up: CatchUp::Latest,
-            job: JobSpec::summary_of("t".into()),
         };
         let rule = spec.rule(0).expect("rule");
         assert_eq!(spec.next_after(&rule, 0), Some(1_060_000));
@@ -656,15 +662,13 @@ mod tests {
 
     #[test]
     fn catch_up_picks_the_missed_fire_times() {
-        let mut spec = ScheduleSpec {
+        let mut spec = Timing {
             cron: None,
             every_ms: Some(60_000),
             timezone: "UTC".into(),
             start_at: None,
             end_at: None,
-            overlap: Overlap::Allow,
             catch_up: CatchUp::Latest,
-            job: JobSpec::summary_of("t".into()),
         };
         let rule = spec.rule(0).expect("rule");
         // Late, not missed: times due less than the grace ago fire under
@@ -674,7 +678,7 @@ mod tests {
             let due = spec.due(&rule, 60_000, 60_050);
             assert_eq!((due.fire, due.next), (vec![60_000], Some(120_000)));
             let second = spec.clone();
-            let every_second = ScheduleSpec {
+            let every_second = Timing {
                 every_ms: Some(1000),
                 ..second
             };

@@ -34,8 +34,8 @@ fn modified(id: &str) -> ApiError {
 
 /// The next fire time of `spec` after `now` (its rule anchored at `anchor`).
 fn next_after(spec: &ScheduleSpec, anchor: i64, now: i64) -> Result<Option<i64>, ApiError> {
-    let rule = spec.rule(anchor)?;
-    Ok(spec.next_after(&rule, now))
+    let rule = spec.timing.rule(anchor)?;
+    Ok(spec.timing.next_after(&rule, now))
 }
 
 /// `POST /v1/schedules`: 201 new, 200 identical re-create, 409 conflict.
@@ -156,11 +156,11 @@ fn input_of(spec: &ScheduleSpec) -> Result<ScheduleInput, ApiError> {
         .and_then(|json| RawValue::from_string(json).ok());
     Ok(ScheduleInput {
         id: None,
-        cron: spec.cron.clone(),
-        every: spec.every_ms.map(format_duration_ms),
-        timezone: Some(spec.timezone.clone()),
-        start_at: spec.start_at.map(RunAt::Millis),
-        end_at: spec.end_at.map(RunAt::Millis),
+        cron: spec.timing.cron.clone(),
+        every: spec.timing.every_ms.map(format_duration_ms),
+        timezone: Some(spec.timing.timezone.clone()),
+        start_at: spec.timing.start_at.map(RunAt::Millis),
+        end_at: spec.timing.end_at.map(RunAt::Millis),
         overlap: Some(
             match spec.overlap {
                 Overlap::Allow => "allow",
@@ -169,7 +169,7 @@ fn input_of(spec: &ScheduleSpec) -> Result<ScheduleInput, ApiError> {
             .into(),
         ),
         catch_up: Some(
-            match spec.catch_up {
+            match spec.timing.catch_up {
                 CatchUp::Latest => "latest",
                 CatchUp::None => "none",
                 CatchUp::All => "all",

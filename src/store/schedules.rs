@@ -292,23 +292,26 @@ impl ScheduleRecord {
         } else {
             "active"
         };
-        let next_runs = match (spec.rule(record.anchor), state, record.next) {
+        let next_runs = match (spec.timing.rule(record.anchor), state, record.next) {
             (Ok(rule), "active", Some(next)) => std::iter::once(next)
-                .chain(spec.next_runs(&rule, next, NEXT_RUNS - 1))
+                .chain(spec.timing.next_runs(&rule, next, NEXT_RUNS - 1))
                 .collect(),
             // What it would fire once resumed (fire times while paused are
             // skipped).
-            (Ok(rule), "paused", _) => spec.next_runs(&rule, crate::job::now_ms(), NEXT_RUNS),
+            (Ok(rule), "paused", _) => {
+                spec.timing
+                    .next_runs(&rule, crate::job::now_ms(), NEXT_RUNS)
+            }
             _ => Vec::new(),
         };
         ScheduleView {
-            cron: spec.cron.clone(),
-            every: spec.every_ms.map(format_duration_ms),
-            timezone: spec.timezone.clone(),
-            start_at: spec.start_at.map(format_ms),
-            end_at: spec.end_at.map(format_ms),
+            cron: spec.timing.cron.clone(),
+            every: spec.timing.every_ms.map(format_duration_ms),
+            timezone: spec.timing.timezone.clone(),
+            start_at: spec.timing.start_at.map(format_ms),
+            end_at: spec.timing.end_at.map(format_ms),
             overlap: spec.overlap,
-            catch_up: spec.catch_up,
+            catch_up: spec.timing.catch_up,
             state,
             next_runs: next_runs.into_iter().map(format_ms).collect(),
             last_runs: record
@@ -348,9 +351,10 @@ impl Store {
                 let now = self.redis_time_ms().await?;
                 let rule = record
                     .spec
+                    .timing
                     .rule(record.anchor)
                     .map_err(|e| StoreError::reply("schedule", e.message))?;
-                record.spec.next_after(&rule, now)
+                record.spec.timing.next_after(&rule, now)
             };
             let write = ScheduleWrite::new(
                 config,
@@ -655,12 +659,10 @@ impl Store {
             pipe.cmd("HMGET")
                 .arg(self.keys.schedule(p, id))
                 .arg("spec")
-                .arg("tmpl")
                 .arg("meta");
         }
         let mut conn = self.conn.clone();
-        let read: Vec<(Option<String>, Option<String>, Option<String>)> =
-            pipe.query_async(&mut conn).await?;
+        let read: Vec<(Option<String>, Option<String>)> = pipe.query_async(&mut conn).await?;
         let mut args = vec![
             arg(&self.keys.partition_prefix(p)),
             arg(&*self.channel),
@@ -673,19 +675,18 @@ impl Store {
                 .collect::<Vec<_>>()
                 .join(",")
         };
-        for ((id, at), (rule, template, meta)) in due.iter().zip(read) {
+        for ((id, at), (rule, meta)) in due.iter().zip(read) {
             let at = *at as i64;
-            let spec = rule
-                .zip(template)
-                .and_then(|(rule, template)| spec_of(&rule, &template).ok());
+            // The firing needs the timing alone, not the job template.
+            let timing = rule.and_then(|rule| serde_json::from_str::<schedule::Timing>(&rule).ok());
             // `<ver> <max> <lease> <overlap> <paused> <anchor> ...`
             let meta = meta.unwrap_or_default();
             let meta: Vec<&str> = meta.split(' ').collect();
             let version = meta.first().copied().unwrap_or_default().to_string();
             let anchor: i64 = meta.get(5).and_then(|a| a.parse().ok()).unwrap_or(at);
-            let plan = spec.as_ref().and_then(|spec| {
-                let rule = spec.rule(anchor).ok()?;
-                Some(spec.due(&rule, at, now))
+            let plan = timing.as_ref().and_then(|timing| {
+                let rule = timing.rule(anchor).ok()?;
+                Some(timing.due(&rule, at, now))
             });
             let plan = plan.unwrap_or_else(|| {
                 // Gone (deleted meanwhile: the script sees the version
