@@ -609,3 +609,52 @@ async fn keys_deliver_in_order_on_a_cluster_through_kill_9_and_a_slot_migration(
         daemon.kill_9().await;
     }
 }
+
+/// `hookq enqueue --ordering-key`: the job joins its key's line and
+/// `hookq show` says what it waits for; a bad key exits 2 naming the flag
+/// and writes nothing.
+#[tokio::test]
+async fn the_cli_enqueues_in_line_and_shows_what_a_job_waits_for() {
+    let redis = RedisServer::start();
+    let cli = |args: &[&str]| crate::ops::hookq(&redis, "hookq", args);
+    for id in ["cli-1", "cli-2"] {
+        let out = cli(&[
+            "enqueue",
+            "--url",
+            "http://127.0.0.1:9/",
+            "--id",
+            id,
+            "--delay",
+            "1h",
+            "--ordering-key",
+            "order-9",
+        ]);
+        assert!(out.status.success(), "{out:?}");
+    }
+    let out = cli(&["--json", "show", "cli-2"]);
+    let shown: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(shown["ordering_key"], "order-9", "{shown}");
+    assert_eq!(shown["waiting_for"], "cli-1", "{shown}");
+    let out = cli(&["show", "cli-2"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("waiting_for") && text.contains("cli-1"),
+        "{text}"
+    );
+    let out = cli(&[
+        "enqueue",
+        "--url",
+        "http://127.0.0.1:9/",
+        "--id",
+        "cli-3",
+        "--ordering-key",
+        "a b",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--ordering-key"),
+        "{out:?}"
+    );
+    let out = cli(&["show", "cli-3"]);
+    assert_eq!(out.status.code(), Some(3), "nothing written: {out:?}");
+}
