@@ -732,17 +732,17 @@ pub async fn run(cli: Cli, config: Config) -> Result<ExitCode, CliError> {
         Command::SigningSecret { url } => {
             let url = crate::job::validate_url(&url, "URL")
                 .map_err(|e| fail(2, format!("URL: {}", e.message)))?;
-            match crate::api::receiver_secrets(&config, &url) {
+            match crate::delivery::signing::receiver_secrets_for(&config.delivery, &url) {
                 Ok(answer) if json => print_json(&answer)?,
                 Ok(answer) => {
-                    for secret in answer["secrets"].as_array().into_iter().flatten() {
-                        println!("{}", secret.as_str().unwrap_or_default());
+                    for secret in &answer.secrets {
+                        println!("{secret}");
                     }
                 }
-                Err((_, _, message)) => {
+                Err(why) => {
                     return Err(fail(
                         2,
-                        format!("config key `delivery.signing_mode`: {message}"),
+                        format!("config key `delivery.signing_mode`: {why}"),
                     ))
                 }
             }

@@ -426,42 +426,17 @@ async fn signing_secret(
         .map(|(_, v)| v.as_str())
         .ok_or_else(|| FieldError::new("missing_field", "url", "give the receiver's url"))?;
     let url = crate::job::validate_url(url, "url")?;
-    receiver_secrets(&state.config, &url)
-        .map(|answer| Json(answer).into_response())
-        .map_err(|(status, code, message)| ApiError::new(status, code, message))
-}
-
-/// The answer of `GET /v1/signing-secret` (and `hookq signing-secret`) for
-/// a valid `url`, or why there is none.
-pub fn receiver_secrets(
-    config: &Config,
-    url: &str,
-) -> Result<serde_json::Value, (StatusCode, &'static str, String)> {
-    let signer = crate::delivery::signing::Signer::from_config(&config.delivery).map_err(|e| {
-        (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "config",
-            format!("delivery.signing_secrets: {e}"),
-        )
-    })?;
-    if signer.is_empty() {
-        return Err((
-            StatusCode::CONFLICT,
-            "unsigned",
-            "delivery.signing_secrets is empty: attempts are not signed".into(),
-        ));
-    }
-    match signer.receiver_secrets(url) {
-        Some(secrets) => Ok(json!({
-            "origin": crate::delivery::signing::origin_of(url),
-            "secrets": secrets,
-        })),
-        None => Err((
-            StatusCode::CONFLICT,
-            "signing_mode_shared",
-            "delivery.signing_mode is shared: every receiver verifies with delivery.signing_secrets"
-                .into(),
-        )),
+    use crate::delivery::signing::{receiver_secrets_for, NoReceiverSecrets};
+    match receiver_secrets_for(&state.config.delivery, &url) {
+        Ok(answer) => Ok(Json(answer).into_response()),
+        Err(why) => {
+            let (status, code) = match why {
+                NoReceiverSecrets::Config(_) => (StatusCode::INTERNAL_SERVER_ERROR, "config"),
+                NoReceiverSecrets::Unsigned => (StatusCode::CONFLICT, "unsigned"),
+                NoReceiverSecrets::Shared => (StatusCode::CONFLICT, "signing_mode_shared"),
+            };
+            Err(ApiError::new(status, code, why.to_string()))
+        }
     }
 }
 

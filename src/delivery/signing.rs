@@ -142,6 +142,52 @@ pub struct Signer {
 /// Origins whose derived secrets a signer keeps.
 const DERIVED_CACHE: usize = 4096;
 
+/// What a receiver at a URL verifies with (`GET /v1/signing-secret`,
+/// `hookq signing-secret`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ReceiverSecrets {
+    /// The receiver's origin, as its secrets are derived for it.
+    pub origin: Option<String>,
+    /// Its `whsec_` secrets, one per configured secret, the newest first.
+    pub secrets: Vec<String>,
+}
+
+/// Why there are no receiver secrets to show.
+#[derive(Debug, thiserror::Error)]
+pub enum NoReceiverSecrets {
+    /// The configured secrets cannot be read.
+    #[error("delivery.signing_secrets: {0}")]
+    Config(SecretError),
+    /// Nothing is signed.
+    #[error("delivery.signing_secrets is empty: attempts are not signed")]
+    Unsigned,
+    /// Shared mode: the receivers' secrets are the configured ones, never
+    /// printed.
+    #[error(
+        "delivery.signing_mode is shared: every receiver verifies with delivery.signing_secrets"
+    )]
+    Shared,
+}
+
+/// The secrets a receiver at (validated) `url` verifies with under
+/// `delivery`'s signing settings, or why there are none to show.
+pub fn receiver_secrets_for(
+    delivery: &crate::config::DeliveryConfig,
+    url: &str,
+) -> Result<ReceiverSecrets, NoReceiverSecrets> {
+    let signer = Signer::from_config(delivery).map_err(NoReceiverSecrets::Config)?;
+    if signer.is_empty() {
+        return Err(NoReceiverSecrets::Unsigned);
+    }
+    let secrets = signer
+        .receiver_secrets(url)
+        .ok_or(NoReceiverSecrets::Shared)?;
+    Ok(ReceiverSecrets {
+        origin: origin_of(url),
+        secrets,
+    })
+}
+
 impl Signer {
     /// The signer `[delivery]` configures (`signing_secrets`,
     /// `signing_mode`).
