@@ -702,3 +702,38 @@ async fn proxy_variables_in_the_environment_are_ignored() {
         "the proxy saw nothing"
     );
 }
+
+/// `GET /v1/signing-secret` prints no secret it should not: 409 `unsigned`
+/// when nothing is signed, 409 `signing_mode_shared` in shared mode (the
+/// receivers' secrets are then the configured ones).
+#[tokio::test]
+async fn receiver_secrets_are_refused_when_unsigned_or_shared() {
+    let redis = RedisServer::start();
+    let mut config = crate::test_config(&redis);
+    let unsigned = crate::start_daemon(&config).await;
+    let (status, answer) = crate::get_json(&format!(
+        "{}/v1/signing-secret?url=http://127.0.0.1:9/",
+        unsigned.url()
+    ))
+    .await;
+    assert_eq!(
+        (status, &answer["error"]["code"]),
+        (409, &serde_json::json!("unsigned")),
+        "{answer}"
+    );
+    unsigned.stop().await.expect("clean stop");
+    config.delivery.signing_secrets = vec![SECRET.into()];
+    let shared = crate::start_daemon(&config).await;
+    let (status, answer) = crate::get_json(&format!(
+        "{}/v1/signing-secret?url=http://127.0.0.1:9/",
+        shared.url()
+    ))
+    .await;
+    assert_eq!(
+        (status, &answer["error"]["code"]),
+        (409, &serde_json::json!("signing_mode_shared")),
+        "{answer}"
+    );
+    assert!(!answer.to_string().contains("whsec_"), "{answer}");
+    shared.stop().await.expect("clean stop");
+}
