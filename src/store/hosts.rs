@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use redis::{AsyncCommands, Value};
+use redis::AsyncCommands;
 use serde::Serialize;
 
 use super::scripts::Code;
@@ -151,7 +151,7 @@ impl Store {
     /// `begin` (open → half-open when its probe time came) or `take` (the
     /// probe of a half-open host, for `lease`); whether granted.
     pub async fn host_probe(&self, host: &str, step: &str, lease: Duration) -> StoreResult<bool> {
-        let granted: Value = self
+        let code: Code = self
             .invoke_host(
                 &scripts::HOST_PROBE,
                 host,
@@ -163,12 +163,12 @@ impl Store {
                 ],
             )
             .await?;
-        Ok(Code::decode("host_probe", Some(&granted))? == Code::Done)
+        Ok(code == Code::Done)
     }
 
     /// Pauses `host` until `until_ms` (0: until resumed); whether it changed.
     pub async fn host_pause(&self, host: &str, until_ms: i64, reason: &str) -> StoreResult<bool> {
-        let changed: Value = self
+        let code: Code = self
             .invoke_host(
                 &scripts::HOST_PAUSE,
                 host,
@@ -180,33 +180,33 @@ impl Store {
                 ],
             )
             .await?;
-        Ok(Code::decode("host_pause", Some(&changed))? == Code::Done)
+        Ok(code == Code::Done)
     }
 
     /// Closes a paused or open `host` (`operator`), or a paused one whose
     /// pause ran out (`expired`); whether it changed.
     pub async fn host_resume(&self, host: &str, why: &str) -> StoreResult<bool> {
-        let changed: Value = self
+        let code: Code = self
             .invoke_host(
                 &scripts::HOST_RESUME,
                 host,
                 &[arg(&host), arg(&why), arg(&*self.channel)],
             )
             .await?;
-        Ok(Code::decode("host_resume", Some(&changed))? == Code::Done)
+        Ok(code == Code::Done)
     }
 
     /// A turn at draining `host` (`take`, for `lease`), its end (`done`), or
     /// a note that jobs were just parked for it (`note`); whether granted.
     pub async fn host_drain(&self, host: &str, step: &str, lease: Duration) -> StoreResult<bool> {
-        let granted: Value = self
+        let code: Code = self
             .invoke_host(
                 &scripts::HOST_DRAIN,
                 host,
                 &[arg(&host), arg(&step), arg(&(lease.as_millis() as u64))],
             )
             .await?;
-        Ok(Code::decode("host_drain", Some(&granted))? == Code::Done)
+        Ok(code == Code::Done)
     }
 
     /// Parks claimed jobs of partition `p` for `host`; the number parked.

@@ -13,8 +13,6 @@ use std::collections::HashMap;
 use redis::streams::{StreamId, StreamRangeReply};
 use serde::Serialize;
 
-use redis::Value;
-
 use super::scripts::{self, Code};
 use super::{arg, JobRecord, Store, StoreResult, Summary};
 use crate::job::{FieldError, State};
@@ -785,14 +783,14 @@ impl Store {
             return Ok(false);
         };
         let p = dead.partition;
-        let reply: Value = self
+        let code: Code = self
             .invoke_acked(
                 &scripts::DROP_DEAD,
                 &[&self.keys.dead(p), &self.keys.dead_index(p)],
                 &[arg(&id), arg(&dead.entry_id)],
             )
             .await?;
-        Ok(Code::decode("drop_dead", Some(&reply))? == Code::Done)
+        Ok(code == Code::Done)
     }
 
     /// Indexes the dead letters of partitions whose index is not complete

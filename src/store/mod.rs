@@ -13,6 +13,7 @@ pub mod keys;
 pub mod listing;
 pub mod placement;
 pub mod record;
+mod reply;
 pub mod schedules;
 pub mod schema;
 pub mod scripts;
@@ -30,6 +31,7 @@ use crate::retry::FailAction;
 pub use cluster::ClusterConn;
 pub use keys::Keys;
 pub use record::JobRecord;
+use reply::EnqueuedJob;
 use scripts::{Code, ScriptDef, Scripts};
 pub use summary::{Delivery, Kept, Summary};
 
@@ -75,6 +77,12 @@ impl StoreError {
             detail: detail.into(),
         }
     }
+}
+
+/// Decodes the reply of script `def` as a `T` (see [`reply`]); a reply of
+/// another shape is [`StoreError::Reply`] naming the script.
+fn decode<T: FromRedisValue>(def: &ScriptDef, value: Value) -> StoreResult<T> {
+    T::from_owned_redis_value(value).map_err(|e| StoreError::reply(def.name, e.to_string()))
 }
 
 /// Encodes one script argument.
@@ -599,7 +607,7 @@ impl Store {
     ) -> StoreResult<T> {
         let invocation = self.invocation(def, keys, args)?;
         let mut conn = self.conn.clone();
-        Ok(invocation.invoke_async(&mut conn).await?)
+        decode(def, invocation.invoke_async::<Value>(&mut conn).await?)
     }
 
     /// [`Store::invoke`] for a write the API or CLI acknowledges (or an
@@ -619,7 +627,7 @@ impl Store {
         };
         let invocation = self.invocation(def, keys, args)?;
         let mut conn = acked.clone();
-        let value: T = invocation.invoke_async(&mut conn).await?;
+        let value: T = decode(def, invocation.invoke_async::<Value>(&mut conn).await?)?;
         let wanted = self.settings.ack_replicas;
         let mut wait = redis::cmd("WAIT");
         wait.arg(wanted).arg(self.settings.ack_timeout_ms);
@@ -866,7 +874,7 @@ impl Store {
             args.push(arg(&job.order.as_deref().unwrap_or_default()));
             args.push(arg(&if *compare_only { "c" } else { "" }));
         }
-        let reply: Vec<Value> = self
+        let reply: reply::EnqueueReply = self
             .invoke_acked(
                 &scripts::ENQUEUE_JOBS,
                 &[&self.keys.due(p), &self.keys.ready(p), &self.keys.seq(p)],
@@ -874,35 +882,30 @@ impl Store {
             )
             .await?;
         let bad = |d: String| StoreError::reply("enqueue_jobs", d);
-        if reply.len() != 1 + 4 * jobs.len() {
+        if reply.jobs.len() != jobs.len() {
             return Err(bad(format!(
-                "{} values for {} jobs",
-                reply.len(),
+                "{} outcomes for {} jobs",
+                reply.jobs.len(),
                 jobs.len()
             )));
         }
-        let now: i64 = redis::from_redis_value(&reply[0])?;
-        let mut outcomes = reply[1..]
-            .chunks_exact(4)
+        let now = reply.now;
+        let mut outcomes = reply
+            .jobs
+            .into_iter()
             .zip(jobs)
-            .map(|(c, (job, _))| {
-                let outcome = match Code::decode("enqueue_jobs", c.first())? {
-                    Code::Done => {
-                        let state: String = redis::from_redis_value(&c[1])?;
-                        let ahead: String = redis::from_redis_value(&c[3])?;
-                        EnqueueOutcome::Created {
-                            state: State::parse(&state)
-                                .ok_or_else(|| bad(format!("state {state}")))?,
-                            due: redis::from_redis_value(&c[2])?,
-                            now,
-                            waiting_for: (!ahead.is_empty()).then_some(ahead),
-                        }
-                    }
-                    Code::Unchanged => EnqueueOutcome::Identical,
-                    Code::Changed => EnqueueOutcome::Conflict,
-                    Code::Summarized => {
+            .map(|(answer, (job, _))| {
+                Ok(Placed::Here(match answer {
+                    EnqueuedJob::Created { state, due, ahead } => EnqueueOutcome::Created {
+                        state,
+                        due,
+                        now,
+                        waiting_for: (!ahead.is_empty()).then_some(ahead),
+                    },
+                    EnqueuedJob::Identical => EnqueueOutcome::Identical,
+                    EnqueuedJob::Conflict => EnqueueOutcome::Conflict,
+                    EnqueuedJob::Summarized(stored) => {
                         // A finished job's summary: compare content digests.
-                        let stored: Vec<u8> = redis::from_redis_value(&c[2])?;
                         let spec: Option<JobSpec> = serde_json::from_str(&job.spec_json).ok();
                         let same = spec.is_some_and(|s| s.content_digest()[..] == stored[..]);
                         if same {
@@ -911,17 +914,14 @@ impl Store {
                             EnqueueOutcome::Conflict
                         }
                     }
-                    Code::Elsewhere => {
-                        let q: u16 = redis::from_redis_value(&c[2])?;
+                    EnqueuedJob::Elsewhere(q) => {
                         if q >= self.keys.partitions() || q == p {
                             return Err(bad(format!("a pointer to partition {q}")));
                         }
                         return Ok(Placed::Elsewhere(q));
                     }
-                    Code::NotFound => return Ok(Placed::Absent),
-                    other => return Err(bad(format!("code {other:?}"))),
-                };
-                Ok(Placed::Here(outcome))
+                    EnqueuedJob::Absent => return Ok(Placed::Absent),
+                }))
             })
             .collect::<StoreResult<Vec<Placed>>>()?;
         for (outcome, (job, _)) in outcomes.iter_mut().zip(jobs) {
@@ -951,18 +951,12 @@ impl Store {
 
     /// Moves up to `batch` due jobs of partition `p` to its ready list.
     pub async fn promote(&self, p: u16, batch: usize) -> StoreResult<Promotion> {
-        let (moved, next, now): (usize, i64, i64) = self
-            .invoke(
-                &scripts::PROMOTE_DUE,
-                &[&self.keys.due(p), &self.keys.ready(p), &self.keys.wheel(p)],
-                &[arg(&batch)],
-            )
-            .await?;
-        Ok(Promotion {
-            moved,
-            next_due: (next >= 0).then_some(next),
-            now,
-        })
+        self.invoke(
+            &scripts::PROMOTE_DUE,
+            &[&self.keys.due(p), &self.keys.ready(p), &self.keys.wheel(p)],
+            &[arg(&batch)],
+        )
+        .await
     }
 
     /// Claims up to `max` ready jobs of partition `p`, each under a lease.
@@ -978,7 +972,7 @@ impl Store {
         max: usize,
         promote: usize,
     ) -> StoreResult<ClaimBatch> {
-        let reply: Vec<Value> = self
+        let reply: reply::ClaimReply = self
             .invoke(
                 &scripts::CLAIM_READY,
                 &[
@@ -995,35 +989,24 @@ impl Store {
                 ],
             )
             .await?;
-        let bad = |d: &str| StoreError::reply("claim_ready", d.to_string());
-        if reply.len() < 4 || (reply.len() - 4) % 4 != 0 {
-            return Err(bad("wrong reply length"));
-        }
-        let now: i64 = redis::from_redis_value(&reply[0])?;
-        let more: i64 = redis::from_redis_value(&reply[1])?;
-        let moved: i64 = redis::from_redis_value(&reply[2])?;
-        let next_due: i64 = redis::from_redis_value(&reply[3])?;
-        let promotion = (moved >= 0).then_some(Promotion {
-            moved: moved as usize,
-            next_due: (next_due >= 0).then_some(next_due),
-            now,
-        });
-        let mut jobs = Vec::with_capacity((reply.len() - 4) / 4);
-        for chunk in reply[4..].chunks_exact(4) {
-            jobs.push(Claimed {
+        let now = reply.now;
+        let jobs = reply
+            .jobs
+            .into_iter()
+            .map(|job| Claimed {
                 partition: p,
-                id: redis::from_redis_value(&chunk[0])?,
-                attempt: redis::from_redis_value(&chunk[1])?,
-                due: redis::from_redis_value(&chunk[2])?,
-                spec_json: redis::from_redis_value(&chunk[3])?,
+                id: job.id,
+                attempt: job.attempt,
+                due: job.due,
+                spec_json: job.spec_json,
                 claimed_at: now,
-            });
-        }
+            })
+            .collect();
         Ok(ClaimBatch {
             jobs,
-            more: more == 1,
+            more: reply.more,
             now,
-            promotion,
+            promotion: reply.promotion,
         })
     }
 
@@ -1065,7 +1048,7 @@ impl Store {
             });
             args.push(arg(&delivery.order.as_deref().unwrap_or_default()));
         }
-        let done: Vec<Value> = self
+        let done: Vec<Code> = self
             .invoke_acked(
                 &scripts::COMPLETE_JOBS,
                 &[&self.keys.inflight(p), &self.keys.stats(p)],
@@ -1078,9 +1061,7 @@ impl Store {
                 format!("{} results for {} jobs", done.len(), jobs.len()),
             ));
         }
-        done.iter()
-            .map(|d| Ok(Code::decode("complete_jobs", Some(d))? == Code::Done))
-            .collect()
+        Ok(done.into_iter().map(|code| code == Code::Done).collect())
     }
 
     /// Prepares a 2xx attempt of the job with `spec` for [`Store::complete`]:
@@ -1122,42 +1103,33 @@ impl Store {
             .last_status
             .map(|s| s.to_string())
             .unwrap_or_default();
-        let reply: Vec<Value> = self
-            .invoke_acked(
-                &scripts::FAIL_JOB,
-                &[
-                    &self.keys.live_records(p, &job.id),
-                    &self.keys.inflight(p),
-                    &self.keys.history(p, &job.id),
-                    &self.keys.due(p),
-                    &self.keys.seq(p),
-                    &self.keys.dead(p),
-                    &self.keys.stats(p),
-                    &self.keys.dead_index(p),
-                ],
-                &[
-                    arg(&job.id),
-                    arg(&job.attempt),
-                    arg(&failure.record),
-                    arg(&delay),
-                    arg(&self.settings.retention_ms),
-                    arg(&failure.last_error),
-                    arg(&status),
-                    arg(&failure.topic),
-                    arg(&self.settings.dead_letters_max),
-                    arg(&*self.channel),
-                    arg(&p),
-                ],
-            )
-            .await?;
-        match (Code::decode("fail_job", reply.first())?, reply.get(1)) {
-            (Code::Unchanged, _) => Ok(FailOutcome::Stale),
-            (Code::Done, Some(v)) => Ok(FailOutcome::Scheduled(redis::from_redis_value(v)?)),
-            (Code::DeadLettered, Some(v)) => {
-                Ok(FailOutcome::DeadLettered(redis::from_redis_value(v)?))
-            }
-            (code, _) => Err(StoreError::reply("fail_job", format!("code {code:?}"))),
-        }
+        self.invoke_acked(
+            &scripts::FAIL_JOB,
+            &[
+                &self.keys.live_records(p, &job.id),
+                &self.keys.inflight(p),
+                &self.keys.history(p, &job.id),
+                &self.keys.due(p),
+                &self.keys.seq(p),
+                &self.keys.dead(p),
+                &self.keys.stats(p),
+                &self.keys.dead_index(p),
+            ],
+            &[
+                arg(&job.id),
+                arg(&job.attempt),
+                arg(&failure.record),
+                arg(&delay),
+                arg(&self.settings.retention_ms),
+                arg(&failure.last_error),
+                arg(&status),
+                arg(&failure.topic),
+                arg(&self.settings.dead_letters_max),
+                arg(&*self.channel),
+                arg(&p),
+            ],
+        )
+        .await
     }
 
     /// Gives claimed jobs of partition `p` back unattempted, each due again
@@ -1200,33 +1172,26 @@ impl Store {
 
     /// Takes back up to `batch` expired leases of partition `p`.
     pub async fn reclaim(&self, p: u16, batch: usize) -> StoreResult<Reclaim> {
-        let (requeued, dead, next, now): (usize, usize, i64, i64) = self
-            .invoke(
-                &scripts::RECLAIM_EXPIRED,
-                &[
-                    &self.keys.inflight(p),
-                    &self.keys.ready(p),
-                    &self.keys.dead(p),
-                    &self.keys.stats(p),
-                    &self.keys.dead_index(p),
-                ],
-                &[
-                    arg(&batch),
-                    arg(&self.keys.job_prefix(p)),
-                    arg(&self.keys.history_prefix(p)),
-                    arg(&self.settings.retention_ms),
-                    arg(&self.settings.dead_letters_max),
-                    arg(&*self.channel),
-                    arg(&p),
-                ],
-            )
-            .await?;
-        Ok(Reclaim {
-            requeued,
-            dead,
-            next_deadline: (next >= 0).then_some(next),
-            now,
-        })
+        self.invoke(
+            &scripts::RECLAIM_EXPIRED,
+            &[
+                &self.keys.inflight(p),
+                &self.keys.ready(p),
+                &self.keys.dead(p),
+                &self.keys.stats(p),
+                &self.keys.dead_index(p),
+            ],
+            &[
+                arg(&batch),
+                arg(&self.keys.job_prefix(p)),
+                arg(&self.keys.history_prefix(p)),
+                arg(&self.settings.retention_ms),
+                arg(&self.settings.dead_letters_max),
+                arg(&*self.channel),
+                arg(&p),
+            ],
+        )
+        .await
     }
 
     /// Cancels a job that has not finished.
@@ -1251,7 +1216,7 @@ impl Store {
                 }
                 None => (Vec::new(), String::new()),
             };
-            let reply: Value = self
+            let code: Code = self
                 .invoke_acked(
                     &scripts::CANCEL_JOB,
                     &[
@@ -1271,7 +1236,7 @@ impl Store {
                     ],
                 )
                 .await?;
-            return match Code::decode("cancel_job", Some(&reply))? {
+            return match code {
                 Code::Done => Ok(CancelOutcome::Cancelled),
                 Code::Unchanged => Ok(CancelOutcome::AlreadyCancelled),
                 Code::NotFound => Ok(CancelOutcome::NotFound),
@@ -1297,58 +1262,28 @@ impl Store {
             None => ("keep".to_string(), 0),
         };
         let lease = change.lease_ms.map(|l| l.to_string()).unwrap_or_default();
-        let reply: Vec<Value> = self
-            .invoke_acked(
-                &scripts::RESCHEDULE_JOB,
-                &[
-                    &self.keys.live_records(p, id),
-                    &self.keys.due(p),
-                    &self.keys.ready(p),
-                    &self.keys.seq(p),
-                ],
-                &[
-                    arg(&id),
-                    arg(&change.new_spec_json),
-                    arg(&at),
-                    arg(&delay),
-                    arg(&change.max_attempts),
-                    arg(&lease),
-                    arg(&*self.channel),
-                    arg(&p),
-                    arg(&change.old_spec_json),
-                    arg(&change.given),
-                ],
-            )
-            .await?;
-        let code = Code::decode("reschedule_job", reply.first())?;
-        let state_at = |i: usize| -> StoreResult<State> {
-            let text: String = match reply.get(i) {
-                Some(v) => redis::from_redis_value(v)?,
-                None => return Err(StoreError::reply("reschedule_job", "no state")),
-            };
-            State::parse(&text)
-                .ok_or_else(|| StoreError::reply("reschedule_job", format!("state {text}")))
-        };
-        let int_at = |i: usize| -> StoreResult<i64> {
-            match reply.get(i) {
-                Some(v) => Ok(redis::from_redis_value(v)?),
-                None => Err(StoreError::reply("reschedule_job", format!("no value {i}"))),
-            }
-        };
-        match code {
-            Code::Done => Ok(RescheduleOutcome::Changed {
-                state: state_at(1)?,
-                due: int_at(2)?,
-                now: int_at(3)?,
-            }),
-            Code::NotFound => Ok(RescheduleOutcome::NotFound),
-            Code::WrongState => Ok(RescheduleOutcome::NotScheduled(state_at(1)?)),
-            Code::Changed => Ok(RescheduleOutcome::Modified),
-            other => Err(StoreError::reply(
-                "reschedule_job",
-                format!("code {other:?}"),
-            )),
-        }
+        self.invoke_acked(
+            &scripts::RESCHEDULE_JOB,
+            &[
+                &self.keys.live_records(p, id),
+                &self.keys.due(p),
+                &self.keys.ready(p),
+                &self.keys.seq(p),
+            ],
+            &[
+                arg(&id),
+                arg(&change.new_spec_json),
+                arg(&at),
+                arg(&delay),
+                arg(&change.max_attempts),
+                arg(&lease),
+                arg(&*self.channel),
+                arg(&p),
+                arg(&change.old_spec_json),
+                arg(&change.given),
+            ],
+        )
+        .await
     }
 
     /// Revives dead letter `dead` with `spec_json` (its job, maybe with a
@@ -1364,33 +1299,26 @@ impl Store {
         let order = serde_json::from_str::<JobSpec>(spec_json)
             .ok()
             .and_then(|spec| spec.ordering_list());
-        let reply: Value = self
-            .invoke_acked(
-                &scripts::REPLAY_DEAD,
-                &[
-                    &self.keys.job(p, id),
-                    &self.keys.ready(p),
-                    &self.keys.dead(p),
-                    &self.keys.history(p, id),
-                    &self.keys.dead_index(p),
-                ],
-                &[
-                    arg(&id),
-                    arg(&dead.entry_id),
-                    arg(&spec_json),
-                    arg(&max_attempts),
-                    arg(&*self.channel),
-                    arg(&p),
-                    arg(&order.unwrap_or_default()),
-                ],
-            )
-            .await?;
-        match Code::decode("replay_dead", Some(&reply))? {
-            Code::Done => Ok(ReplayOutcome::Revived),
-            Code::Unchanged => Ok(ReplayOutcome::AlreadyLive),
-            Code::NotFound => Ok(ReplayOutcome::Gone),
-            other => Err(StoreError::reply("replay_dead", format!("code {other:?}"))),
-        }
+        self.invoke_acked(
+            &scripts::REPLAY_DEAD,
+            &[
+                &self.keys.job(p, id),
+                &self.keys.ready(p),
+                &self.keys.dead(p),
+                &self.keys.history(p, id),
+                &self.keys.dead_index(p),
+            ],
+            &[
+                arg(&id),
+                arg(&dead.entry_id),
+                arg(&spec_json),
+                arg(&max_attempts),
+                arg(&*self.channel),
+                arg(&p),
+                arg(&order.unwrap_or_default()),
+            ],
+        )
+        .await
     }
 
     /// Reads the header of job `id`'s record in partition `p` (live, or a

@@ -8,7 +8,6 @@
 
 use std::time::Duration;
 
-use redis::Value;
 use serde::Serialize;
 
 use super::{arg, scripts, Code, Store, StoreError, StoreResult};
@@ -470,7 +469,7 @@ impl Store {
             schedule::Overlap::Allow => "allow",
             schedule::Overlap::Skip => "skip",
         };
-        let reply: Vec<Value> = self
+        let (code, version): (Code, u64) = self
             .invoke_acked(
                 &scripts::PUT_SCHEDULE,
                 &[&self.keys.fires(p), &self.keys.schedules(p)],
@@ -498,11 +497,7 @@ impl Store {
                 ],
             )
             .await?;
-        let version: u64 = match reply.get(1) {
-            Some(v) => redis::from_redis_value(v)?,
-            None => return Err(StoreError::reply("put_schedule", "no version")),
-        };
-        Ok(match Code::decode("put_schedule", reply.first())? {
+        Ok(match code {
             Code::Done => Put::Done(PutOutcome::Written(version)),
             Code::Unchanged => Put::Done(PutOutcome::Identical),
             Code::Changed => Put::Done(PutOutcome::Conflict),
@@ -541,7 +536,7 @@ impl Store {
     pub async fn drop_schedule(&self, id: &str) -> StoreResult<bool> {
         let own = self.keys.partition_of(id);
         let home = self.schedule_home(id).await?;
-        let reply: Value = self
+        let code: Code = self
             .invoke_acked(
                 &scripts::DROP_SCHEDULE,
                 &[
@@ -552,7 +547,7 @@ impl Store {
                 &[arg(&id)],
             )
             .await?;
-        let dropped = Code::decode("drop_schedule", Some(&reply))? == Code::Done;
+        let dropped = code == Code::Done;
         if home != own {
             let mut conn = self.conn.clone();
             let _: i64 = redis::cmd("DEL")
@@ -701,7 +696,7 @@ impl Store {
             args.push(arg(&join(&plan.skipped)));
             args.push(arg(&plan.next.map(|n| n.to_string()).unwrap_or_default()));
         }
-        let reply: Vec<i64> = self
+        let reply: super::reply::FireReply = self
             .invoke(
                 &scripts::FIRE_SCHEDULES,
                 &[
@@ -713,22 +708,22 @@ impl Store {
                 &args,
             )
             .await?;
-        let bad = || StoreError::reply("fire_schedules", format!("{} values", reply.len()));
-        let created = *reply.first().ok_or_else(bad)?;
-        let mut at = 1;
-        for (id, _) in due {
-            let n = *reply.get(at).ok_or_else(bad)? as usize;
-            at += 1;
-            for _ in 0..n {
-                let (time, fired) = (
-                    *reply.get(at).ok_or_else(bad)?,
-                    *reply.get(at + 1).ok_or_else(bad)?,
-                );
-                at += 2;
-                if fired == 1 {
+        if reply.schedules.len() != due.len() {
+            return Err(StoreError::reply(
+                "fire_schedules",
+                format!(
+                    "{} answers for {} schedules",
+                    reply.schedules.len(),
+                    due.len()
+                ),
+            ));
+        }
+        for ((id, _), times) in due.iter().zip(reply.schedules) {
+            for (time, fired) in times {
+                if fired {
                     round
                         .fired
-                        .push((schedule::job_id(id, time), created - time));
+                        .push((schedule::job_id(id, time), reply.created - time));
                 } else {
                     round.skipped += 1;
                 }

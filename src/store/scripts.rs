@@ -5,7 +5,7 @@
 //! here, and the store's wrappers refuse to invoke a script with other counts,
 //! so header, wrapper and script cannot drift apart silently.
 
-use redis::{Script, Value};
+use redis::Script;
 
 use super::{StoreError, StoreResult};
 
@@ -44,16 +44,12 @@ impl Code {
         (Code::Elsewhere, -5),
     ];
 
-    /// Decodes the code `script` answered with (`value`, the reply or its
-    /// first element); an unknown or missing code is an error naming it.
-    pub fn decode(script: &'static str, value: Option<&Value>) -> StoreResult<Code> {
-        let value = value.ok_or_else(|| StoreError::reply(script, "no outcome code"))?;
-        let n: i64 = redis::from_redis_value(value)?;
+    /// The code numbered `n`, if the prelude has one.
+    pub(super) fn from_number(n: i64) -> Option<Code> {
         Code::ALL
             .iter()
             .find(|(_, v)| *v == n)
             .map(|(code, _)| *code)
-            .ok_or_else(|| StoreError::reply(script, format!("unknown outcome code {n}")))
     }
 }
 
@@ -361,6 +357,7 @@ impl Scripts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use redis::Value;
 
     /// A script missing from [`ALL`] is an error naming it, never another
     /// script run in its place.
@@ -414,10 +411,13 @@ mod tests {
             };
             let line = format!("local {name} = {n} ");
             assert!(prelude.contains(&line), "the prelude lacks `{line}`");
-            assert_eq!(Code::decode("test", Some(&Value::Int(n))).ok(), Some(code));
+            assert_eq!(
+                redis::from_redis_value::<Code>(&Value::Int(n)).ok(),
+                Some(code)
+            );
         }
-        assert!(Code::decode("test", Some(&Value::Int(7))).is_err());
-        assert!(Code::decode("test", None).is_err());
+        assert!(redis::from_redis_value::<Code>(&Value::Int(7)).is_err());
+        assert!(redis::from_redis_value::<Code>(&Value::Nil).is_err());
         for def in ALL {
             for bare in [
                 "return -1",

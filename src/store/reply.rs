@@ -1,0 +1,439 @@
+//! The scripts' replies, decoded: one type per reply shape, each a
+//! [`FromRedisValue`] that refuses a reply of any other shape (an array too
+//! short or too long, a value of the wrong type, an outcome code the script
+//! does not answer). Every script call decodes its reply through one of them
+//! (`Store::invoke`), and a refusal becomes [`StoreError::Reply`] naming the
+//! script; no wrapper reads a reply by hand.
+//!
+//! [`StoreError::Reply`]: super::StoreError::Reply
+
+use redis::{ErrorKind, FromRedisValue, RedisError, RedisResult, Value};
+
+use super::scripts::Code;
+use super::{FailOutcome, Promotion, Reclaim, ReplayOutcome, RescheduleOutcome};
+use crate::job::State;
+
+/// A reply that does not have the shape its type expects.
+fn malformed(detail: impl Into<String>) -> RedisError {
+    RedisError::from((
+        ErrorKind::TypeError,
+        "malformed script reply",
+        detail.into(),
+    ))
+}
+
+/// An array reply, read element by element: asking past its end, or
+/// leaving elements unread at [`Fields::end`], is an error.
+pub(super) struct Fields<'a> {
+    values: &'a [Value],
+    at: usize,
+}
+
+impl<'a> Fields<'a> {
+    /// The elements of `value`, which must be an array.
+    pub(super) fn of(value: &'a Value) -> RedisResult<Self> {
+        match value {
+            Value::Array(values) => Ok(Fields { values, at: 0 }),
+            other => Err(malformed(format!("an array expected, not {other:?}"))),
+        }
+    }
+
+    /// The next element as a `T`; `what` names it in the error.
+    pub(super) fn next<T: FromRedisValue>(&mut self, what: &str) -> RedisResult<T> {
+        let value = self
+            .values
+            .get(self.at)
+            .ok_or_else(|| malformed(format!("no {what} at position {}", self.at)))?;
+        self.at += 1;
+        T::from_redis_value(value).map_err(|e| malformed(format!("{what}: {e}")))
+    }
+
+    /// Whether every element has been read.
+    pub(super) fn is_empty(&self) -> bool {
+        self.at >= self.values.len()
+    }
+
+    /// Checks that every element has been read.
+    pub(super) fn end(self) -> RedisResult<()> {
+        match self.values.len() - self.at.min(self.values.len()) {
+            0 => Ok(()),
+            left => Err(malformed(format!("{left} values left unread"))),
+        }
+    }
+}
+
+/// Reads the whole array `value` with `read`, refusing elements left over.
+fn whole<'a, T>(
+    value: &'a Value,
+    read: impl FnOnce(&mut Fields<'a>) -> RedisResult<T>,
+) -> RedisResult<T> {
+    let mut fields = Fields::of(value)?;
+    let decoded = read(&mut fields)?;
+    fields.end()?;
+    Ok(decoded)
+}
+
+/// A script's outcome code: the reply itself, never an array.
+impl FromRedisValue for Code {
+    fn from_redis_value(v: &Value) -> RedisResult<Code> {
+        let n: i64 = FromRedisValue::from_redis_value(v)?;
+        Code::from_number(n).ok_or_else(|| malformed(format!("unknown outcome code {n}")))
+    }
+}
+
+/// A state name as the scripts answer it (`scheduled`, `ready`, ...).
+impl FromRedisValue for State {
+    fn from_redis_value(v: &Value) -> RedisResult<State> {
+        let name: String = FromRedisValue::from_redis_value(v)?;
+        State::parse(&name).ok_or_else(|| malformed(format!("unknown state {name}")))
+    }
+}
+
+/// `promote_due`: `{moved, next due or -1, now}`.
+impl FromRedisValue for Promotion {
+    fn from_redis_value(v: &Value) -> RedisResult<Promotion> {
+        whole(v, |f| {
+            let moved = f.next("moved")?;
+            let next: i64 = f.next("next due")?;
+            Ok(Promotion {
+                moved,
+                next_due: (next >= 0).then_some(next),
+                now: f.next("now")?,
+            })
+        })
+    }
+}
+
+/// `reclaim_expired`: `{requeued, dead, next deadline or -1, now}`.
+impl FromRedisValue for Reclaim {
+    fn from_redis_value(v: &Value) -> RedisResult<Reclaim> {
+        whole(v, |f| {
+            let requeued = f.next("requeued")?;
+            let dead = f.next("dead")?;
+            let next: i64 = f.next("next deadline")?;
+            Ok(Reclaim {
+                requeued,
+                dead,
+                next_deadline: (next >= 0).then_some(next),
+                now: f.next("now")?,
+            })
+        })
+    }
+}
+
+/// `fail_job`: `{UNCHANGED}`, `{DONE, next due}` or `{DEAD_LETTERED, entry id}`.
+impl FromRedisValue for FailOutcome {
+    fn from_redis_value(v: &Value) -> RedisResult<FailOutcome> {
+        whole(v, |f| match f.next("code")? {
+            Code::Unchanged => Ok(FailOutcome::Stale),
+            Code::Done => Ok(FailOutcome::Scheduled(f.next("next due")?)),
+            Code::DeadLettered => Ok(FailOutcome::DeadLettered(f.next("entry id")?)),
+            other => Err(malformed(format!("code {other:?}"))),
+        })
+    }
+}
+
+/// `reschedule_job`: `{DONE, state, due, now}`, `{NOT_FOUND}`,
+/// `{WRONG_STATE, state}` or `{CHANGED, state}`.
+impl FromRedisValue for RescheduleOutcome {
+    fn from_redis_value(v: &Value) -> RedisResult<RescheduleOutcome> {
+        whole(v, |f| match f.next("code")? {
+            Code::Done => Ok(RescheduleOutcome::Changed {
+                state: f.next("state")?,
+                due: f.next("due")?,
+                now: f.next("now")?,
+            }),
+            Code::NotFound => Ok(RescheduleOutcome::NotFound),
+            Code::WrongState => Ok(RescheduleOutcome::NotScheduled(f.next("state")?)),
+            Code::Changed => {
+                let _stored: State = f.next("state")?;
+                Ok(RescheduleOutcome::Modified)
+            }
+            other => Err(malformed(format!("code {other:?}"))),
+        })
+    }
+}
+
+/// `replay_dead`: a code.
+impl FromRedisValue for ReplayOutcome {
+    fn from_redis_value(v: &Value) -> RedisResult<ReplayOutcome> {
+        match Code::from_redis_value(v)? {
+            Code::Done => Ok(ReplayOutcome::Revived),
+            Code::Unchanged => Ok(ReplayOutcome::AlreadyLive),
+            Code::NotFound => Ok(ReplayOutcome::Gone),
+            other => Err(malformed(format!("code {other:?}"))),
+        }
+    }
+}
+
+/// What `enqueue_jobs` answered for one job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum EnqueuedJob {
+    /// Created in `state`, due at `due`; held behind `ahead` when not empty.
+    Created {
+        /// `scheduled`, `ready` (or held, shown as one of them).
+        state: State,
+        /// Due time, epoch ms.
+        due: i64,
+        /// The id just ahead in its ordering list, or "".
+        ahead: String,
+    },
+    /// An identical job exists.
+    Identical,
+    /// The id's job differs.
+    Conflict,
+    /// Only a finished job's summary remains: its content digest.
+    Summarized(Vec<u8>),
+    /// A placement pointer to this partition.
+    Elsewhere(u16),
+    /// Compare only: no such id here.
+    Absent,
+}
+
+/// `enqueue_jobs`: `{now, code1, state1, due1, ahead1, code2, ...}`.
+#[derive(Debug)]
+pub(super) struct EnqueueReply {
+    /// Redis time, epoch ms.
+    pub now: i64,
+    /// Per job, in the order sent.
+    pub jobs: Vec<EnqueuedJob>,
+}
+
+impl FromRedisValue for EnqueueReply {
+    fn from_redis_value(v: &Value) -> RedisResult<EnqueueReply> {
+        whole(v, |f| {
+            let now = f.next("now")?;
+            let mut jobs = Vec::new();
+            while !f.is_empty() {
+                let code: Code = f.next("code")?;
+                let job = match code {
+                    Code::Done => EnqueuedJob::Created {
+                        state: f.next("state")?,
+                        due: f.next("due")?,
+                        ahead: f.next("ahead")?,
+                    },
+                    Code::Summarized => {
+                        let _state: String = f.next("state")?;
+                        let digest = f.next("digest")?;
+                        let _: String = f.next("ahead")?;
+                        EnqueuedJob::Summarized(digest)
+                    }
+                    Code::Elsewhere => {
+                        let _: String = f.next("state")?;
+                        let partition = f.next("partition")?;
+                        let _: String = f.next("ahead")?;
+                        EnqueuedJob::Elsewhere(partition)
+                    }
+                    Code::Unchanged | Code::Changed | Code::NotFound => {
+                        for what in ["state", "due", "ahead"] {
+                            let _: Value = f.next(what)?;
+                        }
+                        match code {
+                            Code::Unchanged => EnqueuedJob::Identical,
+                            Code::Changed => EnqueuedJob::Conflict,
+                            _ => EnqueuedJob::Absent,
+                        }
+                    }
+                    other => return Err(malformed(format!("code {other:?}"))),
+                };
+                jobs.push(job);
+            }
+            Ok(EnqueueReply { now, jobs })
+        })
+    }
+}
+
+/// One job `claim_ready` leased.
+#[derive(Debug)]
+pub(super) struct ClaimedJob {
+    /// Job id.
+    pub id: String,
+    /// Attempt number (the lease's fencing token).
+    pub attempt: u32,
+    /// When the attempt was due, epoch ms.
+    pub due: i64,
+    /// Spec JSON.
+    pub spec_json: String,
+}
+
+/// `claim_ready`: `{now, more, moved or -1, next due or -1, id1, attempt1,
+/// due1, spec1, id2, ...}` (`moved` is -1 when no promotion was asked for).
+#[derive(Debug)]
+pub(super) struct ClaimReply {
+    /// Redis time, epoch ms.
+    pub now: i64,
+    /// Whether the ready list may hold more.
+    pub more: bool,
+    /// What the promotion before the claim did, if one was asked for.
+    pub promotion: Option<Promotion>,
+    /// The jobs leased.
+    pub jobs: Vec<ClaimedJob>,
+}
+
+impl FromRedisValue for ClaimReply {
+    fn from_redis_value(v: &Value) -> RedisResult<ClaimReply> {
+        whole(v, |f| {
+            let now = f.next("now")?;
+            let more: i64 = f.next("more")?;
+            let moved: i64 = f.next("moved")?;
+            let next_due: i64 = f.next("next due")?;
+            let mut jobs = Vec::new();
+            while !f.is_empty() {
+                jobs.push(ClaimedJob {
+                    id: f.next("id")?,
+                    attempt: f.next("attempt")?,
+                    due: f.next("due")?,
+                    spec_json: f.next("spec")?,
+                });
+            }
+            Ok(ClaimReply {
+                now,
+                more: more == 1,
+                promotion: (moved >= 0).then_some(Promotion {
+                    moved: moved as usize,
+                    next_due: (next_due >= 0).then_some(next_due),
+                    now,
+                }),
+                jobs,
+            })
+        })
+    }
+}
+
+/// `fire_schedules`: `{created at, n1, time, fired, time, fired, ..., n2,
+/// ...}`, per schedule in the order sent: its fire times and whether each
+/// fired a job (else it was skipped).
+#[derive(Debug)]
+pub(super) struct FireReply {
+    /// Redis time the jobs were created, epoch ms.
+    pub created: i64,
+    /// Per schedule: (fire time, fired).
+    pub schedules: Vec<Vec<(i64, bool)>>,
+}
+
+impl FromRedisValue for FireReply {
+    fn from_redis_value(v: &Value) -> RedisResult<FireReply> {
+        whole(v, |f| {
+            let created = f.next("creation time")?;
+            let mut schedules = Vec::new();
+            while !f.is_empty() {
+                let n: usize = f.next("count of fire times")?;
+                let mut times = Vec::with_capacity(n.min(1024));
+                for _ in 0..n {
+                    let time = f.next("fire time")?;
+                    let fired: i64 = f.next("fired")?;
+                    times.push((time, fired == 1));
+                }
+                schedules.push(times);
+            }
+            Ok(FireReply { created, schedules })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn array(values: Vec<Value>) -> Value {
+        Value::Array(values)
+    }
+
+    fn text(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_reply_too_short_or_too_long_is_refused() {
+        let fine = array(vec![Value::Int(3), Value::Int(-1), Value::Int(7)]);
+        let promotion = Promotion::from_redis_value(&fine).expect("well formed");
+        assert_eq!((promotion.moved, promotion.next_due), (3, None));
+        let short = array(vec![Value::Int(3), Value::Int(-1)]);
+        assert!(Promotion::from_redis_value(&short).is_err());
+        let long = array(vec![
+            Value::Int(3),
+            Value::Int(-1),
+            Value::Int(7),
+            Value::Int(0),
+        ]);
+        assert!(Promotion::from_redis_value(&long).is_err());
+        assert!(Promotion::from_redis_value(&Value::Int(3)).is_err());
+    }
+
+    #[test]
+    fn a_missing_field_is_refused_not_read_as_zero() {
+        let fail = array(vec![Value::Int(1)]);
+        assert!(FailOutcome::from_redis_value(&fail).is_err());
+        let nil = array(vec![Value::Int(1), Value::Nil]);
+        assert!(FailOutcome::from_redis_value(&nil).is_err());
+        let done = array(vec![Value::Int(1), Value::Int(42)]);
+        assert_eq!(
+            FailOutcome::from_redis_value(&done).ok(),
+            Some(FailOutcome::Scheduled(42))
+        );
+    }
+
+    #[test]
+    fn unknown_codes_and_states_are_refused() {
+        assert!(Code::from_redis_value(&Value::Int(9)).is_err());
+        assert!(ReplayOutcome::from_redis_value(&Value::Int(-2)).is_err());
+        let state = array(vec![Value::Int(-2), text("sleeping")]);
+        assert!(RescheduleOutcome::from_redis_value(&state).is_err());
+        let state = array(vec![Value::Int(-2), text("delivered")]);
+        assert_eq!(
+            RescheduleOutcome::from_redis_value(&state).ok(),
+            Some(RescheduleOutcome::NotScheduled(State::Delivered))
+        );
+    }
+
+    #[test]
+    fn batch_replies_decode_per_job_and_refuse_a_partial_job() {
+        let reply = array(vec![
+            Value::Int(1000),
+            Value::Int(1),
+            text("scheduled"),
+            Value::Int(2000),
+            text(""),
+            Value::Int(-5),
+            text(""),
+            Value::Int(3),
+            text(""),
+        ]);
+        let decoded = EnqueueReply::from_redis_value(&reply).expect("well formed");
+        assert_eq!(decoded.now, 1000);
+        assert_eq!(
+            decoded.jobs,
+            vec![
+                EnqueuedJob::Created {
+                    state: State::Scheduled,
+                    due: 2000,
+                    ahead: String::new()
+                },
+                EnqueuedJob::Elsewhere(3)
+            ]
+        );
+        let Value::Array(mut values) = reply else {
+            unreachable!("built as an array")
+        };
+        values.pop();
+        assert!(EnqueueReply::from_redis_value(&array(values)).is_err());
+
+        let claim = array(vec![
+            Value::Int(5),
+            Value::Int(0),
+            Value::Int(-1),
+            Value::Int(-1),
+            text("a"),
+            Value::Int(1),
+            Value::Int(4),
+        ]);
+        assert!(ClaimReply::from_redis_value(&claim).is_err());
+        let fire = array(vec![
+            Value::Int(5),
+            Value::Int(2),
+            Value::Int(1),
+            Value::Int(1),
+        ]);
+        assert!(FireReply::from_redis_value(&fire).is_err());
+    }
+}
