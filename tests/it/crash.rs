@@ -310,7 +310,30 @@ async fn redis_at_maxmemory_answers_503_and_resumes() {
         !records.contains_key(&key_of(&single_refused)),
         "{single_refused} was refused with 503 but its record was written"
     );
-    assert_eq!(records.len(), accepted, "one record per acknowledged job");
+    // The early jobs may have come due and been delivered already (a
+    // loaded machine fills Redis slowly): such a job has left the live
+    // records, and only after it reached the receiver.
+    let received: HashSet<String> = receiver
+        .requests()
+        .iter()
+        .filter_map(|r| r.header("webhook-id").map(str::to_string))
+        .collect();
+    let mut delivered_early = 0;
+    for i in 0..20 {
+        let id = format!("soon-{i}");
+        if !records.contains_key(&key_of(&id)) {
+            assert!(
+                received.contains(&id),
+                "{id} has no record and was not delivered"
+            );
+            delivered_early += 1;
+        }
+    }
+    assert_eq!(
+        records.len(),
+        accepted - delivered_early,
+        "one record per acknowledged job"
+    );
     assert_eq!(members, scheduled, "no due-set member without its record");
 
     // Free memory: creates work again and the early jobs get delivered.
