@@ -53,11 +53,6 @@ impl Fleet {
         })
     }
 
-    /// This daemon's member id.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
     /// Whether this daemon has partition `p`.
     pub fn owns(&self, p: u16) -> bool {
         self.owned

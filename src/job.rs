@@ -1025,11 +1025,6 @@ impl State {
             State::Cancelled => "cancelled",
         }
     }
-
-    /// Whether the job is finished (delivered, dead or cancelled).
-    pub fn is_finished(&self) -> bool {
-        matches!(self, State::Delivered | State::Dead | State::Cancelled)
-    }
 }
 
 /// A job as `GET /v1/jobs/{id}` and `hookq show` present it.

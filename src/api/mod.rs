@@ -13,8 +13,6 @@ mod server;
 
 pub use server::serve;
 
-pub use jobs::create_one;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 

@@ -165,11 +165,6 @@ impl Deliverer {
         self
     }
 
-    /// The signer (for the receivers' per-origin secrets).
-    pub fn signer(&self) -> &Signer {
-        &self.signer
-    }
-
     /// Sends attempt `attempt` of job `id`; `started_at` is Redis-clock ms.
     pub async fn attempt(
         &self,

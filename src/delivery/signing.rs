@@ -285,11 +285,6 @@ impl Signer {
                 .collect(),
         )
     }
-
-    /// The signing mode.
-    pub fn mode(&self) -> SigningMode {
-        self.mode
-    }
 }
 
 #[cfg(test)]

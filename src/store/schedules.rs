@@ -28,8 +28,6 @@ pub struct ScheduleRecord {
     pub id: String,
     /// Its content.
     pub spec: ScheduleSpec,
-    /// Its content JSON as stored (for optimistic changes).
-    pub spec_json: String,
     /// Paused.
     pub paused: bool,
     /// Next fire time (ms); None once it has ended.
@@ -185,7 +183,6 @@ impl ScheduleRecord {
             .collect();
         Ok(Some(ScheduleRecord {
             id: id.to_string(),
-            spec_json: rule_json.to_string(),
             spec,
             paused: meta.get(4) == Some(&"1"),
             next: field(fields, "next").and_then(|v| v.parse().ok()),
