@@ -670,83 +670,12 @@ impl Store {
         &self,
         jobs: &[NewJob],
     ) -> StoreResult<Vec<StoreResult<EnqueueOutcome>>> {
-        let mut steps: Vec<EnqueueStep> = jobs
-            .iter()
-            .map(|job| {
-                let own = self.keys.partition_of(&job.id);
-                if self.home_of_new(job) != own {
-                    EnqueueStep::Place(None)
-                } else if let Some(p) = self.fired_partition(&job.id).filter(|&p| p != own) {
-                    // Its id is one a schedule's firing gives: a job of
-                    // that id may live there.
-                    EnqueueStep::Create(p, true)
-                } else {
-                    EnqueueStep::Create(own, false)
-                }
-            })
-            .collect();
+        let mut steps: Vec<EnqueueStep> = jobs.iter().map(|job| self.first_step(job)).collect();
         let mut first_error: Option<StoreError> = None;
         for _ in 0..4 {
-            // Placement, per id partition.
-            let places = self.group(&steps, |i, step| match step {
-                EnqueueStep::Place(replace) => {
-                    Some((self.keys.partition_of(&jobs[i].id), *replace))
-                }
-                _ => None,
-            });
-            let calls = places.iter().map(|(p, items)| {
-                let items: Vec<(&NewJob, u16, Option<u16>)> = items
-                    .iter()
-                    .map(|&(i, replace)| (&jobs[i], self.home_of_new(&jobs[i]), replace))
-                    .collect();
-                async move { self.place_partition(*p, &items).await }
-            });
-            let results = futures_util::future::join_all(calls).await;
-            for ((_, items), result) in places.iter().zip(results) {
-                match result {
-                    Ok(homes) => {
-                        for (&(i, _), home) in items.iter().zip(homes) {
-                            let create = home == self.home_of_new(&jobs[i]);
-                            steps[i] = EnqueueStep::Create(home, !create);
-                        }
-                    }
-                    Err(err) => fail_group(&mut steps, items, err, &mut first_error),
-                }
-            }
-            // Creation (or comparison), per partition.
-            let creates = self.group(&steps, |_, step| match step {
-                EnqueueStep::Create(p, compare_only) => Some((*p, *compare_only)),
-                _ => None,
-            });
-            if creates.is_empty() {
+            self.place_round(jobs, &mut steps, &mut first_error).await;
+            if !self.create_round(jobs, &mut steps, &mut first_error).await {
                 break;
-            }
-            let calls = creates.iter().map(|(p, items)| {
-                let group: Vec<(&NewJob, bool)> =
-                    items.iter().map(|&(i, c)| (&jobs[i], c)).collect();
-                async move { self.enqueue_partition(*p, &group).await }
-            });
-            let results = futures_util::future::join_all(calls).await;
-            for ((p, items), result) in creates.iter().zip(results) {
-                match result {
-                    Ok(group) => {
-                        for (&(i, _), outcome) in items.iter().zip(group) {
-                            steps[i] = match outcome {
-                                Placed::Here(outcome) => EnqueueStep::Done(Ok(outcome)),
-                                Placed::Elsewhere(q) => EnqueueStep::Create(q, true),
-                                Placed::Absent
-                                    if jobs[i].order.is_none()
-                                        && self.fired_partition(&jobs[i].id) == Some(*p) =>
-                                {
-                                    EnqueueStep::Create(self.keys.partition_of(&jobs[i].id), false)
-                                }
-                                // The pointer that led here is stale.
-                                Placed::Absent => EnqueueStep::Place(Some(*p)),
-                            };
-                        }
-                    }
-                    Err(err) => fail_group(&mut steps, items, err, &mut first_error),
-                }
             }
         }
         let outcomes: Vec<StoreResult<EnqueueOutcome>> = steps
@@ -766,6 +695,100 @@ impl Store {
             }
         }
         Ok(outcomes)
+    }
+
+    /// Where creating `job` starts: placing it (it lives outside its id's
+    /// partition), comparing it where a schedule's firing puts jobs of its
+    /// id, or creating it in its id's partition.
+    fn first_step(&self, job: &NewJob) -> EnqueueStep {
+        let own = self.keys.partition_of(&job.id);
+        if self.home_of_new(job) != own {
+            EnqueueStep::Place(None)
+        } else if let Some(p) = self.fired_partition(&job.id).filter(|&p| p != own) {
+            // Its id is one a schedule's firing gives: a job of that id may
+            // live there.
+            EnqueueStep::Create(p, true)
+        } else {
+            EnqueueStep::Create(own, false)
+        }
+    }
+
+    /// One `place_jobs` call per id partition for the jobs still to be
+    /// placed; each then is to be created (or compared) where it lives.
+    async fn place_round(
+        &self,
+        jobs: &[NewJob],
+        steps: &mut [EnqueueStep],
+        first_error: &mut Option<StoreError>,
+    ) {
+        let places = self.group(steps, |i, step| match step {
+            EnqueueStep::Place(replace) => Some((self.keys.partition_of(&jobs[i].id), *replace)),
+            _ => None,
+        });
+        let calls = places.iter().map(|(p, items)| {
+            let items: Vec<(&NewJob, u16, Option<u16>)> = items
+                .iter()
+                .map(|&(i, replace)| (&jobs[i], self.home_of_new(&jobs[i]), replace))
+                .collect();
+            async move { self.place_partition(*p, &items).await }
+        });
+        let results = futures_util::future::join_all(calls).await;
+        for ((_, items), result) in places.iter().zip(results) {
+            match result {
+                Ok(homes) => {
+                    for (&(i, _), home) in items.iter().zip(homes) {
+                        let create = home == self.home_of_new(&jobs[i]);
+                        steps[i] = EnqueueStep::Create(home, !create);
+                    }
+                }
+                Err(err) => fail_group(steps, items, err, first_error),
+            }
+        }
+    }
+
+    /// One `enqueue_jobs` call per partition for the jobs to be created or
+    /// compared there; false when there were none. A job found elsewhere, or
+    /// behind a stale pointer, gets its next step.
+    async fn create_round(
+        &self,
+        jobs: &[NewJob],
+        steps: &mut [EnqueueStep],
+        first_error: &mut Option<StoreError>,
+    ) -> bool {
+        let creates = self.group(steps, |_, step| match step {
+            EnqueueStep::Create(p, compare_only) => Some((*p, *compare_only)),
+            _ => None,
+        });
+        if creates.is_empty() {
+            return false;
+        }
+        let calls = creates.iter().map(|(p, items)| {
+            let group: Vec<(&NewJob, bool)> = items.iter().map(|&(i, c)| (&jobs[i], c)).collect();
+            async move { self.enqueue_partition(*p, &group).await }
+        });
+        let results = futures_util::future::join_all(calls).await;
+        for ((p, items), result) in creates.iter().zip(results) {
+            match result {
+                Ok(group) => {
+                    for (&(i, _), outcome) in items.iter().zip(group) {
+                        steps[i] = match outcome {
+                            Placed::Here(outcome) => EnqueueStep::Done(Ok(outcome)),
+                            Placed::Elsewhere(q) => EnqueueStep::Create(q, true),
+                            Placed::Absent
+                                if jobs[i].order.is_none()
+                                    && self.fired_partition(&jobs[i].id) == Some(*p) =>
+                            {
+                                EnqueueStep::Create(self.keys.partition_of(&jobs[i].id), false)
+                            }
+                            // The pointer that led here is stale.
+                            Placed::Absent => EnqueueStep::Place(Some(*p)),
+                        };
+                    }
+                }
+                Err(err) => fail_group(steps, items, err, first_error),
+            }
+        }
+        true
     }
 
     /// The partition the schedule lives in whose firing would give job id
