@@ -646,53 +646,12 @@ impl Store {
         now: i64,
         round: &mut FireRound,
     ) -> StoreResult<()> {
-        let mut pipe = redis::pipe();
-        for (id, _) in due {
-            pipe.cmd("HMGET")
-                .arg(self.keys.schedule(p, id))
-                .arg("spec")
-                .arg("meta");
-        }
-        let mut conn = self.conn.clone();
-        let read: Vec<(Option<String>, Option<String>)> = pipe.query_async(&mut conn).await?;
         let mut args = vec![
             arg(&self.keys.partition_prefix(p)),
             arg(&*self.channel),
             arg(&p),
         ];
-        let join = |times: &[i64]| {
-            times
-                .iter()
-                .map(i64::to_string)
-                .collect::<Vec<_>>()
-                .join(",")
-        };
-        for ((id, at), (rule, meta)) in due.iter().zip(read) {
-            let at = *at as i64;
-            // The firing needs the timing alone, not the job template.
-            let timing = rule.and_then(|rule| serde_json::from_str::<schedule::Timing>(&rule).ok());
-            // `<ver> <max> <lease> <overlap> <paused> <anchor> ...`
-            let meta = meta.unwrap_or_default();
-            let meta: Vec<&str> = meta.split(' ').collect();
-            let version = meta.first().copied().unwrap_or_default().to_string();
-            let anchor: i64 = meta.get(5).and_then(|a| a.parse().ok()).unwrap_or(at);
-            let plan = timing.as_ref().and_then(|timing| {
-                let rule = timing.rule(anchor).ok()?;
-                Some(timing.due(&rule, at, now))
-            });
-            let plan = plan.unwrap_or_else(|| {
-                // Gone (deleted meanwhile: the script sees the version
-                // change) or unreadable: it ends, firing nothing.
-                tracing::warn!(schedule = %id, "schedule cannot be read; it ends");
-                schedule::Due::default()
-            });
-            args.push(arg(id));
-            args.push(arg(&at));
-            args.push(arg(&version));
-            args.push(arg(&join(&plan.fire)));
-            args.push(arg(&join(&plan.skipped)));
-            args.push(arg(&plan.next.map(|n| n.to_string()).unwrap_or_default()));
-        }
+        args.extend(self.fire_plans(p, due, now).await?);
         let reply: super::reply::FireReply = self
             .invoke(
                 &scripts::FIRE_SCHEDULES,
@@ -727,5 +686,61 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    /// Reads the timing of each due schedule `due` (id, fire time) of
+    /// partition `p` and plans its firing at `now`: per schedule, the six
+    /// arguments `fire_schedules.lua` takes (id, fire time, version, the
+    /// times to fire, the times skipped, the next fire time).
+    async fn fire_plans(
+        &self,
+        p: u16,
+        due: &[(String, f64)],
+        now: i64,
+    ) -> StoreResult<Vec<Vec<u8>>> {
+        let mut pipe = redis::pipe();
+        for (id, _) in due {
+            pipe.cmd("HMGET")
+                .arg(self.keys.schedule(p, id))
+                .arg("spec")
+                .arg("meta");
+        }
+        let mut conn = self.conn.clone();
+        let read: Vec<(Option<String>, Option<String>)> = pipe.query_async(&mut conn).await?;
+        let join = |times: &[i64]| {
+            times
+                .iter()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let mut args = Vec::with_capacity(6 * due.len());
+        for ((id, at), (rule, meta)) in due.iter().zip(read) {
+            let at = *at as i64;
+            // The firing needs the timing alone, not the job template.
+            let timing = rule.and_then(|rule| serde_json::from_str::<schedule::Timing>(&rule).ok());
+            // `<ver> <max> <lease> <overlap> <paused> <anchor> ...`
+            let meta = meta.unwrap_or_default();
+            let meta: Vec<&str> = meta.split(' ').collect();
+            let version = meta.first().copied().unwrap_or_default().to_string();
+            let anchor: i64 = meta.get(5).and_then(|a| a.parse().ok()).unwrap_or(at);
+            let plan = timing.as_ref().and_then(|timing| {
+                let rule = timing.rule(anchor).ok()?;
+                Some(timing.due(&rule, at, now))
+            });
+            let plan = plan.unwrap_or_else(|| {
+                // Gone (deleted meanwhile: the script sees the version
+                // change) or unreadable: it ends, firing nothing.
+                tracing::warn!(schedule = %id, "schedule cannot be read; it ends");
+                schedule::Due::default()
+            });
+            args.push(arg(id));
+            args.push(arg(&at));
+            args.push(arg(&version));
+            args.push(arg(&join(&plan.fire)));
+            args.push(arg(&join(&plan.skipped)));
+            args.push(arg(&plan.next.map(|n| n.to_string()).unwrap_or_default()));
+        }
+        Ok(args)
     }
 }
