@@ -6,7 +6,8 @@
 //! Cursors are `<partition>:<position>`, where the position is an index into
 //! the partition's zset or list, a `SCAN` cursor (with the keys of its step
 //! already listed), a place among the finished-job summaries
-//! (`s<bucket>.<shard>.<skip>`), or a stream entry id.
+//! (`s<bucket>.<shard>.<skip>`), or a stream entry id. A cursor of another
+//! shape is refused as a [`BadCursor`].
 
 use std::collections::HashMap;
 
@@ -17,7 +18,7 @@ use redis::Value;
 
 use super::scripts::{self, Code};
 use super::{arg, JobRecord, Store, StoreResult, Summary};
-use crate::job::{FieldError, State};
+use crate::job::State;
 
 /// Partitions visited at most per page, so one request stays bounded.
 const MAX_PARTITIONS_PER_PAGE: u16 = 64;
@@ -138,6 +139,26 @@ fn position_fits(kind: CursorKind, position: &str) -> bool {
     }
 }
 
+/// A cursor that no page of its listing could have returned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct BadCursor {
+    /// The parameter that carried it.
+    pub field: String,
+    /// The refusal, naming that parameter.
+    pub message: String,
+}
+
+impl BadCursor {
+    /// The refusal of the cursor given as `field`.
+    fn of(field: &str) -> BadCursor {
+        BadCursor {
+            field: field.to_string(),
+            message: format!("{field} is not a cursor returned by a previous page"),
+        }
+    }
+}
+
 impl Cursor {
     /// Parses `<partition>:<position>` of a `kind` listing; `field` names
     /// the parameter in errors.
@@ -146,14 +167,8 @@ impl Cursor {
         partitions: u16,
         kind: CursorKind,
         field: &str,
-    ) -> Result<Cursor, FieldError> {
-        let bad = || {
-            FieldError::new(
-                "invalid_cursor",
-                field,
-                format!("{field} is not a cursor returned by a previous page"),
-            )
-        };
+    ) -> Result<Cursor, BadCursor> {
+        let bad = || BadCursor::of(field);
         let (p, position) = text.split_once(':').ok_or_else(bad)?;
         let partition: u16 = p.parse().map_err(|_| bad())?;
         if partition >= partitions || !position_fits(kind, position) {
@@ -904,7 +919,7 @@ mod tests {
             "0:(1-2",
         ] {
             let err = Cursor::parse(bad, 4, CursorKind::Jobs, "cursor").expect_err(bad);
-            assert_eq!(err.field.as_deref(), Some("cursor"));
+            assert_eq!(err.field, "cursor");
         }
         for bad in ["0:0.1.2", "0:(x", "0:(1", "0:1-2-3", "0:+", "0:k1.2"] {
             assert!(
