@@ -12,7 +12,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::{parse_json, parse_limit, parse_query, ApiError, AppState};
-use crate::config::Config;
 use crate::job::{
     validate_id, FieldError, JobInput, JobView, RunAt, State as JobState, TraceContext, ValidJob,
 };
@@ -37,32 +36,6 @@ fn not_found(id: &str) -> ApiError {
         "not_found",
         format!("no job with id `{id}`"),
     )
-}
-
-fn created_view(
-    job: ValidJob,
-    state: JobState,
-    due: i64,
-    now: i64,
-    waiting_for: Option<String>,
-    config: &Config,
-) -> JobView {
-    JobRecord {
-        held: waiting_for.is_some(),
-        waiting_for,
-        max_attempts: job.spec.max_attempts(config),
-        spec_json: String::new(),
-        id: job.id,
-        spec: job.spec,
-        state,
-        attempts: 0,
-        due,
-        created: now,
-        updated: now,
-        history: Vec::new(),
-        summarized: false,
-    }
-    .view()
 }
 
 /// The trace context a create request carries (`traceparent`,
@@ -100,10 +73,9 @@ async fn outcome_view(
             state
                 .telemetry
                 .ingest(&job.id, &job.spec.topic, job.spec.trace.as_ref());
-            Ok((
-                StatusCode::CREATED,
-                created_view(job, job_state, due, now, waiting_for, &state.config),
-            ))
+            let max_attempts = job.spec.max_attempts(&state.config);
+            let view = JobView::created(job, job_state, due, now, max_attempts, waiting_for);
+            Ok((StatusCode::CREATED, view))
         }
         EnqueueOutcome::Identical => match state.store.get(&job.id).await? {
             Some(record) => Ok((StatusCode::OK, record.view())),
@@ -428,4 +400,76 @@ pub(super) async fn list_jobs(
 pub(super) async fn stats(State(state): State<AppState>) -> Result<Response, ApiError> {
     let stats = state.store.stats().await?;
     Ok(Json(stats).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    /// The record a just-created job would be read back as.
+    fn record_of(
+        job: ValidJob,
+        state: JobState,
+        due: i64,
+        now: i64,
+        waiting_for: Option<String>,
+        config: &Config,
+    ) -> JobRecord {
+        JobRecord {
+            held: waiting_for.is_some(),
+            waiting_for,
+            max_attempts: job.spec.max_attempts(config),
+            spec_json: String::new(),
+            id: job.id,
+            spec: job.spec,
+            state,
+            attempts: 0,
+            due,
+            created: now,
+            updated: now,
+            history: Vec::new(),
+            summarized: false,
+        }
+    }
+
+    #[test]
+    fn a_created_view_is_the_view_of_its_record() {
+        let config = Config::default();
+        for json in [
+            r#"{"id":"a","url":"https://example.com/h","headers":{"x-k":"v"},"body":{"n":1},"retry":["1s","5m"],"timeout":"3s","ordering_key":"k","topic":"t"}"#,
+            r#"{"url":"https://example.com/h","method":"PUT","body_text":"hi","content_type":"text/plain","delay":"1h"}"#,
+        ] {
+            let job = serde_json::from_str::<JobInput>(json)
+                .expect("input")
+                .validate(&config)
+                .expect("valid");
+            for state in [JobState::Scheduled, JobState::Ready] {
+                for waiting_for in [None, Some("b".to_string())] {
+                    let max_attempts = job.spec.max_attempts(&config);
+                    let new = JobView::created(
+                        job.clone(),
+                        state,
+                        1_800_000_000_000,
+                        1_700_000_000_000,
+                        max_attempts,
+                        waiting_for.clone(),
+                    );
+                    let old = record_of(
+                        job.clone(),
+                        state,
+                        1_800_000_000_000,
+                        1_700_000_000_000,
+                        waiting_for,
+                        &config,
+                    )
+                    .view();
+                    assert_eq!(
+                        serde_json::to_string(&new).expect("json"),
+                        serde_json::to_string(&old).expect("json")
+                    );
+                }
+            }
+        }
+    }
 }
