@@ -444,17 +444,46 @@ impl Config {
     }
 
     /// Checks the invariants that types cannot express; the error names the key.
+    /// The checks run in a fixed order (redis, api, delivery attempts, hosts,
+    /// breaker, alerts, the rest of delivery, retention, telemetry, log), so
+    /// of several mistakes the same one is always reported.
     pub fn validate(&self) -> anyhow::Result<()> {
-        let r = &self.redis;
-        if r.cluster_nodes.is_empty() {
-            redis::parse_redis_url(&r.url).with_context(|| {
+        self.redis.validate()?;
+        self.api.validate()?;
+        self.delivery.validate_attempts()?;
+        validate_host_rules(&self.hosts)?;
+        self.breaker.validate()?;
+        self.alerts.validate()?;
+        self.delivery.validate_statuses_cidrs_secrets_and_batch()?;
+        if self.retention.finished < Duration::from_secs(1) {
+            bail!("config key `retention.finished`: must be at least 1s");
+        }
+        self.telemetry.validate()?;
+        if self.retention.dead_letters_max == 0 {
+            bail!("config key `retention.dead_letters_max`: must be positive");
+        }
+        self.log.validate()
+    }
+
+    /// The lease (TTR) of an attempt with the given timeout.
+    pub fn lease_for(&self, timeout: Duration) -> Duration {
+        timeout + self.delivery.lease_margin
+    }
+}
+
+impl RedisConfig {
+    /// Checks `[redis]`: the URL or cluster nodes, the namespace, the
+    /// partitions, the replica acknowledgement and the wheel bucket.
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.cluster_nodes.is_empty() {
+            redis::parse_redis_url(&self.url).with_context(|| {
                 format!(
                     "config key `redis.url`: `{}` is not a redis:// or rediss:// URL",
-                    redact_url(&r.url)
+                    redact_url(&self.url)
                 )
             })?;
         }
-        for node in &r.cluster_nodes {
+        for node in &self.cluster_nodes {
             if redis::parse_redis_url(node).is_none() {
                 bail!(
                     "config key `redis.cluster_nodes`: `{}` is not a redis:// URL",
@@ -462,45 +491,78 @@ impl Config {
                 );
             }
         }
-        if r.namespace.is_empty()
-            || r.namespace.len() > 64
-            || !r
+        if self.namespace.is_empty()
+            || self.namespace.len() > 64
+            || !self
                 .namespace
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
         {
             bail!("config key `redis.namespace`: must be 1-64 characters of [A-Za-z0-9._-]");
         }
-        if !(1..=1024).contains(&r.partitions) {
+        if !(1..=1024).contains(&self.partitions) {
             bail!("config key `redis.partitions`: must be between 1 and 1024");
         }
-        if r.ack_replicas > 16 {
+        if self.ack_replicas > 16 {
             bail!("config key `redis.ack_replicas`: must be between 0 and 16");
         }
-        if !(Duration::from_millis(10)..=Duration::from_secs(30)).contains(&r.ack_timeout) {
+        if !(Duration::from_millis(10)..=Duration::from_secs(30)).contains(&self.ack_timeout) {
             bail!("config key `redis.ack_timeout`: must be between 10ms and 30s");
         }
-        if !(Duration::from_millis(16)..=Duration::from_secs(3600)).contains(&r.wheel_bucket) {
+        if !(Duration::from_millis(16)..=Duration::from_secs(3600)).contains(&self.wheel_bucket) {
             bail!("config key `redis.wheel_bucket`: must be between 16ms and 1h");
         }
-        let a = &self.api;
-        let listen = a.listen.parse::<SocketAddr>().with_context(|| {
+        Ok(())
+    }
+}
+
+impl ApiConfig {
+    /// Checks `[api]`: the listen address (and that an open API listens on
+    /// loopback only, unless allowed), the keys, the tokens, the timeouts
+    /// and the limits.
+    fn validate(&self) -> anyhow::Result<()> {
+        let listen = self.listen.parse::<SocketAddr>().with_context(|| {
             format!(
                 "config key `api.listen`: `{}` is not an address like 127.0.0.1:8080",
-                a.listen
+                self.listen
             )
         })?;
-        if a.is_open() && !listen.ip().is_loopback() && !a.allow_unauthenticated {
+        if self.is_open() && !listen.ip().is_loopback() && !self.allow_unauthenticated {
             bail!(
                 "config key `api.tokens`: empty (and no `api.keys`) while `api.listen` ({}) is not \
                  a loopback address: anyone who reaches it could create, cancel and replay jobs; \
                  set `api.tokens` or `[[api.keys]]`, or `api.allow_unauthenticated = true` if the \
                  network itself is trusted",
-                a.listen
+                self.listen
             );
         }
+        self.validate_keys()?;
+        if self.tokens.iter().any(|t| t.len() < 8) {
+            bail!("config key `api.tokens`: every token must be at least 8 characters");
+        }
+        for (key, value) in [
+            ("header_timeout", self.header_timeout),
+            ("body_timeout", self.body_timeout),
+            ("idle_timeout", self.idle_timeout),
+        ] {
+            if !(Duration::from_millis(100)..=Duration::from_secs(3600)).contains(&value) {
+                bail!("config key `api.{key}`: must be between 100ms and 1h");
+            }
+        }
+        if !(1..=1_000_000).contains(&self.max_connections) {
+            bail!("config key `api.max_connections`: must be between 1 and 1000000");
+        }
+        if self.max_body == 0 || self.max_batch_body == 0 {
+            bail!("config keys `api.max_body` / `api.max_batch_body` must be positive");
+        }
+        Ok(())
+    }
+
+    /// Checks each `[[api.keys]]` entry in order: a valid, unique name, a
+    /// SHA-256 digest and at least one scope.
+    fn validate_keys(&self) -> anyhow::Result<()> {
         let mut names = std::collections::HashSet::new();
-        for (i, key) in a.keys.iter().enumerate() {
+        for (i, key) in self.keys.iter().enumerate() {
             if !ApiKey::name_is_valid(&key.name) {
                 bail!("config key `api.keys[{i}].name`: 1-64 characters of A-Z a-z 0-9 . _ -");
             }
@@ -520,108 +582,126 @@ impl Config {
                 bail!("config key `api.keys[{i}].scopes`: give at least one of read, write, admin");
             }
         }
-        if a.tokens.iter().any(|t| t.len() < 8) {
-            bail!("config key `api.tokens`: every token must be at least 8 characters");
-        }
-        for (key, value) in [
-            ("header_timeout", a.header_timeout),
-            ("body_timeout", a.body_timeout),
-            ("idle_timeout", a.idle_timeout),
-        ] {
-            if !(Duration::from_millis(100)..=Duration::from_secs(3600)).contains(&value) {
-                bail!("config key `api.{key}`: must be between 100ms and 1h");
-            }
-        }
-        if !(1..=1_000_000).contains(&a.max_connections) {
-            bail!("config key `api.max_connections`: must be between 1 and 1000000");
-        }
-        if a.max_body == 0 || a.max_batch_body == 0 {
-            bail!("config keys `api.max_body` / `api.max_batch_body` must be positive");
-        }
-        let d = &self.delivery;
-        if d.workers == 0 {
+        Ok(())
+    }
+}
+
+impl DeliveryConfig {
+    /// Checks how `[delivery]` makes and paces attempts: workers, timeouts,
+    /// the lease margin, the retry ladder, jitter and the per-host limits.
+    fn validate_attempts(&self) -> anyhow::Result<()> {
+        if self.workers == 0 {
             bail!("config key `delivery.workers`: must be at least 1");
         }
-        if d.timeout.is_zero() {
+        if self.timeout.is_zero() {
             bail!("config key `delivery.timeout`: must be positive");
         }
-        if d.max_timeout < d.timeout {
+        if self.max_timeout < self.timeout {
             bail!("config key `delivery.max_timeout`: must be at least `delivery.timeout`");
         }
-        if d.lease_margin < Duration::from_millis(100) {
+        if self.lease_margin < Duration::from_millis(100) {
             bail!("config key `delivery.lease_margin`: must be at least 100ms so a lease outlives its attempt");
         }
-        if d.retry.len() > 64 {
+        if self.retry.len() > 64 {
             bail!("config key `delivery.retry`: at most 64 rungs");
         }
-        if d.retry.iter().any(Duration::is_zero) {
+        if self.retry.iter().any(Duration::is_zero) {
             bail!("config key `delivery.retry`: every rung must be positive");
         }
-        if !(0.0..=1.0).contains(&d.jitter) {
+        if !(0.0..=1.0).contains(&self.jitter) {
             bail!("config key `delivery.jitter`: must be between 0 and 1");
         }
-        if d.per_host_concurrency == 0 {
+        if self.per_host_concurrency == 0 {
             bail!("config key `delivery.per_host_concurrency`: must be at least 1");
         }
-        if !(d.per_host_rate.is_finite() && d.per_host_rate >= 0.0) {
+        if !(self.per_host_rate.is_finite() && self.per_host_rate >= 0.0) {
             bail!("config key `delivery.per_host_rate`: must be a number of requests per second, 0 or more");
         }
-        for (i, rule) in self.hosts.iter().enumerate() {
-            crate::hosts::HostPattern::parse(&rule.pattern)
-                .map_err(|e| anyhow::anyhow!("config key `hosts[{i}].match`: {e}"))?;
-            if rule.concurrency == Some(0) {
-                bail!("config key `hosts[{i}].concurrency`: must be at least 1");
-            }
-            if let Some(rate) = rule.rate {
-                if !(rate.is_finite() && rate >= 0.0) {
-                    bail!("config key `hosts[{i}].rate`: must be a number of requests per second, 0 or more");
-                }
-            }
-        }
-        let b = &self.breaker;
-        if b.open_for < Duration::from_millis(10) {
-            bail!("config key `breaker.open_for`: must be at least 10ms");
-        }
-        if b.max_open < b.open_for {
-            bail!("config key `breaker.max_open`: must be at least `breaker.open_for`");
-        }
-        if !self.alerts.url.is_empty() {
-            let url = url::Url::parse(&self.alerts.url).map_err(|e| {
-                anyhow::anyhow!(
-                    "config key `alerts.url`: `{}` is not a URL: {e}",
-                    self.alerts.url
-                )
-            })?;
-            if !matches!(url.scheme(), "http" | "https") {
-                bail!("config key `alerts.url`: must be an http:// or https:// URL");
-            }
-        }
-        if !self.alerts.signing_secret.is_empty() {
-            crate::delivery::signing::SigningSecret::parse(&self.alerts.signing_secret)
-                .context("config key `alerts.signing_secret`")?;
-        }
-        if d.dead_letter_statuses
+        Ok(())
+    }
+
+    /// Checks the rest of `[delivery]`: `dead_letter_statuses`,
+    /// `allow_cidrs`, `signing_secrets` and `claim_batch`.
+    fn validate_statuses_cidrs_secrets_and_batch(&self) -> anyhow::Result<()> {
+        if self
+            .dead_letter_statuses
             .iter()
             .any(|s| !(100..=599).contains(s))
         {
             bail!("config key `delivery.dead_letter_statuses`: statuses must be 100..=599");
         }
-        for cidr in &d.allow_cidrs {
+        for cidr in &self.allow_cidrs {
             cidr.parse::<ipnet::IpNet>().with_context(|| {
                 format!("config key `delivery.allow_cidrs`: `{cidr}` is not a CIDR like 10.0.0.0/8")
             })?;
         }
-        for (i, secret) in d.signing_secrets.iter().enumerate() {
+        for (i, secret) in self.signing_secrets.iter().enumerate() {
             crate::delivery::signing::SigningSecret::parse(secret)
                 .with_context(|| format!("config key `delivery.signing_secrets[{i}]`"))?;
         }
-        if !(1..=1000).contains(&d.claim_batch) {
+        if !(1..=1000).contains(&self.claim_batch) {
             bail!("config key `delivery.claim_batch`: must be between 1 and 1000");
         }
-        if self.retention.finished < Duration::from_secs(1) {
-            bail!("config key `retention.finished`: must be at least 1s");
+        Ok(())
+    }
+}
+
+/// Checks each `[[hosts]]` rule in order: its `match` pattern, and that a
+/// concurrency it sets is at least 1 and a rate a number, 0 or more.
+fn validate_host_rules(rules: &[HostRule]) -> anyhow::Result<()> {
+    for (i, rule) in rules.iter().enumerate() {
+        crate::hosts::HostPattern::parse(&rule.pattern)
+            .map_err(|e| anyhow::anyhow!("config key `hosts[{i}].match`: {e}"))?;
+        if rule.concurrency == Some(0) {
+            bail!("config key `hosts[{i}].concurrency`: must be at least 1");
         }
-        let otlp = &self.telemetry.otlp_endpoint;
+        if let Some(rate) = rule.rate {
+            if !(rate.is_finite() && rate >= 0.0) {
+                bail!("config key `hosts[{i}].rate`: must be a number of requests per second, 0 or more");
+            }
+        }
+    }
+    Ok(())
+}
+
+impl BreakerConfig {
+    /// Checks `[breaker]`: `open_for` at least 10ms, `max_open` no shorter.
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.open_for < Duration::from_millis(10) {
+            bail!("config key `breaker.open_for`: must be at least 10ms");
+        }
+        if self.max_open < self.open_for {
+            bail!("config key `breaker.max_open`: must be at least `breaker.open_for`");
+        }
+        Ok(())
+    }
+}
+
+impl AlertsConfig {
+    /// Checks `[alerts]`: `url`, when set, is an http(s) URL, and
+    /// `signing_secret`, when set, is a signing secret.
+    fn validate(&self) -> anyhow::Result<()> {
+        if !self.url.is_empty() {
+            let url = url::Url::parse(&self.url).map_err(|e| {
+                anyhow::anyhow!("config key `alerts.url`: `{}` is not a URL: {e}", self.url)
+            })?;
+            if !matches!(url.scheme(), "http" | "https") {
+                bail!("config key `alerts.url`: must be an http:// or https:// URL");
+            }
+        }
+        if !self.signing_secret.is_empty() {
+            crate::delivery::signing::SigningSecret::parse(&self.signing_secret)
+                .context("config key `alerts.signing_secret`")?;
+        }
+        Ok(())
+    }
+}
+
+impl TelemetryConfig {
+    /// Checks `[telemetry]`: `otlp_endpoint`, when set, is an http(s) URL
+    /// with a host.
+    fn validate(&self) -> anyhow::Result<()> {
+        let otlp = &self.otlp_endpoint;
         if !otlp.is_empty() {
             let ok = url::Url::parse(otlp)
                 .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some());
@@ -632,24 +712,23 @@ impl Config {
                 );
             }
         }
-        if self.retention.dead_letters_max == 0 {
-            bail!("config key `retention.dead_letters_max`: must be positive");
-        }
-        if !matches!(self.log.format.as_str(), "text" | "json") {
+        Ok(())
+    }
+}
+
+impl LogConfig {
+    /// Checks `[log]`: the format is `text` or `json`, the level a filter.
+    fn validate(&self) -> anyhow::Result<()> {
+        if !matches!(self.format.as_str(), "text" | "json") {
             bail!("config key `log.format`: must be `text` or `json`");
         }
-        tracing_subscriber::EnvFilter::try_new(&self.log.level).with_context(|| {
+        tracing_subscriber::EnvFilter::try_new(&self.level).with_context(|| {
             format!(
                 "config key `log.level`: `{}` is not a log filter",
-                self.log.level
+                self.level
             )
         })?;
         Ok(())
-    }
-
-    /// The lease (TTR) of an attempt with the given timeout.
-    pub fn lease_for(&self, timeout: Duration) -> Duration {
-        timeout + self.delivery.lease_margin
     }
 }
 

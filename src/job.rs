@@ -1095,6 +1095,50 @@ pub struct JobView {
     pub waiting_for: Option<String>,
 }
 
+impl JobView {
+    /// The view of `job` as just created: in `state`, due at `due`,
+    /// created and last changed `now`, no attempt made, `max_attempts`
+    /// allowed, and held behind `waiting_for` when its ordering key has an
+    /// earlier job.
+    pub(crate) fn created(
+        job: ValidJob,
+        state: State,
+        due: i64,
+        now: i64,
+        max_attempts: u32,
+        waiting_for: Option<String>,
+    ) -> JobView {
+        let spec = job.spec;
+        JobView {
+            trace_id: Some(trace_id_of(&job.id, spec.trace.as_ref())),
+            id: job.id,
+            topic: spec.topic,
+            url: Some(spec.url),
+            method: Some(spec.method),
+            headers: spec.headers,
+            body: spec.body,
+            body_text: spec.body_text,
+            content_type: spec.content_type,
+            retry: spec
+                .retry_ms
+                .map(|rungs| rungs.into_iter().map(format_duration_ms).collect()),
+            timeout: spec.timeout_ms.map(format_duration_ms),
+            state,
+            attempts: 0,
+            max_attempts,
+            next_attempt_at: matches!(state, State::Scheduled | State::Ready)
+                .then(|| format_ms(due)),
+            created_at: format_ms(now),
+            updated_at: format_ms(now),
+            history: Vec::new(),
+            summarized: false,
+            ordering_key: spec.ordering_key,
+            schedule_id: spec.schedule_id,
+            waiting_for,
+        }
+    }
+}
+
 /// RFC 3339 in UTC with exactly three fractional digits.
 const RFC3339_MILLIS: &[time::format_description::FormatItem<'static>] = time::macros::format_description!(
     "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"

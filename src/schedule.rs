@@ -190,24 +190,44 @@ impl ScheduleInput {
 
     /// The content of this input, validated.
     pub fn spec(&self, config: &Config) -> Result<ScheduleSpec, FieldError> {
-        let every_ms = match (&self.cron, &self.every) {
-            (Some(_), Some(_)) => {
-                return Err(FieldError::new(
-                    "conflicting_fields",
-                    "cron",
-                    "give either cron or every, not both",
-                ))
-            }
-            (None, None) => {
-                return Err(FieldError::new(
-                    "missing_field",
-                    "cron",
-                    "a schedule needs cron or every",
-                ))
-            }
+        let every_ms = self.every_ms()?;
+        let timezone = self.timezone.clone().unwrap_or_else(|| "UTC".into());
+        parse_timezone(&timezone)?;
+        let (start_at, end_at) = self.window()?;
+        let overlap = parse_overlap(self.overlap.as_deref())?;
+        let catch_up = parse_catch_up(self.catch_up.as_deref())?;
+        let job = self.job_template(config)?;
+        Ok(ScheduleSpec {
+            timing: Timing {
+                cron: self.cron.clone(),
+                every_ms,
+                timezone,
+                start_at,
+                end_at,
+                catch_up,
+            },
+            overlap,
+            job,
+        })
+    }
+
+    /// Checks that exactly one of `cron` and `every` is given, and that it
+    /// is valid: the interval in ms for `every`, None for `cron`.
+    fn every_ms(&self) -> Result<Option<u64>, FieldError> {
+        match (&self.cron, &self.every) {
+            (Some(_), Some(_)) => Err(FieldError::new(
+                "conflicting_fields",
+                "cron",
+                "give either cron or every, not both",
+            )),
+            (None, None) => Err(FieldError::new(
+                "missing_field",
+                "cron",
+                "a schedule needs cron or every",
+            )),
             (Some(cron), None) => {
                 parse_cron(cron)?;
-                None
+                Ok(None)
             }
             (None, Some(every)) => {
                 let ms = parse_duration(every, "every")?.as_millis() as u64;
@@ -218,11 +238,14 @@ impl ScheduleInput {
                         "every must be at least 1s",
                     ));
                 }
-                Some(ms)
+                Ok(Some(ms))
             }
-        };
-        let timezone = self.timezone.clone().unwrap_or_else(|| "UTC".into());
-        parse_timezone(&timezone)?;
+        }
+    }
+
+    /// `start_at` and `end_at` as epoch ms, checked: the end, when both
+    /// are given, after the start.
+    fn window(&self) -> Result<(Option<i64>, Option<i64>), FieldError> {
         let start_at = self
             .start_at
             .as_ref()
@@ -242,29 +265,12 @@ impl ScheduleInput {
                 ));
             }
         }
-        let overlap = match self.overlap.as_deref() {
-            None | Some("allow") => Overlap::Allow,
-            Some("skip") => Overlap::Skip,
-            Some(other) => {
-                return Err(FieldError::new(
-                    "invalid_overlap",
-                    "overlap",
-                    format!("overlap `{other}` is not allow or skip"),
-                ))
-            }
-        };
-        let catch_up = match self.catch_up.as_deref() {
-            None | Some("latest") => CatchUp::Latest,
-            Some("none") => CatchUp::None,
-            Some("all") => CatchUp::All,
-            Some(other) => {
-                return Err(FieldError::new(
-                    "invalid_catch_up",
-                    "catch_up",
-                    format!("catch_up `{other}` is not latest, none or all"),
-                ))
-            }
-        };
+        Ok((start_at, end_at))
+    }
+
+    /// The job template, validated as a job (its errors naming
+    /// `job.<field>`); it may not give an id, `run_at` or `delay`.
+    fn job_template(&self, config: &Config) -> Result<JobSpec, FieldError> {
         let job = self
             .job
             .as_ref()
@@ -284,19 +290,34 @@ impl ScheduleInput {
                 )));
             }
         }
-        let job = input.validate(config).map_err(in_job)?.spec;
-        Ok(ScheduleSpec {
-            timing: Timing {
-                cron: self.cron.clone(),
-                every_ms,
-                timezone,
-                start_at,
-                end_at,
-                catch_up,
-            },
-            overlap,
-            job,
-        })
+        Ok(input.validate(config).map_err(in_job)?.spec)
+    }
+}
+
+/// Parses `overlap`: `allow` (the default) or `skip`.
+fn parse_overlap(text: Option<&str>) -> Result<Overlap, FieldError> {
+    match text {
+        None | Some("allow") => Ok(Overlap::Allow),
+        Some("skip") => Ok(Overlap::Skip),
+        Some(other) => Err(FieldError::new(
+            "invalid_overlap",
+            "overlap",
+            format!("overlap `{other}` is not allow or skip"),
+        )),
+    }
+}
+
+/// Parses `catch_up`: `latest` (the default), `none` or `all`.
+fn parse_catch_up(text: Option<&str>) -> Result<CatchUp, FieldError> {
+    match text {
+        None | Some("latest") => Ok(CatchUp::Latest),
+        Some("none") => Ok(CatchUp::None),
+        Some("all") => Ok(CatchUp::All),
+        Some(other) => Err(FieldError::new(
+            "invalid_catch_up",
+            "catch_up",
+            format!("catch_up `{other}` is not latest, none or all"),
+        )),
     }
 }
 

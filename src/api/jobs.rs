@@ -12,7 +12,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::{parse_json, parse_limit, parse_query, ApiError, AppState};
-use crate::config::Config;
 use crate::job::{
     validate_id, FieldError, JobInput, JobView, RunAt, State as JobState, TraceContext, ValidJob,
 };
@@ -37,32 +36,6 @@ fn not_found(id: &str) -> ApiError {
         "not_found",
         format!("no job with id `{id}`"),
     )
-}
-
-fn created_view(
-    job: ValidJob,
-    state: JobState,
-    due: i64,
-    now: i64,
-    waiting_for: Option<String>,
-    config: &Config,
-) -> JobView {
-    JobRecord {
-        held: waiting_for.is_some(),
-        waiting_for,
-        max_attempts: job.spec.max_attempts(config),
-        spec_json: String::new(),
-        id: job.id,
-        spec: job.spec,
-        state,
-        attempts: 0,
-        due,
-        created: now,
-        updated: now,
-        history: Vec::new(),
-        summarized: false,
-    }
-    .view()
 }
 
 /// The trace context a create request carries (`traceparent`,
@@ -100,10 +73,9 @@ async fn outcome_view(
             state
                 .telemetry
                 .ingest(&job.id, &job.spec.topic, job.spec.trace.as_ref());
-            Ok((
-                StatusCode::CREATED,
-                created_view(job, job_state, due, now, waiting_for, &state.config),
-            ))
+            let max_attempts = job.spec.max_attempts(&state.config);
+            let view = JobView::created(job, job_state, due, now, max_attempts, waiting_for);
+            Ok((StatusCode::CREATED, view))
         }
         EnqueueOutcome::Identical => match state.store.get(&job.id).await? {
             Some(record) => Ok((StatusCode::OK, record.view())),
@@ -241,6 +213,76 @@ struct JobPatch {
     ordering_key: Option<String>,
 }
 
+impl JobPatch {
+    /// Refuses a patch at odds with itself (`body` with `body_text`,
+    /// `run_at` with `delay`) or with a malformed `ordering_key`, before
+    /// the job is read.
+    fn check(&self) -> Result<(), ApiError> {
+        if self.body.is_some() && self.body_text.is_some() {
+            return Err(FieldError::new(
+                "conflicting_fields",
+                "body_text",
+                "give either body or body_text, not both",
+            )
+            .into());
+        }
+        if self.run_at.is_some() && self.delay.is_some() {
+            return Err(FieldError::new(
+                "conflicting_fields",
+                "delay",
+                "give either run_at or delay, not both",
+            )
+            .into());
+        }
+        if let Some(key) = &self.ordering_key {
+            crate::job::validate_ordering_key(key)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the patch gives a new due time.
+    fn reschedules(&self) -> bool {
+        self.run_at.is_some() || self.delay.is_some()
+    }
+
+    /// Job `id`'s content (`record`) as a client would send it, with this
+    /// patch applied.
+    fn apply_to(self, id: &str, record: &JobRecord) -> JobInput {
+        let mut input = record.spec.to_input(Some(id.to_string()));
+        if self.reschedules() {
+            input.run_at = self.run_at;
+            input.delay = self.delay;
+        }
+        if let Some(body) = self.body {
+            input.body = Some(body);
+            input.body_text = None;
+            input.content_type = None;
+        }
+        if let Some(text) = self.body_text {
+            input.body = None;
+            input.body_text = Some(text);
+            input.content_type = self.content_type;
+        } else if self.content_type.is_some() {
+            input.content_type = self.content_type;
+        }
+        if let Some(url) = self.url {
+            // Headers may hold the old receiver's credentials: they do not
+            // follow the job to another origin unless given again.
+            if !crate::job::same_origin(&record.spec.url, &url) {
+                input.headers = None;
+            }
+            input.url = Some(url);
+        }
+        if let Some(headers) = self.headers {
+            input.headers = Some(headers);
+        }
+        if let Some(retry) = self.retry {
+            input.retry = Some(retry);
+        }
+        input
+    }
+}
+
 /// `PATCH /v1/jobs/{id}`: only while scheduled; applied atomically against
 /// the very spec it was computed from, so it never half-applies or races the
 /// carrier (a job promoted or changed meanwhile answers 409).
@@ -251,29 +293,26 @@ pub(super) async fn patch_job(
 ) -> Result<Response, ApiError> {
     validate_id(&id)?;
     let patch: JobPatch = parse_json(&body?)?;
-    if patch.body.is_some() && patch.body_text.is_some() {
-        return Err(FieldError::new(
-            "conflicting_fields",
-            "body_text",
-            "give either body or body_text, not both",
-        )
-        .into());
-    }
-    if patch.run_at.is_some() && patch.delay.is_some() {
-        return Err(FieldError::new(
-            "conflicting_fields",
-            "delay",
-            "give either run_at or delay, not both",
-        )
-        .into());
-    }
-    if let Some(key) = &patch.ordering_key {
-        crate::job::validate_ordering_key(key)?;
-    }
+    patch.check()?;
     let Some(record) = state.store.get(&id).await? else {
         return Err(not_found(&id));
     };
-    if patch.ordering_key.is_some() && patch.ordering_key != record.spec.ordering_key {
+    check_changeable(&id, &record, patch.ordering_key.as_deref())?;
+    let reschedules = patch.reschedules();
+    let mut job = patch.apply_to(&id, &record).validate(&state.config)?;
+    // The trace context is not content: a change keeps the creator's.
+    job.spec.trace = record.spec.trace.clone();
+    store_change(&state, &id, &record, &job, reschedules).await
+}
+
+/// Refuses to change job `id` (read as `record`) when the patch gives
+/// another `ordering_key` than its own, or when it is no longer waiting.
+fn check_changeable(
+    id: &str,
+    record: &JobRecord,
+    ordering_key: Option<&str>,
+) -> Result<(), ApiError> {
+    if ordering_key.is_some() && ordering_key != record.spec.ordering_key.as_deref() {
         return Err(ApiError {
             field: Some("ordering_key".into()),
             ..ApiError::new(
@@ -286,46 +325,24 @@ pub(super) async fn patch_job(
     // A job held behind earlier jobs of its ordering key waits, whatever
     // its due time: it can change.
     if record.state != JobState::Scheduled && !record.held {
-        return Err(not_scheduled(&id, record.state));
+        return Err(not_scheduled(id, record.state));
     }
-    let mut input = record.spec.to_input(Some(id.clone()));
-    let reschedules = patch.run_at.is_some() || patch.delay.is_some();
-    if reschedules {
-        input.run_at = patch.run_at;
-        input.delay = patch.delay;
-    }
-    if let Some(body) = patch.body {
-        input.body = Some(body);
-        input.body_text = None;
-        input.content_type = None;
-    }
-    if let Some(text) = patch.body_text {
-        input.body = None;
-        input.body_text = Some(text);
-        input.content_type = patch.content_type;
-    } else if patch.content_type.is_some() {
-        input.content_type = patch.content_type;
-    }
-    if let Some(url) = patch.url {
-        // Headers may hold the old receiver's credentials: they do not
-        // follow the job to another origin unless given again.
-        if !crate::job::same_origin(&record.spec.url, &url) {
-            input.headers = None;
-        }
-        input.url = Some(url);
-    }
-    if let Some(headers) = patch.headers {
-        input.headers = Some(headers);
-    }
-    if let Some(retry) = patch.retry {
-        input.retry = Some(retry);
-    }
-    let mut job = input.validate(&state.config)?;
-    // The trace context is not content: a change keeps the creator's.
-    job.spec.trace = record.spec.trace.clone();
+    Ok(())
+}
+
+/// Stores `job` as job `id`'s new content, atomically against the spec
+/// `record` was read with (with its new due time only if `reschedules`):
+/// the changed job's view, or why it did not change.
+async fn store_change(
+    state: &AppState,
+    id: &str,
+    record: &JobRecord,
+    job: &ValidJob,
+    reschedules: bool,
+) -> Result<Response, ApiError> {
     let new_job = job.new_job(&state.config);
     let change = Reschedule {
-        id: &id,
+        id,
         old_spec_json: &record.spec_json,
         new_spec_json: &new_job.spec_json,
         due: reschedules.then_some(job.due),
@@ -334,12 +351,12 @@ pub(super) async fn patch_job(
         given: new_job.given,
     };
     match state.store.reschedule(&change).await? {
-        RescheduleOutcome::Changed { .. } => match state.store.get(&id).await? {
+        RescheduleOutcome::Changed { .. } => match state.store.get(id).await? {
             Some(record) => Ok(Json(record.view()).into_response()),
-            None => Err(not_found(&id)),
+            None => Err(not_found(id)),
         },
-        RescheduleOutcome::NotFound => Err(not_found(&id)),
-        RescheduleOutcome::NotScheduled(s) => Err(not_scheduled(&id, s)),
+        RescheduleOutcome::NotFound => Err(not_found(id)),
+        RescheduleOutcome::NotScheduled(s) => Err(not_scheduled(id, s)),
         RescheduleOutcome::Modified => Err(ApiError::new(
             StatusCode::CONFLICT,
             "modified",
@@ -428,4 +445,76 @@ pub(super) async fn list_jobs(
 pub(super) async fn stats(State(state): State<AppState>) -> Result<Response, ApiError> {
     let stats = state.store.stats().await?;
     Ok(Json(stats).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    /// The record a just-created job would be read back as.
+    fn record_of(
+        job: ValidJob,
+        state: JobState,
+        due: i64,
+        now: i64,
+        waiting_for: Option<String>,
+        config: &Config,
+    ) -> JobRecord {
+        JobRecord {
+            held: waiting_for.is_some(),
+            waiting_for,
+            max_attempts: job.spec.max_attempts(config),
+            spec_json: String::new(),
+            id: job.id,
+            spec: job.spec,
+            state,
+            attempts: 0,
+            due,
+            created: now,
+            updated: now,
+            history: Vec::new(),
+            summarized: false,
+        }
+    }
+
+    #[test]
+    fn a_created_view_is_the_view_of_its_record() {
+        let config = Config::default();
+        for json in [
+            r#"{"id":"a","url":"https://example.com/h","headers":{"x-k":"v"},"body":{"n":1},"retry":["1s","5m"],"timeout":"3s","ordering_key":"k","topic":"t"}"#,
+            r#"{"url":"https://example.com/h","method":"PUT","body_text":"hi","content_type":"text/plain","delay":"1h"}"#,
+        ] {
+            let job = serde_json::from_str::<JobInput>(json)
+                .expect("input")
+                .validate(&config)
+                .expect("valid");
+            for state in [JobState::Scheduled, JobState::Ready] {
+                for waiting_for in [None, Some("b".to_string())] {
+                    let max_attempts = job.spec.max_attempts(&config);
+                    let new = JobView::created(
+                        job.clone(),
+                        state,
+                        1_800_000_000_000,
+                        1_700_000_000_000,
+                        max_attempts,
+                        waiting_for.clone(),
+                    );
+                    let old = record_of(
+                        job.clone(),
+                        state,
+                        1_800_000_000_000,
+                        1_700_000_000_000,
+                        waiting_for,
+                        &config,
+                    )
+                    .view();
+                    assert_eq!(
+                        serde_json::to_string(&new).expect("json"),
+                        serde_json::to_string(&old).expect("json")
+                    );
+                }
+            }
+        }
+    }
 }

@@ -28,6 +28,7 @@ use serde_json::json;
 
 use crate::config::{Config, Scope};
 use crate::job::FieldError;
+use crate::store::listing::BadCursor;
 use crate::store::{Store, StoreError};
 
 /// An API error: status plus the JSON error body.
@@ -75,6 +76,17 @@ impl From<FieldError> for ApiError {
             code: e.code,
             message: e.message,
             field: e.field,
+        }
+    }
+}
+
+impl From<BadCursor> for ApiError {
+    fn from(e: BadCursor) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            code: "invalid_cursor",
+            message: e.message,
+            field: Some(e.field),
         }
     }
 }

@@ -6,7 +6,8 @@
 //! Cursors are `<partition>:<position>`, where the position is an index into
 //! the partition's zset or list, a `SCAN` cursor (with the keys of its step
 //! already listed), a place among the finished-job summaries
-//! (`s<bucket>.<shard>.<skip>`), or a stream entry id.
+//! (`s<bucket>.<shard>.<skip>`), or a stream entry id. A cursor of another
+//! shape is refused as a [`BadCursor`].
 
 use std::collections::HashMap;
 
@@ -15,7 +16,7 @@ use serde::Serialize;
 
 use super::scripts::{self, Code};
 use super::{arg, JobRecord, Store, StoreResult, Summary};
-use crate::job::{FieldError, State};
+use crate::job::State;
 
 /// Partitions visited at most per page, so one request stays bounded.
 const MAX_PARTITIONS_PER_PAGE: u16 = 64;
@@ -136,6 +137,26 @@ fn position_fits(kind: CursorKind, position: &str) -> bool {
     }
 }
 
+/// A cursor that no page of its listing could have returned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct BadCursor {
+    /// The parameter that carried it.
+    pub field: String,
+    /// The refusal, naming that parameter.
+    pub message: String,
+}
+
+impl BadCursor {
+    /// The refusal of the cursor given as `field`.
+    fn of(field: &str) -> BadCursor {
+        BadCursor {
+            field: field.to_string(),
+            message: format!("{field} is not a cursor returned by a previous page"),
+        }
+    }
+}
+
 impl Cursor {
     /// Parses `<partition>:<position>` of a `kind` listing; `field` names
     /// the parameter in errors.
@@ -144,14 +165,8 @@ impl Cursor {
         partitions: u16,
         kind: CursorKind,
         field: &str,
-    ) -> Result<Cursor, FieldError> {
-        let bad = || {
-            FieldError::new(
-                "invalid_cursor",
-                field,
-                format!("{field} is not a cursor returned by a previous page"),
-            )
-        };
+    ) -> Result<Cursor, BadCursor> {
+        let bad = || BadCursor::of(field);
         let (p, position) = text.split_once(':').ok_or_else(bad)?;
         let partition: u16 = p.parse().map_err(|_| bad())?;
         if partition >= partitions || !position_fits(kind, position) {
@@ -309,9 +324,29 @@ fn entry_bytes(entry: &StreamId) -> usize {
 
 /// Which ids a job listing walks.
 enum Source {
+    /// The ready list, by offset.
     Ready,
+    /// The lease zset, by offset.
     Inflight,
-    Scan,
+    /// Every live record (the record hashes), then, `with_kept`, the
+    /// finished jobs kept whole and the summaries.
+    Scan { with_kept: bool },
+}
+
+impl Source {
+    /// What a listing of jobs in `state` (or in any state) walks. Scheduled
+    /// jobs wait in three places, but every live job is a field of a record
+    /// hash: their listing scans the record hashes alone, while a listing
+    /// that may hold finished jobs goes on to those kept whole and the
+    /// summaries.
+    fn of(state: Option<State>) -> Source {
+        match state {
+            Some(State::Ready) => Source::Ready,
+            Some(State::Inflight) => Source::Inflight,
+            Some(State::Scheduled) => Source::Scan { with_kept: false },
+            _ => Source::Scan { with_kept: true },
+        }
+    }
 }
 
 impl Store {
@@ -346,26 +381,16 @@ impl Store {
         limit: usize,
         cursor: Option<Cursor>,
     ) -> StoreResult<Page<JobRecord>> {
-        let source = match state {
-            Some(State::Ready) => Source::Ready,
-            Some(State::Inflight) => Source::Inflight,
-            _ => Source::Scan,
+        let source = Source::of(state);
+        let keep = |record: &JobRecord| {
+            state.is_none_or(|s| s == record.state) && topic.is_none_or(|t| t == record.spec.topic)
         };
         let initial = "0";
-        // Scheduled jobs wait in three places, and every live job is a
-        // field of a record hash: the Scan source walks the record hashes
-        // (position `<shard>.<HSCAN cursor>.<skip>`), then finished jobs
-        // kept whole (`k<SCAN cursor>.<skip>`), then summaries (`s...`).
-        let with_kept = !matches!(
-            state,
-            Some(State::Scheduled) | Some(State::Ready) | Some(State::Inflight)
-        );
         let partitions = self.keys.partitions();
         let mut cursor = cursor.unwrap_or_else(|| Cursor::start(0, initial));
         let mut items = Vec::new();
         let mut visited = 0;
         let mut budget = ReadBudget::new();
-        let mut conn = self.conn.clone();
         while cursor.partition < partitions
             && items.len() < limit
             && visited < MAX_PARTITIONS_PER_PAGE
@@ -373,66 +398,22 @@ impl Store {
         {
             let p = cursor.partition;
             let want = limit - items.len();
-            let keep = |record: &JobRecord| {
-                state.is_none_or(|s| s == record.state)
-                    && topic.is_none_or(|t| t == record.spec.topic)
-            };
             let next = match source {
                 Source::Inflight | Source::Ready => {
                     let offset: isize = cursor.position.parse().unwrap_or(0);
-                    let stop = offset + want as isize - 1;
-                    let (cmd, key) = match source {
-                        Source::Inflight => ("ZRANGE", self.keys.inflight(p)),
-                        _ => ("LRANGE", self.keys.ready(p)),
-                    };
-                    let ids: Vec<String> = redis::cmd(cmd)
-                        .arg(key)
-                        .arg(offset)
-                        .arg(stop)
-                        .query_async(&mut conn)
+                    let ids = self.queued_ids(&source, p, offset, want).await?;
+                    let done = self
+                        .read_queued(p, &ids, &keep, &mut budget, &mut items)
                         .await?;
                     let full = ids.len() == want;
-                    let mut done = 0;
-                    while done < ids.len() && !budget.exhausted(items.len()) {
-                        let batch =
-                            &ids[done..(done + budget.batch(ids.len() - done)).min(ids.len())];
-                        let mut pipe = redis::pipe();
-                        for id in batch {
-                            pipe.hget(self.keys.live_records(p, id), id);
-                        }
-                        let values: Vec<Vec<u8>> = pipe.query_async(&mut conn).await?;
-                        for (id, value) in batch.iter().zip(values) {
-                            budget.spend(value.len());
-                            if let Some(record) = JobRecord::decode(id, &value, Vec::new())? {
-                                if keep(&record) {
-                                    items.push(listed(record));
-                                }
-                            }
-                        }
-                        done += batch.len();
-                    }
                     (full || done < ids.len()).then(|| (offset + done as isize).to_string())
                 }
-                Source::Scan if cursor.position.starts_with('s') => {
+                Source::Scan { with_kept } => {
                     let (found, resume) = self
-                        .summary_page(p, &cursor.position[1..], want, &keep)
+                        .scan_step(p, &cursor.position, want, &keep, with_kept, &mut budget)
                         .await?;
                     items.extend(found);
                     resume
-                }
-                Source::Scan if cursor.position.starts_with('k') => {
-                    let (found, resume) = self
-                        .kept_page(p, &cursor.position[1..], want, &keep, &mut budget)
-                        .await?;
-                    items.extend(found);
-                    resume.or_else(|| with_kept.then(|| "s".to_string()))
-                }
-                Source::Scan => {
-                    let (found, resume) = self
-                        .live_page(p, &cursor.position, want, &keep, &mut budget)
-                        .await?;
-                    items.extend(found);
-                    resume.or_else(|| with_kept.then(|| "k0".to_string()))
                 }
             };
             cursor = match next {
@@ -447,6 +428,92 @@ impl Store {
             items,
             next_cursor: (cursor.partition < partitions).then(|| cursor.encode()),
         })
+    }
+
+    /// Up to `want` ids of partition `p`'s ready list or lease zset (as
+    /// `source` says), from `offset`.
+    async fn queued_ids(
+        &self,
+        source: &Source,
+        p: u16,
+        offset: isize,
+        want: usize,
+    ) -> StoreResult<Vec<String>> {
+        let stop = offset + want as isize - 1;
+        let (cmd, key) = match source {
+            Source::Inflight => ("ZRANGE", self.keys.inflight(p)),
+            _ => ("LRANGE", self.keys.ready(p)),
+        };
+        let mut conn = self.conn.clone();
+        let ids: Vec<String> = redis::cmd(cmd)
+            .arg(key)
+            .arg(offset)
+            .arg(stop)
+            .query_async(&mut conn)
+            .await?;
+        Ok(ids)
+    }
+
+    /// Reads the live records of `ids` (of partition `p`) in order, in
+    /// batches the budget holds, and adds those `keep` accepts to the
+    /// page's `items`; stops once the budget is spent and the page holds an
+    /// item. The number of ids read.
+    async fn read_queued(
+        &self,
+        p: u16,
+        ids: &[String],
+        keep: &(dyn Fn(&JobRecord) -> bool + Sync),
+        budget: &mut ReadBudget,
+        items: &mut Vec<JobRecord>,
+    ) -> StoreResult<usize> {
+        let mut conn = self.conn.clone();
+        let mut done = 0;
+        while done < ids.len() && !budget.exhausted(items.len()) {
+            let batch = &ids[done..(done + budget.batch(ids.len() - done)).min(ids.len())];
+            let mut pipe = redis::pipe();
+            for id in batch {
+                pipe.hget(self.keys.live_records(p, id), id);
+            }
+            let values: Vec<Vec<u8>> = pipe.query_async(&mut conn).await?;
+            for (id, value) in batch.iter().zip(values) {
+                budget.spend(value.len());
+                if let Some(record) = JobRecord::decode(id, &value, Vec::new())? {
+                    if keep(&record) {
+                        items.push(listed(record));
+                    }
+                }
+            }
+            done += batch.len();
+        }
+        Ok(done)
+    }
+
+    /// One step of the scan of partition `p` from `position`: the record
+    /// hashes (`<shard>.<HSCAN cursor>.<skip>`), then, `with_kept`, the
+    /// finished jobs kept whole (`k<SCAN cursor>.<skip>`), then the
+    /// summaries (`s...`). The items and the position to resume at, None
+    /// once the partition is done.
+    async fn scan_step(
+        &self,
+        p: u16,
+        position: &str,
+        want: usize,
+        keep: &(dyn Fn(&JobRecord) -> bool + Sync),
+        with_kept: bool,
+        budget: &mut ReadBudget,
+    ) -> StoreResult<(Vec<JobRecord>, Option<String>)> {
+        if let Some(summaries) = position.strip_prefix('s') {
+            return self.summary_page(p, summaries, want, keep).await;
+        }
+        if let Some(kept) = position.strip_prefix('k') {
+            let (found, resume) = self.kept_page(p, kept, want, keep, budget).await?;
+            return Ok((found, resume.or_else(|| with_kept.then(|| "s".to_string()))));
+        }
+        let (found, resume) = self.live_page(p, position, want, keep, budget).await?;
+        Ok((
+            found,
+            resume.or_else(|| with_kept.then(|| "k0".to_string())),
+        ))
     }
 
     /// A page of partition `p`'s live records that `keep` accepts, from
@@ -902,7 +969,7 @@ mod tests {
             "0:(1-2",
         ] {
             let err = Cursor::parse(bad, 4, CursorKind::Jobs, "cursor").expect_err(bad);
-            assert_eq!(err.field.as_deref(), Some("cursor"));
+            assert_eq!(err.field, "cursor");
         }
         for bad in ["0:0.1.2", "0:(x", "0:(1", "0:1-2-3", "0:+", "0:k1.2"] {
             assert!(
