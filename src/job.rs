@@ -1095,7 +1095,61 @@ pub struct JobView {
     pub waiting_for: Option<String>,
 }
 
+/// What a job's view shows besides its id and spec.
+pub(crate) struct ViewFacts {
+    /// Its state.
+    pub state: State,
+    /// Attempts made.
+    pub attempts: u32,
+    /// Attempts allowed.
+    pub max_attempts: u32,
+    /// When it is (or was) due, epoch ms.
+    pub due: i64,
+    /// When it was created, epoch ms.
+    pub created: i64,
+    /// When it last changed, epoch ms.
+    pub updated: i64,
+    /// Its attempt records, newest first, as shown.
+    pub history: Vec<serde_json::Value>,
+    /// Only a finished job's summary remains (no url, method or trace).
+    pub summarized: bool,
+    /// Held behind this id of its ordering key.
+    pub waiting_for: Option<String>,
+}
+
 impl JobView {
+    /// The view of job `id` with `spec` and `facts`.
+    pub(crate) fn of(id: String, spec: JobSpec, facts: ViewFacts) -> JobView {
+        let summarized = facts.summarized;
+        JobView {
+            trace_id: (!summarized).then(|| trace_id_of(&id, spec.trace.as_ref())),
+            id,
+            topic: spec.topic,
+            url: (!summarized).then_some(spec.url),
+            method: (!summarized).then_some(spec.method),
+            headers: spec.headers,
+            body: spec.body,
+            body_text: spec.body_text,
+            content_type: spec.content_type,
+            retry: spec
+                .retry_ms
+                .map(|rungs| rungs.into_iter().map(format_duration_ms).collect()),
+            timeout: spec.timeout_ms.map(format_duration_ms),
+            state: facts.state,
+            attempts: facts.attempts,
+            max_attempts: facts.max_attempts,
+            next_attempt_at: matches!(facts.state, State::Scheduled | State::Ready)
+                .then(|| format_ms(facts.due)),
+            created_at: format_ms(facts.created),
+            updated_at: format_ms(facts.updated),
+            history: facts.history,
+            summarized,
+            ordering_key: spec.ordering_key,
+            schedule_id: spec.schedule_id,
+            waiting_for: facts.waiting_for,
+        }
+    }
+
     /// The view of `job` as just created: in `state`, due at `due`,
     /// created and last changed `now`, no attempt made, `max_attempts`
     /// allowed, and held behind `waiting_for` when its ordering key has an
@@ -1108,34 +1162,18 @@ impl JobView {
         max_attempts: u32,
         waiting_for: Option<String>,
     ) -> JobView {
-        let spec = job.spec;
-        JobView {
-            trace_id: Some(trace_id_of(&job.id, spec.trace.as_ref())),
-            id: job.id,
-            topic: spec.topic,
-            url: Some(spec.url),
-            method: Some(spec.method),
-            headers: spec.headers,
-            body: spec.body,
-            body_text: spec.body_text,
-            content_type: spec.content_type,
-            retry: spec
-                .retry_ms
-                .map(|rungs| rungs.into_iter().map(format_duration_ms).collect()),
-            timeout: spec.timeout_ms.map(format_duration_ms),
+        let facts = ViewFacts {
             state,
             attempts: 0,
             max_attempts,
-            next_attempt_at: matches!(state, State::Scheduled | State::Ready)
-                .then(|| format_ms(due)),
-            created_at: format_ms(now),
-            updated_at: format_ms(now),
+            due,
+            created: now,
+            updated: now,
             history: Vec::new(),
             summarized: false,
-            ordering_key: spec.ordering_key,
-            schedule_id: spec.schedule_id,
             waiting_for,
-        }
+        };
+        JobView::of(job.id, job.spec, facts)
     }
 }
 

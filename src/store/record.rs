@@ -6,7 +6,7 @@
 //! this module only decodes it for views, listings and `hookq show`.
 
 use super::{StoreError, StoreResult};
-use crate::job::{JobSpec, JobView, State};
+use crate::job::{JobSpec, JobView, State, ViewFacts};
 
 /// Bytes of the header before the spec JSON.
 pub const HEADER_LEN: usize = 39;
@@ -167,41 +167,22 @@ impl JobRecord {
 
     /// The API view of this record.
     pub fn view(self) -> JobView {
-        let next_attempt_at = matches!(self.state, State::Scheduled | State::Ready)
-            .then(|| crate::job::format_ms(self.due));
-        let trace_id =
-            (!self.summarized).then(|| crate::job::trace_id_of(&self.id, self.spec.trace.as_ref()));
-        JobView {
-            id: self.id,
-            topic: self.spec.topic,
-            url: (!self.summarized).then_some(self.spec.url),
-            method: (!self.summarized).then_some(self.spec.method),
-            headers: self.spec.headers,
-            body: self.spec.body,
-            body_text: self.spec.body_text,
-            content_type: self.spec.content_type,
-            retry: self
-                .spec
-                .retry_ms
-                .map(|r| r.into_iter().map(crate::job::format_duration_ms).collect()),
-            timeout: self.spec.timeout_ms.map(crate::job::format_duration_ms),
+        let facts = ViewFacts {
             state: self.state,
             attempts: self.attempts,
             max_attempts: self.max_attempts,
-            next_attempt_at,
-            created_at: crate::job::format_ms(self.created),
-            updated_at: crate::job::format_ms(self.updated),
+            due: self.due,
+            created: self.created,
+            updated: self.updated,
             history: self
                 .history
                 .iter()
                 .filter_map(|h| attempt_view(h))
                 .collect(),
-            trace_id,
             summarized: self.summarized,
-            ordering_key: self.spec.ordering_key,
-            schedule_id: self.spec.schedule_id,
             waiting_for: self.waiting_for,
-        }
+        };
+        JobView::of(self.id, self.spec, facts)
     }
 }
 
