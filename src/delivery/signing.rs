@@ -8,47 +8,15 @@
 //! `msg_id` and `timestamp` (seconds since the epoch) as the `webhook-id` and
 //! `webhook-timestamp` headers.
 
-use base64::alphabet;
-use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
-use base64::engine::DecodePaddingMode;
+use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+use crate::config::secret::secret_key;
+use crate::config::secret::{SecretError, SECRET_PREFIX};
+
 type HmacSha256 = Hmac<Sha256>;
-
-/// Prefix of a Standard Webhooks signing secret.
-pub const SECRET_PREFIX: &str = "whsec_";
-
-/// Standard base64 that accepts the key with or without `=` padding.
-const SECRET_BASE64: GeneralPurpose = GeneralPurpose::new(
-    &alphabet::STANDARD,
-    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
-);
-
-/// Why a signing secret was refused. The messages never contain the secret.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum SecretError {
-    /// The secret does not start with `whsec_`.
-    #[error("signing secret must start with `whsec_`")]
-    MissingPrefix,
-    /// What follows `whsec_` is not standard base64.
-    #[error("signing secret must be `whsec_` followed by standard base64")]
-    InvalidBase64,
-    /// The decoded key is shorter than [`MIN_KEY_BYTES`] (guessable).
-    #[error(
-        "signing secret key is {0} bytes; at least 24 are needed (`hookq new-secret` makes one of 32)"
-    )]
-    TooShort(usize),
-    /// HMAC-SHA256 refused the key (it accepts any length, so this is not
-    /// expected in practice).
-    #[error("signing secret key is not a valid HMAC-SHA256 key")]
-    InvalidKey,
-}
-
-/// The shortest key a signing secret may hold, in bytes (Standard Webhooks
-/// secrets are 24 to 64 bytes).
-pub const MIN_KEY_BYTES: usize = 24;
 
 /// A signing key parsed from `whsec_<base64>`. Its `Debug` never shows the key.
 #[derive(Clone)]
@@ -66,15 +34,7 @@ impl std::fmt::Debug for SigningSecret {
 impl SigningSecret {
     /// Parses `whsec_<base64>` (padding optional) into a secret.
     pub fn parse(text: &str) -> Result<Self, SecretError> {
-        let encoded = text
-            .strip_prefix(SECRET_PREFIX)
-            .ok_or(SecretError::MissingPrefix)?;
-        let key = SECRET_BASE64
-            .decode(encoded)
-            .map_err(|_| SecretError::InvalidBase64)?;
-        if key.len() < MIN_KEY_BYTES {
-            return Err(SecretError::TooShort(key.len()));
-        }
+        let key = secret_key(text)?;
         let mac = HmacSha256::new_from_slice(&key).map_err(|_| SecretError::InvalidKey)?;
         Ok(SigningSecret { mac })
     }

@@ -13,6 +13,11 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Deserializer};
 
+mod host_pattern;
+pub mod secret;
+
+pub use host_pattern::HostPattern;
+
 /// The whole daemon configuration, one struct per TOML section.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -636,7 +641,7 @@ impl DeliveryConfig {
             })?;
         }
         for (i, secret) in self.signing_secrets.iter().enumerate() {
-            crate::delivery::signing::SigningSecret::parse(secret)
+            secret::secret_key(secret)
                 .with_context(|| format!("config key `delivery.signing_secrets[{i}]`"))?;
         }
         if !(1..=1000).contains(&self.claim_batch) {
@@ -650,7 +655,7 @@ impl DeliveryConfig {
 /// concurrency it sets is at least 1 and a rate a number, 0 or more.
 fn validate_host_rules(rules: &[HostRule]) -> anyhow::Result<()> {
     for (i, rule) in rules.iter().enumerate() {
-        crate::hosts::HostPattern::parse(&rule.pattern)
+        HostPattern::parse(&rule.pattern)
             .map_err(|e| anyhow::anyhow!("config key `hosts[{i}].match`: {e}"))?;
         if rule.concurrency == Some(0) {
             bail!("config key `hosts[{i}].concurrency`: must be at least 1");
@@ -690,7 +695,7 @@ impl AlertsConfig {
             }
         }
         if !self.signing_secret.is_empty() {
-            crate::delivery::signing::SigningSecret::parse(&self.signing_secret)
+            secret::secret_key(&self.signing_secret)
                 .context("config key `alerts.signing_secret`")?;
         }
         Ok(())
