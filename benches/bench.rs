@@ -33,7 +33,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hookq::config::{Config, SigningMode};
 use hookq::daemon::Daemon;
-use hookq::job::{JobInput, RunAt};
+use hookq::job::{now_ms, JobInput, RunAt};
 use hookq::store::Store;
 use serde_json::{json, Value};
 
@@ -54,17 +54,12 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
+/// The wall clock in µs since the Unix epoch (0 before it), for the sink's
+/// lateness samples; [`now_ms`] is the crate's, in ms.
 fn now_us() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as i64)
-        .unwrap_or(0)
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
 }
 
@@ -2416,7 +2411,7 @@ mod naive {
         let t = token.clone();
         tasks.push(tokio::spawn(async move {
             while !t.is_cancelled() {
-                let now = (now_ms()) as f64;
+                let now = now_ms() as f64;
                 let due: Vec<String> = redis::cmd("ZRANGEBYSCORE")
                     .arg("naive:due")
                     .arg(0)
