@@ -42,6 +42,7 @@ use serde_json::{json, Value};
 mod support;
 use support::cluster::RedisCluster;
 use support::free_port;
+use support::hanging::HangingHost;
 use support::process::OwnedProcess;
 use support::redis::RedisServer;
 
@@ -481,44 +482,6 @@ impl Nginx {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-    }
-}
-
-/// A host that hangs: a loopback listener that accepts every connection and
-/// never reads or answers; the sockets are held until it is dropped (the
-/// accept task is aborted, which closes them). It only listens: it sends
-/// nothing to anyone.
-struct HangingHost {
-    port: u16,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl HangingHost {
-    async fn start() -> Res<HangingHost> {
-        let listener = loop {
-            let l = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
-            if l.local_addr()?.port() != 6379 {
-                break l;
-            }
-        };
-        let port = listener.local_addr()?.port();
-        let task = tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((socket, _)) = listener.accept().await {
-                held.push(socket);
-            }
-        });
-        Ok(HangingHost { port, task })
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/hang", self.port)
-    }
-}
-
-impl Drop for HangingHost {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 
@@ -1107,14 +1070,14 @@ async fn many_hosts(
         cfg.delivery.timeout = Duration::from_secs(5);
         let store = Store::connect(&cfg).await?;
         store.load_scripts().await?;
-        let hang = HangingHost::start().await?;
+        let hang = HangingHost::start().await;
         let total = healthy + if with_hang { hanging } else { 0 };
         let due = store.redis_time_ms().await? + lead_ms(total);
         let mut jobs: Vec<JobInput> = (0..healthy)
             .map(|i| job(format!("mh-{i}"), nginx.url(i, "/many"), due))
             .collect();
         if with_hang {
-            jobs.extend((0..hanging).map(|i| job(format!("hang-{i}"), hang.url(), due)));
+            jobs.extend((0..hanging).map(|i| job(format!("hang-{i}"), hang.url("/hang"), due)));
         }
         preload(&store, &cfg, jobs).await?;
         check_lead(&store, due).await?;
@@ -1791,13 +1754,13 @@ async fn hanging(redis: &RedisServer, nginx: &Nginx, n: usize) -> Res<Figures> {
         cfg.delivery.timeout = Duration::from_secs(5);
         let store = Store::connect(&cfg).await?;
         store.load_scripts().await?;
-        let hang = HangingHost::start().await?;
+        let hang = HangingHost::start().await;
         let due = store.redis_time_ms().await? + 3000 + (n as i64 / 50);
         let mut jobs: Vec<JobInput> = (0..n)
             .map(|i| job(format!("ok-{i}"), nginx.url(0, "/ok"), due))
             .collect();
         if with_hang {
-            jobs.extend((0..n / 10).map(|i| job(format!("hang-{i}"), hang.url(), due)));
+            jobs.extend((0..n / 10).map(|i| job(format!("hang-{i}"), hang.url("/hang"), due)));
         }
         let total = jobs.len();
         preload(&store, &cfg, jobs).await?;
