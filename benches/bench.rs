@@ -33,6 +33,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hookq::config::{Config, SigningMode};
 use hookq::daemon::Daemon;
+use hookq::doctor::RECOMMENDED_LISTPACK_VALUE;
 use hookq::job::{now_ms, JobInput, RunAt};
 use hookq::store::Store;
 use serde_json::{json, Value};
@@ -1493,16 +1494,14 @@ async fn round_trip_floor(redis: &RedisServer, n: usize) -> Res<Figures> {
     Ok(HashMap::from([("redis_cpu_us_per_ping", per_ping)]))
 }
 
-/// `hash-max-listpack-value` as hookq recommends it (README, doctor,
-/// scripts/run.sh): job records up to this size stay in Redis's compact
-/// listpack encoding.
-const RECOMMENDED_LISTPACK_VALUE: u32 = 1024;
-/// Redis's own default.
-const STOCK_LISTPACK_VALUE: u32 = 64;
+/// Redis's own default `hash-max-listpack-value`; the tuned value the
+/// memory scenarios compare it with is hookq's recommendation,
+/// [`RECOMMENDED_LISTPACK_VALUE`] (doctor's).
+const STOCK_LISTPACK_VALUE: u64 = 64;
 
 /// Empties the bench's Redis and sets its `hash-max-listpack-value` (the
 /// memory scenarios compare stock and tuned; each leaves it stock again).
-async fn empty_redis_with_listpack_value(redis: &RedisServer, value: u32) -> Res<()> {
+async fn empty_redis_with_listpack_value(redis: &RedisServer, value: u64) -> Res<()> {
     redis.flush().await?;
     redis
         .config_set("hash-max-listpack-value", &value.to_string())
@@ -1519,7 +1518,7 @@ async fn empty_redis_with_listpack_value(redis: &RedisServer, value: u32) -> Res
 async fn memory(
     redis: &RedisServer,
     n: usize,
-    listpack_value: u32,
+    listpack_value: u64,
     mixed_bodies: bool,
 ) -> Res<Figures> {
     empty_redis_with_listpack_value(redis, listpack_value).await?;
@@ -1621,7 +1620,7 @@ async fn console_paint(redis: &RedisServer, n: usize, loads: usize) -> Res<Figur
 async fn memory_finished(
     redis: &RedisServer,
     n: usize,
-    listpack_value: u32,
+    listpack_value: u64,
     keep_bodies: bool,
 ) -> Res<Figures> {
     empty_redis_with_listpack_value(redis, listpack_value).await?;
