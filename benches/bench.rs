@@ -46,6 +46,7 @@ use support::free_port;
 use support::hanging::HangingHost;
 use support::process::OwnedProcess;
 use support::redis::RedisServer;
+use support::store::complete_claimed;
 
 /// mimalloc instead of the system allocator: the delivery hot path allocates
 /// per request (hyper, reqwest, redis), and the profile showed glibc malloc's
@@ -1648,22 +1649,14 @@ async fn memory_finished(
             if claimed.is_empty() {
                 break;
             }
-            let deliveries: Vec<hookq::store::Delivery> = claimed
-                .iter()
-                .map(|c| {
-                    let record = format!(
-                        r#"{{"attempt":1,"at":{},"duration_ms":12,"status":204}}"#,
-                        c.claimed_at
-                    );
-                    store.delivery_from_json(&c.spec_json, &record)
-                })
-                .collect();
-            let items: Vec<(&str, u32, &hookq::store::Delivery)> = claimed
-                .iter()
-                .zip(&deliveries)
-                .map(|(c, d)| (c.id.as_str(), c.attempt, d))
-                .collect();
-            recorded += store.complete_many(p, &items).await?.len();
+            let done = complete_claimed(&store, p, &claimed, |c| {
+                format!(
+                    r#"{{"attempt":1,"at":{},"duration_ms":12,"status":204}}"#,
+                    c.claimed_at
+                )
+            })
+            .await?;
+            recorded += done.len();
         }
     }
     let after = redis.used_memory().await?;

@@ -5,7 +5,8 @@
 //! ([`receiver::Receiver`]), a host that accepts and never answers
 //! ([`hanging::HangingHost`]), processes owned down to their grandchildren
 //! ([`process::OwnedProcess`]), a headless Chromium over WebDriver
-//! ([`browser::Browser`]), condition waits with deadlines, and test logging.
+//! ([`browser::Browser`]), condition waits with deadlines, claimed jobs
+//! recorded as delivered ([`store::complete_claimed`]), and test logging.
 #![allow(dead_code)]
 
 pub mod browser;
@@ -14,6 +15,7 @@ pub mod hanging;
 pub mod process;
 pub mod receiver;
 pub mod redis;
+pub mod store;
 
 use std::future::Future;
 use std::net::TcpListener;
