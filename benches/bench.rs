@@ -55,6 +55,7 @@ use support::store::complete_claimed;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// What a bench step returns: a value, or an error that ends the run.
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 /// The wall clock in µs since the Unix epoch (0 before it), for the sink's
@@ -549,6 +550,8 @@ fn own_cpu_seconds() -> f64 {
     cpu_seconds_of("self")
 }
 
+/// The value at fraction `p` (0 to 1) of `sorted` (ascending), nearest
+/// rank; 0 for no values.
 fn percentile(sorted: &[i64], p: f64) -> i64 {
     if sorted.is_empty() {
         return 0;
@@ -557,6 +560,7 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
+/// The median of `values` (the upper one of an even count); 0 for none.
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     values.get(values.len() / 2).copied().unwrap_or(0.0)
@@ -577,6 +581,8 @@ async fn preload(store: &Store, config: &Config, jobs: Vec<JobInput>) -> Res<()>
     Ok(())
 }
 
+/// A job `id` to `url` due at `due_ms` whose body `{"due": due_ms}` lets the
+/// sink measure its lateness.
 fn job(id: String, url: String, due_ms: i64) -> JobInput {
     JobInput {
         id: Some(id),
@@ -818,9 +824,6 @@ impl Meter {
     }
 }
 
-/// n jobs all due at the same moment to one nginx host (per-host limit
-/// lifted to 512, SPEC §10's throughput setting), delivered by hookq or by
-/// the naive design; rate = n / (last 2xx − due).
 /// Two signing secrets (as during a rotation) in `mode`: every attempt
 /// carries two signatures.
 fn sign(config: &mut Config, mode: SigningMode) {
@@ -831,6 +834,10 @@ fn sign(config: &mut Config, mode: SigningMode) {
     config.delivery.signing_mode = mode;
 }
 
+/// n jobs all due at the same moment to one nginx host (per-host limit
+/// lifted to 512, SPEC §10's throughput setting), delivered by hookq or by
+/// the naive design, with `tweak` applied to hookq's config; rate = n /
+/// (last 2xx − due).
 async fn delivery_rate(
     redis: &RedisServer,
     nginx: &Nginx,
@@ -853,6 +860,8 @@ async fn delivery_rate_ordered(
     delivery_rate_of(redis, nginx, n, false, Some(keys), |_| {}).await
 }
 
+/// [`delivery_rate`], its jobs spread over `ordering_keys` keys when given
+/// (see [`delivery_rate_ordered`]).
 async fn delivery_rate_of(
     redis: &RedisServer,
     nginx: &Nginx,
@@ -1605,8 +1614,7 @@ async fn console_paint(redis: &RedisServer, n: usize, loads: usize) -> Res<Figur
                 .await;
             times.push(painted.as_f64().ok_or("no paint time")?);
         }
-        times.sort_by(f64::total_cmp);
-        figures.insert(name, times[times.len() / 2]);
+        figures.insert(name, median(times));
     }
     daemon.stop().await?;
     redis.flush().await?;
