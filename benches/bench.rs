@@ -2472,6 +2472,22 @@ impl Scenario {
             .collect()
     }
 
+    /// The scenario `name` of `runs`, its JSON line printed ([`report`]).
+    ///
+    /// [`report`]: Scenario::report
+    fn report_of(
+        name: &str,
+        runs: Vec<Figures>,
+        extra: serde_json::Map<String, Value>,
+    ) -> Scenario {
+        Scenario {
+            name: name.to_string(),
+            runs,
+            extra,
+        }
+        .report()
+    }
+
     /// Prints the scenario's JSON line: `{"scenario", "runs", "median"}`
     /// and its `extra` fields.
     fn report(self) -> Scenario {
@@ -2556,294 +2572,321 @@ impl Options {
     }
 }
 
+/// What every scenario shares: the command line, the bench's Redis, nginx
+/// and sink.
+struct Rig<'a> {
+    opts: &'a Options,
+    redis: &'a RedisServer,
+    nginx: &'a Nginx,
+    sink: &'a Sink,
+}
+
+impl Rig<'_> {
+    /// `full` in a full run, `small` with `--quick`.
+    fn size(&self, full: usize, small: usize) -> usize {
+        if self.opts.quick {
+            small
+        } else {
+            full
+        }
+    }
+
+    /// Runs scenario `name` `runs` times, if `--only` wants it, and prints
+    /// and keeps its report in `out`.
+    async fn run<Fut>(
+        &self,
+        out: &mut Vec<Scenario>,
+        name: &str,
+        runs: usize,
+        mut body: impl FnMut() -> Fut,
+    ) -> Res<()>
+    where
+        Fut: std::future::Future<Output = Res<Figures>>,
+    {
+        if self.opts.wanted(name) {
+            let mut figures = Vec::new();
+            for _ in 0..runs {
+                figures.push(body().await?);
+            }
+            out.push(Scenario::report_of(name, figures, serde_json::Map::new()));
+        }
+        Ok(())
+    }
+}
+
+/// Runs every scenario `opts` asks for, in the order the report lists them,
+/// on one Redis, one nginx and one sink.
 async fn bench(opts: &Options) -> Res<Vec<Scenario>> {
     let redis = start_redis();
     let nginx = Nginx::start(NGINX_SERVERS).await?;
     let sink = Sink::start().await?;
-    let runs = opts.runs;
-    let quick = opts.quick;
-    let s = |full: usize, small: usize| if quick { small } else { full };
+    let rig = Rig {
+        opts,
+        redis: &redis,
+        nginx: &nginx,
+        sink: &sink,
+    };
     let mut out = Vec::new();
-    macro_rules! scenario {
-        ($name:expr, $runs:expr, $body:expr) => {
-            if opts.wanted(&$name) {
-                let mut figures = Vec::new();
-                for _ in 0..$runs {
-                    figures.push($body.await?);
-                }
-                out.push(
-                    Scenario {
-                        name: $name.to_string(),
-                        runs: figures,
-                        extra: serde_json::Map::new(),
-                    }
-                    .report(),
-                );
-            }
-        };
+    ingest_scenarios(&rig, &mut out).await?;
+    delivery_scenarios(&rig, &mut out).await?;
+    one_host_scenarios(&rig, &mut out).await?;
+    fleet_scenarios(&rig, &mut out).await?;
+    lateness_scenarios(&rig, &mut out).await?;
+    memory_scenarios(&rig, &mut out).await?;
+    backlog_scenarios(&rig, &mut out).await?;
+    // Last, and once whatever --runs says: 10 minutes in the full run.
+    if opts.wanted("memory_steady_load") {
+        let (figures, extra) = memory_steady_load(&redis, &nginx, opts.steady).await?;
+        out.push(Scenario::report_of(
+            "memory_steady_load",
+            vec![figures],
+            extra,
+        ));
     }
-    scenario!(
-        "ingest_batch",
-        runs,
-        ingest_batch(&redis, s(100_000, 2_000), false)
-    );
-    scenario!(
-        "ingest_batch_acked_1_replica",
-        runs,
-        ingest_batch(&redis, s(100_000, 2_000), true)
-    );
-    scenario!(
-        "ingest_single",
-        runs,
-        ingest_single(&redis, s(20_000, 500), false)
-    );
-    scenario!(
-        "ingest_single_acked_1_replica",
-        runs,
-        ingest_single(&redis, s(20_000, 500), true)
-    );
-    scenario!(
-        "ingest_single_wrk",
-        runs,
-        ingest_single_wrk(&redis, s(5, 1) as u64)
-    );
-    scenario!(
-        "delivery_rate",
-        runs,
-        delivery_rate(&redis, &nginx, s(100_000, 2_000), false, |_| {})
-    );
-    scenario!(
-        "delivery_rate_ordered",
-        runs,
-        delivery_rate_ordered(&redis, &nginx, s(100_000, 2_000), s(10_000, 200))
-    );
-    scenario!(
-        "schedules_100k_every_minute",
-        runs,
-        schedules_firing(
-            &redis,
-            &nginx,
-            s(100_000, 200),
-            if quick { 1000 } else { 60_000 },
-            2
-        )
-    );
-    scenario!(
-        "delivery_rate_signed_shared",
-        runs,
-        delivery_rate(&redis, &nginx, s(100_000, 2_000), false, |c| sign(
-            c,
-            SigningMode::Shared
-        ))
-    );
-    scenario!(
-        "delivery_rate_signed_per_origin",
-        runs,
-        delivery_rate(&redis, &nginx, s(100_000, 2_000), false, |c| sign(
-            c,
-            SigningMode::PerOrigin
-        ))
-    );
-    let collector = nginx.url(1, "");
-    scenario!(
-        "delivery_rate_traced",
-        runs,
-        delivery_rate(&redis, &nginx, s(100_000, 2_000), false, |c| {
+    Ok(out)
+}
+
+/// Job creation through the API: batches and single requests, with and
+/// without a replica acknowledging each write, and single creates from wrk.
+async fn ingest_scenarios(rig: &Rig<'_>, out: &mut Vec<Scenario>) -> Res<()> {
+    let (redis, runs) = (rig.redis, rig.opts.runs);
+    let batch = rig.size(100_000, 2_000);
+    let single = rig.size(20_000, 500);
+    for (name, acked) in [
+        ("ingest_batch", false),
+        ("ingest_batch_acked_1_replica", true),
+    ] {
+        rig.run(out, name, runs, move || ingest_batch(redis, batch, acked))
+            .await?;
+    }
+    for (name, acked) in [
+        ("ingest_single", false),
+        ("ingest_single_acked_1_replica", true),
+    ] {
+        rig.run(out, name, runs, move || ingest_single(redis, single, acked))
+            .await?;
+    }
+    let seconds = rig.size(5, 1) as u64;
+    rig.run(out, "ingest_single_wrk", runs, move || {
+        ingest_single_wrk(redis, seconds)
+    })
+    .await
+}
+
+/// Delivery rates to one nginx host: plain, ordered, signed, traced (with a
+/// collector up and down), by the naive design and on a cluster; and
+/// schedules firing.
+async fn delivery_scenarios(rig: &Rig<'_>, out: &mut Vec<Scenario>) -> Res<()> {
+    let (redis, nginx, runs) = (rig.redis, rig.nginx, rig.opts.runs);
+    let n = rig.size(100_000, 2_000);
+    rig.run(out, "delivery_rate", runs, move || {
+        delivery_rate(redis, nginx, n, false, |_| {})
+    })
+    .await?;
+    let keys = rig.size(10_000, 200);
+    rig.run(out, "delivery_rate_ordered", runs, move || {
+        delivery_rate_ordered(redis, nginx, n, keys)
+    })
+    .await?;
+    let (schedules, every_ms) = (rig.size(100_000, 200), rig.size(60_000, 1000) as i64);
+    rig.run(out, "schedules_100k_every_minute", runs, move || {
+        schedules_firing(redis, nginx, schedules, every_ms, 2)
+    })
+    .await?;
+    for (name, mode) in [
+        ("delivery_rate_signed_shared", SigningMode::Shared),
+        ("delivery_rate_signed_per_origin", SigningMode::PerOrigin),
+    ] {
+        rig.run(out, name, runs, move || {
+            delivery_rate(redis, nginx, n, false, move |c| sign(c, mode))
+        })
+        .await?;
+    }
+    let collector = &nginx.url(1, "");
+    rig.run(out, "delivery_rate_traced", runs, move || {
+        delivery_rate(redis, nginx, n, false, move |c| {
             c.telemetry.otlp_endpoint = collector.clone()
         })
-    );
-    scenario!(
-        "delivery_rate_collector_down",
-        runs,
-        delivery_rate(&redis, &nginx, s(100_000, 2_000), false, |c| {
+    })
+    .await?;
+    rig.run(out, "delivery_rate_collector_down", runs, move || {
+        delivery_rate(redis, nginx, n, false, |c| {
             c.telemetry.otlp_endpoint = format!("http://127.0.0.1:{}", free_port())
         })
-    );
-    scenario!(
-        "delivery_rate_naive",
-        runs,
-        delivery_rate(&redis, &nginx, s(100_000, 2_000), true, |_| {})
-    );
-    if opts.wanted("delivery_rate_cluster_3_masters") {
-        let cluster = RedisCluster::start_with(0);
-        scenario!(
-            "delivery_rate_cluster_3_masters",
-            runs,
-            delivery_rate_cluster(&cluster, &nginx, s(100_000, 2_000))
-        );
+    })
+    .await?;
+    rig.run(out, "delivery_rate_naive", runs, move || {
+        delivery_rate(redis, nginx, n, true, |_| {})
+    })
+    .await?;
+    if rig.opts.wanted("delivery_rate_cluster_3_masters") {
+        let cluster = &RedisCluster::start_with(0);
+        rig.run(out, "delivery_rate_cluster_3_masters", runs, move || {
+            delivery_rate_cluster(cluster, nginx, n)
+        })
+        .await?;
     }
+    Ok(())
+}
+
+/// One host at SPEC §11.6's bars: the default and lifted per-host limits
+/// (measured together), BullMQ with `--peers`, and many healthy hosts beside
+/// a hanging one.
+async fn one_host_scenarios(rig: &Rig<'_>, out: &mut Vec<Scenario>) -> Res<()> {
+    let (redis, nginx, runs) = (rig.redis, rig.nginx, rig.opts.runs);
+    let n = rig.size(100_000, 2_000);
     // One run measures both (the ratio is of rates from the same run).
-    if opts.wanted("one_host_default") || opts.wanted("one_host_lifted") {
+    if rig.opts.wanted("one_host_default") || rig.opts.wanted("one_host_lifted") {
         let (mut default, mut lifted) = (Vec::new(), Vec::new());
         for _ in 0..runs {
-            let (d, l) = one_host(&redis, &nginx, s(100_000, 2_000)).await?;
+            let (d, l) = one_host(redis, nginx, n).await?;
             default.push(d);
             lifted.push(l);
         }
         for (name, runs) in [("one_host_default", default), ("one_host_lifted", lifted)] {
-            out.push(
-                Scenario {
-                    name: name.into(),
-                    runs,
-                    extra: serde_json::Map::new(),
-                }
-                .report(),
-            );
+            out.push(Scenario::report_of(name, runs, serde_json::Map::new()));
         }
     }
-    if opts.peers {
-        scenario!(
-            "peer_bullmq_one_host",
-            runs,
-            peer_bullmq(&redis, &nginx, s(100_000, 2_000), opts.peer_concurrency)
-        );
+    if rig.opts.peers {
+        let concurrency = rig.opts.peer_concurrency;
+        rig.run(out, "peer_bullmq_one_host", runs, move || {
+            peer_bullmq(redis, nginx, n, concurrency)
+        })
+        .await?;
     }
-    scenario!(
-        "many_hosts_one_hanging",
-        runs,
-        many_hosts(&redis, &nginx, s(100_000, 2_000), s(10_000, 200))
-    );
+    let hanging = rig.size(10_000, 200);
+    rig.run(out, "many_hosts_one_hanging", runs, move || {
+        many_hosts(redis, nginx, n, hanging)
+    })
+    .await
+}
+
+/// SPEC §13's fleets and their round-trip floor, then the shared per-host
+/// rate of two daemons and an open host's backlog.
+async fn fleet_scenarios(rig: &Rig<'_>, out: &mut Vec<Scenario>) -> Res<()> {
+    let (redis, nginx, runs) = (rig.redis, rig.nginx, rig.opts.runs);
+    let n = rig.size(2_000, 200);
+    let idle = Duration::from_secs(rig.size(5, 1) as u64);
     for daemons in [1, 5, 20] {
-        scenario!(
-            format!("fleet_{daemons}_daemons"),
-            runs,
-            fleet(
-                &redis,
-                &nginx,
-                daemons,
-                s(2_000, 200),
-                Duration::from_secs(s(5, 1) as u64)
-            )
-        );
+        rig.run(out, &format!("fleet_{daemons}_daemons"), runs, move || {
+            fleet(redis, nginx, daemons, n, idle)
+        })
+        .await?;
     }
-    scenario!(
-        "fleet_round_trip_floor",
-        runs,
-        round_trip_floor(&redis, s(2_000, 200))
+    rig.run(out, "fleet_round_trip_floor", runs, move || {
+        round_trip_floor(redis, n)
+    })
+    .await?;
+    let idle = Duration::from_secs(rig.size(10, 1) as u64);
+    rig.run(out, "fleet_idle_50_daemons", runs, move || {
+        fleet(redis, nginx, 50, 0, idle)
+    })
+    .await?;
+    let (jobs, rate) = (
+        rig.size(10_000, 250),
+        if rig.opts.quick { 50.0 } else { 2000.0 },
     );
-    scenario!(
-        "fleet_idle_50_daemons",
-        runs,
-        fleet(&redis, &nginx, 50, 0, Duration::from_secs(s(10, 1) as u64))
+    rig.run(out, "rate_two_daemons", runs, move || {
+        rate_two_daemons(redis, nginx, jobs, rate)
+    })
+    .await?;
+    let (jobs, window) = (
+        rig.size(10_000, 200),
+        Duration::from_millis(rig.size(10_000, 500) as u64),
     );
-    scenario!(
-        "rate_two_daemons",
-        runs,
-        rate_two_daemons(
-            &redis,
-            &nginx,
-            s(10_000, 250),
-            if quick { 50.0 } else { 2000.0 }
-        )
-    );
-    scenario!(
-        "open_host_backlog",
-        runs,
-        open_host_backlog(
-            &redis,
-            &nginx,
-            s(10_000, 200),
-            Duration::from_millis(s(10_000, 500) as u64)
-        )
-    );
-    scenario!(
-        "lateness_idle",
-        runs,
-        lateness(&redis, &sink, 0, s(40, 5), false)
-    );
-    scenario!(
-        "lateness_idle_20_daemons",
-        runs,
-        lateness_with(&redis, &sink, 0, s(40, 5), false, 20)
-    );
-    scenario!(
-        "lateness_idle_naive",
-        runs,
-        lateness(&redis, &sink, 0, s(20, 3), true)
-    );
-    scenario!(
-        "lateness_2000_per_s",
-        runs,
-        lateness(&redis, &sink, s(2000, 200), s(10, 2), false)
-    );
-    scenario!(
-        "lateness_2000_per_s_naive",
-        runs,
-        lateness(&redis, &sink, s(2000, 200), s(10, 2), true)
-    );
-    scenario!(
-        "memory_10k_scheduled",
-        1,
-        memory(&redis, s(10_000, 10_000), STOCK_LISTPACK_VALUE, false)
-    );
-    scenario!(
-        "memory_1m_scheduled",
-        1,
-        memory(&redis, s(1_000_000, 10_000), STOCK_LISTPACK_VALUE, false)
-    );
-    scenario!(
-        "memory_1m_scheduled_mixed_bodies",
-        1,
-        memory(&redis, s(1_000_000, 10_000), STOCK_LISTPACK_VALUE, true)
-    );
-    scenario!(
-        "memory_1m_scheduled_tuned_redis",
-        1,
-        memory(
-            &redis,
-            s(1_000_000, 10_000),
-            RECOMMENDED_LISTPACK_VALUE,
-            false
-        )
-    );
-    scenario!(
-        "memory_100k_finished",
-        1,
-        memory_finished(&redis, s(100_000, 2_000), STOCK_LISTPACK_VALUE, false)
-    );
-    scenario!(
-        "memory_100k_finished_tuned_redis",
-        1,
-        memory_finished(&redis, s(100_000, 2_000), RECOMMENDED_LISTPACK_VALUE, false)
-    );
-    scenario!(
-        "memory_100k_finished_keep_bodies",
-        1,
-        memory_finished(&redis, s(100_000, 2_000), STOCK_LISTPACK_VALUE, true)
-    );
-    scenario!(
-        "promotion_10k_scheduled",
-        runs,
-        promotion(&redis, s(10_000, 1_000), s(10_000, 1_000))
-    );
-    scenario!(
-        "promotion_1m_scheduled",
-        if quick { 1 } else { runs },
-        promotion(&redis, s(1_000_000, 10_000), s(10_000, 1_000))
-    );
-    scenario!(
-        "console_first_paint_1m",
-        1,
-        console_paint(&redis, s(1_000_000, 10_000), s(5, 1))
-    );
-    scenario!(
-        "hanging_endpoint",
-        runs,
-        hanging(&redis, &nginx, s(100_000, 1_000))
-    );
-    // Last, and once whatever --runs says: 10 minutes in the full run.
-    if opts.wanted("memory_steady_load") {
-        let (figures, extra) = memory_steady_load(&redis, &nginx, opts.steady).await?;
-        out.push(
-            Scenario {
-                name: "memory_steady_load".into(),
-                runs: vec![figures],
-                extra,
-            }
-            .report(),
-        );
+    rig.run(out, "open_host_backlog", runs, move || {
+        open_host_backlog(redis, nginx, jobs, window)
+    })
+    .await
+}
+
+/// Lateness at the sink: idle (one daemon, twenty, the naive design) and at
+/// 2,000 jobs/s (hookq, the naive design).
+async fn lateness_scenarios(rig: &Rig<'_>, out: &mut Vec<Scenario>) -> Res<()> {
+    let (redis, sink, runs) = (rig.redis, rig.sink, rig.opts.runs);
+    let idle = rig.size(40, 5);
+    rig.run(out, "lateness_idle", runs, move || {
+        lateness(redis, sink, 0, idle, false)
+    })
+    .await?;
+    rig.run(out, "lateness_idle_20_daemons", runs, move || {
+        lateness_with(redis, sink, 0, idle, false, 20)
+    })
+    .await?;
+    let idle_naive = rig.size(20, 3);
+    rig.run(out, "lateness_idle_naive", runs, move || {
+        lateness(redis, sink, 0, idle_naive, true)
+    })
+    .await?;
+    let (rate, seconds) = (rig.size(2000, 200), rig.size(10, 2));
+    for (name, naive) in [
+        ("lateness_2000_per_s", false),
+        ("lateness_2000_per_s_naive", true),
+    ] {
+        rig.run(out, name, runs, move || {
+            lateness(redis, sink, rate, seconds, naive)
+        })
+        .await?;
     }
-    Ok(out)
+    Ok(())
+}
+
+/// Redis memory per job, once each: scheduled (stock and tuned Redis, mixed
+/// bodies) and finished (stock and tuned, bodies kept).
+async fn memory_scenarios(rig: &Rig<'_>, out: &mut Vec<Scenario>) -> Res<()> {
+    let redis = rig.redis;
+    let (stock, tuned) = (STOCK_LISTPACK_VALUE, RECOMMENDED_LISTPACK_VALUE);
+    let (million, finished) = (rig.size(1_000_000, 10_000), rig.size(100_000, 2_000));
+    for (name, n, listpack_value, mixed) in [
+        ("memory_10k_scheduled", 10_000, stock, false),
+        ("memory_1m_scheduled", million, stock, false),
+        ("memory_1m_scheduled_mixed_bodies", million, stock, true),
+        ("memory_1m_scheduled_tuned_redis", million, tuned, false),
+    ] {
+        rig.run(out, name, 1, move || {
+            memory(redis, n, listpack_value, mixed)
+        })
+        .await?;
+    }
+    for (name, listpack_value, keep_bodies) in [
+        ("memory_100k_finished", stock, false),
+        ("memory_100k_finished_tuned_redis", tuned, false),
+        ("memory_100k_finished_keep_bodies", stock, true),
+    ] {
+        rig.run(out, name, 1, move || {
+            memory_finished(redis, finished, listpack_value, keep_bodies)
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// What a large backlog costs: promotion beside 10k and 1m parked jobs, the
+/// console's first paint over 1m, and one host's rate beside a hanging one.
+async fn backlog_scenarios(rig: &Rig<'_>, out: &mut Vec<Scenario>) -> Res<()> {
+    let (redis, nginx, runs) = (rig.redis, rig.nginx, rig.opts.runs);
+    let due = rig.size(10_000, 1_000);
+    for (name, parked, runs) in [
+        ("promotion_10k_scheduled", rig.size(10_000, 1_000), runs),
+        (
+            "promotion_1m_scheduled",
+            rig.size(1_000_000, 10_000),
+            rig.size(runs, 1),
+        ),
+    ] {
+        rig.run(out, name, runs, move || promotion(redis, parked, due))
+            .await?;
+    }
+    let (jobs, loads) = (rig.size(1_000_000, 10_000), rig.size(5, 1));
+    rig.run(out, "console_first_paint_1m", 1, move || {
+        console_paint(redis, jobs, loads)
+    })
+    .await?;
+    let n = rig.size(100_000, 1_000);
+    rig.run(out, "hanging_endpoint", runs, move || {
+        hanging(redis, nginx, n)
+    })
+    .await
 }
 
 fn main() -> std::process::ExitCode {
