@@ -28,6 +28,7 @@
 
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -1949,171 +1950,317 @@ async fn memory_steady_load(
     nginx: &Nginx,
     load: SteadyLoad,
 ) -> Res<(Figures, serde_json::Map<String, Value>)> {
-    use std::sync::atomic::{AtomicU64, Ordering};
     redis.flush().await?;
     nginx.reset().await?;
     let mut cfg = default_config(redis);
     cfg.retention.finished = load.retention;
     let daemon = Daemon::start(cfg).await?;
-    let api = daemon.url();
     let client = reqwest::Client::new();
-    let batch_url: reqwest::Url = format!("{api}/v1/jobs/batch").parse()?;
-    let stats_url: reqwest::Url = format!("{api}/v1/stats").parse()?;
-    let target = nginx.url(0, "/steady");
-    let per_batch = (load.rate as f64 * STEADY_TICK.as_secs_f64())
-        .round()
-        .max(1.0) as u64;
-    let batches = (load.duration.as_millis() / STEADY_TICK.as_millis()).max(1) as u64;
-    let delays_ms: Vec<u64> = (0..4)
-        .map(|q| load.max_delay.as_millis() as u64 * q / 3)
-        .collect();
-    let created = AtomicU64::new(0);
-    let refused = AtomicU64::new(0);
+    let plan = SteadyPlan::new(&load, &daemon.url(), nginx.url(0, "/steady"))?;
+    let stats_url: reqwest::Url = format!("{}/v1/stats", daemon.url()).parse()?;
+    let counts = SteadyCounts::default();
 
     let baseline = redis.used_memory().await?;
     let scripts_before = redis.script_calls().await?;
     let cpu_before = redis.cpu_seconds().await?;
     let start = tokio::time::Instant::now();
     let end = start + load.duration;
-
-    // The generator: a batch every tick; a late tick is caught up at once
-    // (Burst), so the rate holds as long as hookq keeps up.
-    let generate = async {
-        let mut tick = tokio::time::interval_at(start, STEADY_TICK);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-        for b in 0..batches {
-            tick.tick().await;
-            let jobs: Vec<String> = (0..per_batch)
-                .map(|i| {
-                    let n = b * per_batch + i;
-                    format!(
-                        "{{\"id\":\"steady{n:020}\",\"url\":\"{target}\",\"delay\":\"{}ms\",\"body\":{}}}",
-                        delays_ms[(n % 4) as usize],
-                        steady_body(n)
-                    )
-                })
-                .collect();
-            let r = client
-                .post(batch_url.clone())
-                .header("content-type", "application/json")
-                .body(format!("{{\"jobs\":[{}]}}", jobs.join(",")))
-                .send()
-                .await?;
-            if r.status() != 200 {
-                let status = r.status();
-                let text = r.text().await.unwrap_or_default();
-                return Err::<(), Box<dyn std::error::Error + Send + Sync>>(
-                    format!("{batch_url} answered {status}: {text}").into(),
-                );
-            }
-            let answer: Value = r.json().await?;
-            let ok = answer["results"]
-                .as_array()
-                .map(|a| a.iter().filter(|r| r["status"] == 201).count() as u64)
-                .unwrap_or(0);
-            created.fetch_add(ok, Ordering::Relaxed);
-            refused.fetch_add(per_batch - ok, Ordering::Relaxed);
-        }
-        tokio::time::sleep_until(end).await;
-        Ok(())
+    let sampling = SteadySampling {
+        redis,
+        conn: redis.conn().await,
+        client: &client,
+        stats_url: &stats_url,
+        counts: &counts,
+        start,
     };
-
-    // The sampler: at the start, every `sample_every`, and at the end.
-    let conn = redis.conn().await;
-    let sample = || {
-        steady_sample(
-            redis,
-            conn.clone(),
-            &client,
-            &stats_url,
-            start,
-            created.load(Ordering::Relaxed),
-        )
-    };
-    let sampler = async {
-        let mut samples = Vec::new();
-        let mut k = 0u32;
-        loop {
-            let at = (start + load.sample_every * k).min(end);
-            tokio::time::sleep_until(at).await;
-            samples.push(sample().await?);
-            if at >= end {
-                return Ok::<_, Box<dyn std::error::Error + Send + Sync>>(samples);
-            }
-            k += 1;
-        }
-    };
-    let (generated, samples) = tokio::join!(generate, sampler);
+    let (generated, samples) = tokio::join!(
+        steady_generate(&client, &plan, &counts, start, end),
+        sampling.every(load.sample_every, end),
+    );
     generated?;
     let samples = samples?;
     let load_secs = start.elapsed().as_secs_f64();
-    let created = created.load(Ordering::Relaxed);
+    let created = counts.created.load(Ordering::Relaxed);
 
     nginx
         .wait_for(created, Duration::from_secs(60) + load.max_delay)
         .await?;
+    // Redis's costs before the stats request, which has its own.
     let redis_cpu = redis.cpu_seconds().await? - cpu_before;
     let scripts = redis.script_calls().await? - scripts_before;
     let stats: Value = client.get(stats_url).send().await?.json().await?;
-    let delivered = stats["delivered"].as_u64().unwrap_or(0).max(1) as f64;
+    let totals = SteadyTotals {
+        load_secs,
+        created,
+        refused: counts.refused.load(Ordering::Relaxed),
+        baseline,
+        redis_cpu,
+        scripts,
+        delivered: stats["delivered"].as_u64().unwrap_or(0).max(1) as f64,
+    };
     daemon.stop().await?;
+    Ok((
+        steady_figures(&load, &totals, &samples),
+        steady_extra(load.retention, &samples),
+    ))
+}
 
-    // The last third of the load: its first sample on.
-    let from = load.duration.as_secs_f64() * 2.0 / 3.0;
-    let last_third: Vec<&SteadySample> = samples.iter().filter(|s| s.at >= from).collect();
-    let plateau = median(last_third.iter().map(|s| s.used_memory as f64).collect());
-    let plateau_keys = median(last_third.iter().map(|s| s.keys as f64).collect());
-    let growth = match (last_third.first(), last_third.last()) {
-        (Some(a), Some(b)) if a.used_memory > 0 => {
-            (b.used_memory - a.used_memory) as f64 / a.used_memory as f64 * 100.0
-        }
-        _ => 0.0,
-    };
-    let trend = {
-        let n = last_third.len() as f64;
-        let mean_x = last_third.iter().map(|s| s.at).sum::<f64>() / n.max(1.0);
-        let mean_y = last_third.iter().map(|s| s.used_memory as f64).sum::<f64>() / n.max(1.0);
-        let (mut sxy, mut sxx) = (0.0, 0.0);
-        for s in &last_third {
-            sxy += (s.at - mean_x) * (s.used_memory as f64 - mean_y);
-            sxx += (s.at - mean_x).powi(2);
-        }
-        let span = match (last_third.first(), last_third.last()) {
-            (Some(a), Some(b)) => b.at - a.at,
-            _ => 0.0,
-        };
-        if sxx > 0.0 && plateau > 0.0 {
-            sxy / sxx * span / plateau * 100.0
-        } else {
-            0.0
-        }
-    };
+/// What a steady load counted, besides its samples.
+struct SteadyTotals {
+    /// Seconds from the load's start to its end.
+    load_secs: f64,
+    /// Jobs answered 201.
+    created: u64,
+    /// Batch items answered anything else.
+    refused: u64,
+    /// `used_memory` before the load.
+    baseline: i64,
+    /// Redis's CPU seconds from the load's start until every job was
+    /// delivered.
+    redis_cpu: f64,
+    /// Script calls over the same span.
+    scripts: i64,
+    /// Jobs delivered (`GET /v1/stats`), at least 1.
+    delivered: f64,
+}
+
+/// The figures of `memory_steady_load` (see there) from its `totals` and
+/// `samples`.
+fn steady_figures(load: &SteadyLoad, totals: &SteadyTotals, samples: &[SteadySample]) -> Figures {
+    let third = LastThird::of(samples, load.duration);
     let peak = samples.iter().map(|s| s.used_memory).max().unwrap_or(0);
-    let rate = created as f64 / load_secs;
+    let baseline = totals.baseline as f64;
+    let rate = totals.created as f64 / totals.load_secs;
     let retention_s = load.retention.as_secs_f64();
-    let figures = HashMap::from([
+    HashMap::from([
         ("rate_per_s", rate),
-        ("duration_s", load_secs),
+        ("duration_s", totals.load_secs),
         ("retention_s", retention_s),
-        ("baseline_bytes", baseline as f64),
-        ("plateau_bytes", plateau),
+        ("baseline_bytes", baseline),
+        ("plateau_bytes", third.plateau),
         ("peak_bytes", peak as f64),
-        ("growth_last_third_pct", growth),
-        ("trend_last_third_pct", trend),
+        ("growth_last_third_pct", third.growth_pct),
+        ("trend_last_third_pct", third.trend_pct),
         ("retained_jobs_implied", rate * retention_s),
         (
             "plateau_bytes_per_retained_job",
-            (plateau - baseline as f64) / (rate * retention_s).max(1.0),
+            (third.plateau - baseline) / (rate * retention_s).max(1.0),
         ),
-        ("plateau_keys", plateau_keys),
-        ("redis_cpu_us_per_job", redis_cpu * 1e6 / delivered),
-        ("script_calls_per_job", scripts as f64 / delivered),
-        ("refused_jobs", refused.load(Ordering::Relaxed) as f64),
-    ]);
+        ("plateau_keys", third.plateau_keys),
+        (
+            "redis_cpu_us_per_job",
+            totals.redis_cpu * 1e6 / totals.delivered,
+        ),
+        (
+            "script_calls_per_job",
+            totals.scripts as f64 / totals.delivered,
+        ),
+        ("refused_jobs", totals.refused as f64),
+    ])
+}
+
+/// The steady generator's plan: where its batches go and what they hold.
+struct SteadyPlan {
+    /// `POST /v1/jobs/batch` of the daemon.
+    batch_url: reqwest::Url,
+    /// The jobs' target (nginx's first host).
+    target: String,
+    /// Jobs per batch: rate × [`STEADY_TICK`], at least 1.
+    per_batch: u64,
+    /// Batches over the load's duration.
+    batches: u64,
+    /// The jobs' delays in ms, by job number mod 4: 0, ⅓, ⅔ and all of
+    /// `max_delay`.
+    delays_ms: Vec<u64>,
+}
+
+impl SteadyPlan {
+    /// The plan of `load` against the daemon at `api`, jobs to `target`.
+    fn new(load: &SteadyLoad, api: &str, target: String) -> Res<SteadyPlan> {
+        Ok(SteadyPlan {
+            batch_url: format!("{api}/v1/jobs/batch").parse()?,
+            target,
+            per_batch: (load.rate as f64 * STEADY_TICK.as_secs_f64())
+                .round()
+                .max(1.0) as u64,
+            batches: (load.duration.as_millis() / STEADY_TICK.as_millis()).max(1) as u64,
+            delays_ms: (0..4)
+                .map(|q| load.max_delay.as_millis() as u64 * q / 3)
+                .collect(),
+        })
+    }
+
+    /// The JSON body of batch `b`: jobs `b × per_batch` on, each with a
+    /// 26-character id and a [`steady_body`].
+    fn batch_body(&self, b: u64) -> String {
+        let jobs: Vec<String> = (0..self.per_batch)
+            .map(|i| {
+                let n = b * self.per_batch + i;
+                format!(
+                    "{{\"id\":\"steady{n:020}\",\"url\":\"{}\",\"delay\":\"{}ms\",\"body\":{}}}",
+                    self.target,
+                    self.delays_ms[(n % 4) as usize],
+                    steady_body(n)
+                )
+            })
+            .collect();
+        format!("{{\"jobs\":[{}]}}", jobs.join(","))
+    }
+}
+
+/// What the steady generator has counted so far (the sampler reads it).
+#[derive(Default)]
+struct SteadyCounts {
+    /// Jobs answered 201.
+    created: AtomicU64,
+    /// Batch items answered anything else.
+    refused: AtomicU64,
+}
+
+/// The generator: a batch every tick from `start`; a late tick is caught up
+/// at once (Burst), so the rate holds as long as hookq keeps up. Returns at
+/// `end`.
+async fn steady_generate(
+    client: &reqwest::Client,
+    plan: &SteadyPlan,
+    counts: &SteadyCounts,
+    start: tokio::time::Instant,
+    end: tokio::time::Instant,
+) -> Res<()> {
+    let mut tick = tokio::time::interval_at(start, STEADY_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    for b in 0..plan.batches {
+        tick.tick().await;
+        let r = client
+            .post(plan.batch_url.clone())
+            .header("content-type", "application/json")
+            .body(plan.batch_body(b))
+            .send()
+            .await?;
+        if r.status() != 200 {
+            let status = r.status();
+            let text = r.text().await.unwrap_or_default();
+            return Err(format!("{} answered {status}: {text}", plan.batch_url).into());
+        }
+        let answer: Value = r.json().await?;
+        let ok = answer["results"]
+            .as_array()
+            .map(|a| a.iter().filter(|r| r["status"] == 201).count() as u64)
+            .unwrap_or(0);
+        counts.created.fetch_add(ok, Ordering::Relaxed);
+        counts
+            .refused
+            .fetch_add(plan.per_batch - ok, Ordering::Relaxed);
+    }
+    tokio::time::sleep_until(end).await;
+    Ok(())
+}
+
+/// What the steady sampler reads from.
+struct SteadySampling<'a> {
+    redis: &'a RedisServer,
+    /// For `DBSIZE` and `INFO stats`.
+    conn: ::redis::aio::MultiplexedConnection,
+    client: &'a reqwest::Client,
+    /// `GET /v1/stats` of the daemon.
+    stats_url: &'a reqwest::Url,
+    counts: &'a SteadyCounts,
+    /// When the load started.
+    start: tokio::time::Instant,
+}
+
+impl SteadySampling<'_> {
+    /// A sample at the start, every `every`, and at `end`.
+    async fn every(&self, every: Duration, end: tokio::time::Instant) -> Res<Vec<SteadySample>> {
+        let mut samples = Vec::new();
+        let mut k = 0u32;
+        loop {
+            let at = (self.start + every * k).min(end);
+            tokio::time::sleep_until(at).await;
+            let created = self.counts.created.load(Ordering::Relaxed);
+            samples.push(
+                steady_sample(
+                    self.redis,
+                    self.conn.clone(),
+                    self.client,
+                    self.stats_url,
+                    self.start,
+                    created,
+                )
+                .await?,
+            );
+            if at >= end {
+                return Ok(samples);
+            }
+            k += 1;
+        }
+    }
+}
+
+/// The last third of a steady load (its samples from ⅔ of `duration` on).
+struct LastThird {
+    /// Median `used_memory`.
+    plateau: f64,
+    /// Median `DBSIZE`.
+    plateau_keys: f64,
+    /// `used_memory` of its last sample against its first, in %.
+    growth_pct: f64,
+    /// The same change read off a least-squares line through its samples,
+    /// in % of the plateau.
+    trend_pct: f64,
+}
+
+impl LastThird {
+    /// The last third of `samples`, of a load that ran for `duration`.
+    fn of(samples: &[SteadySample], duration: Duration) -> LastThird {
+        let from = duration.as_secs_f64() * 2.0 / 3.0;
+        let last_third: Vec<&SteadySample> = samples.iter().filter(|s| s.at >= from).collect();
+        let plateau = median(last_third.iter().map(|s| s.used_memory as f64).collect());
+        let growth_pct = match (last_third.first(), last_third.last()) {
+            (Some(a), Some(b)) if a.used_memory > 0 => {
+                (b.used_memory - a.used_memory) as f64 / a.used_memory as f64 * 100.0
+            }
+            _ => 0.0,
+        };
+        LastThird {
+            plateau,
+            plateau_keys: median(last_third.iter().map(|s| s.keys as f64).collect()),
+            growth_pct,
+            trend_pct: trend_pct(&last_third, plateau),
+        }
+    }
+}
+
+/// The change of `used_memory` over `samples` read off their least-squares
+/// line, in % of `plateau`; 0 for fewer than two distinct times or no
+/// plateau.
+fn trend_pct(samples: &[&SteadySample], plateau: f64) -> f64 {
+    let n = samples.len() as f64;
+    let mean_x = samples.iter().map(|s| s.at).sum::<f64>() / n.max(1.0);
+    let mean_y = samples.iter().map(|s| s.used_memory as f64).sum::<f64>() / n.max(1.0);
+    let (mut sxy, mut sxx) = (0.0, 0.0);
+    for s in samples {
+        sxy += (s.at - mean_x) * (s.used_memory as f64 - mean_y);
+        sxx += (s.at - mean_x).powi(2);
+    }
+    let span = match (samples.first(), samples.last()) {
+        (Some(a), Some(b)) => b.at - a.at,
+        _ => 0.0,
+    };
+    if sxx > 0.0 && plateau > 0.0 {
+        sxy / sxx * span / plateau * 100.0
+    } else {
+        0.0
+    }
+}
+
+/// The fields `memory_steady_load` prints beside its medians: `retention`,
+/// `samples` ([seconds, used_memory]), `counts` and `counts_columns`.
+fn steady_extra(retention: Duration, samples: &[SteadySample]) -> serde_json::Map<String, Value> {
     let mut extra = serde_json::Map::new();
     extra.insert(
         "retention".into(),
-        json!(humantime::format_duration(load.retention).to_string()),
+        json!(humantime::format_duration(retention).to_string()),
     );
     extra.insert(
         "samples".into(),
@@ -2149,7 +2296,7 @@ async fn memory_steady_load(
             "expired_stale_pct"
         ]),
     );
-    Ok((figures, extra))
+    extra
 }
 
 // ---------------------------------------------------------------- peers
