@@ -301,6 +301,68 @@ fn parse_msec(text: &str) -> Option<i64> {
     Some(secs.parse::<i64>().ok()? * 1000 + frac.parse::<i64>().ok()?)
 }
 
+/// nginx's `nginx.conf` for a run from `dir` (pid file, logs and temp
+/// paths there), one `server` block per port of `ports`.
+fn nginx_conf(dir: &std::path::Path, ports: &[u16]) -> String {
+    let d = dir.display();
+    let listen: String = ports
+        .iter()
+        .map(|p| {
+            // `/v1/traces` stands in for an OTLP collector; its
+            // requests are not counted as deliveries.
+            format!(
+                "  server {{ listen 127.0.0.1:{p}; location / {{ return 204; }} \
+                 location /v1/traces {{ access_log off; return 200; }} }}\n"
+            )
+        })
+        .collect();
+    format!(
+        "daemon off;\n\
+         master_process off;\n\
+         worker_processes 1;\n\
+         pid \"{d}/nginx.pid\";\n\
+         error_log \"{d}/error.log\" warn;\n\
+         events {{ worker_connections 4096; }}\n\
+         http {{\n\
+         \x20 log_format t '$msec $status';\n\
+         \x20 access_log \"{d}/access.log\" t buffer=256k flush={NGINX_LOG_FLUSH_MS}ms;\n\
+         \x20 keepalive_requests 1000000;\n\
+         \x20 client_body_temp_path \"{d}/client_body\";\n\
+         \x20 proxy_temp_path \"{d}/proxy\";\n\
+         \x20 fastcgi_temp_path \"{d}/fastcgi\";\n\
+         \x20 uwsgi_temp_path \"{d}/uwsgi\";\n\
+         \x20 scgi_temp_path \"{d}/scgi\";\n\
+         {listen}}}\n"
+    )
+}
+
+/// Waits up to 10 s until nginx (`process`) answers 204 on every port of
+/// `ports`; false if it did not or has exited.
+async fn answers_on_every_port(
+    client: &reqwest::Client,
+    process: &mut OwnedProcess,
+    ports: &[u16],
+) -> bool {
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until && process.try_wait().is_none() {
+        let mut answered = 0;
+        for port in ports {
+            let r = client
+                .post(format!("http://127.0.0.1:{port}/ready"))
+                .send()
+                .await;
+            if r.is_ok_and(|r| r.status() == 204) {
+                answered += 1;
+            }
+        }
+        if answered == ports.len() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
 impl Nginx {
     /// Starts nginx with `servers` `server` blocks on free loopback ports and
     /// waits until each answers 204; tries fresh ports a few times (a port
@@ -318,38 +380,8 @@ impl Nginx {
                     ports.push(port);
                 }
             }
-            let d = dir.path().display();
-            let listen: String = ports
-                .iter()
-                .map(|p| {
-                    // `/v1/traces` stands in for an OTLP collector; its
-                    // requests are not counted as deliveries.
-                    format!(
-                        "  server {{ listen 127.0.0.1:{p}; location / {{ return 204; }} \
-                         location /v1/traces {{ access_log off; return 200; }} }}\n"
-                    )
-                })
-                .collect();
-            let conf = format!(
-                "daemon off;\n\
-                 master_process off;\n\
-                 worker_processes 1;\n\
-                 pid \"{d}/nginx.pid\";\n\
-                 error_log \"{d}/error.log\" warn;\n\
-                 events {{ worker_connections 4096; }}\n\
-                 http {{\n\
-                 \x20 log_format t '$msec $status';\n\
-                 \x20 access_log \"{d}/access.log\" t buffer=256k flush={NGINX_LOG_FLUSH_MS}ms;\n\
-                 \x20 keepalive_requests 1000000;\n\
-                 \x20 client_body_temp_path \"{d}/client_body\";\n\
-                 \x20 proxy_temp_path \"{d}/proxy\";\n\
-                 \x20 fastcgi_temp_path \"{d}/fastcgi\";\n\
-                 \x20 uwsgi_temp_path \"{d}/uwsgi\";\n\
-                 \x20 scgi_temp_path \"{d}/scgi\";\n\
-                 {listen}}}\n"
-            );
             let conf_path = dir.path().join("nginx.conf");
-            std::fs::write(&conf_path, conf)?;
+            std::fs::write(&conf_path, nginx_conf(dir.path(), &ports))?;
             let mut command = Command::new(&binary);
             command
                 .arg("-p")
@@ -361,25 +393,7 @@ impl Nginx {
                 .stdin(Stdio::null())
                 .stdout(Stdio::null());
             let mut process = OwnedProcess::spawn(command, "nginx");
-            let until = Instant::now() + Duration::from_secs(10);
-            let mut ready = false;
-            while Instant::now() < until && process.try_wait().is_none() {
-                let mut answered = 0;
-                for port in &ports {
-                    let r = client
-                        .post(format!("http://127.0.0.1:{port}/ready"))
-                        .send()
-                        .await;
-                    if r.is_ok_and(|r| r.status() == 204) {
-                        answered += 1;
-                    }
-                }
-                if answered == ports.len() {
-                    ready = true;
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            let ready = answers_on_every_port(&client, &mut process, &ports).await;
             // Another listener on one of the ports would answer too, but not
             // with nginx still alive: a failed bind ends it.
             if ready && process.try_wait().is_none() {
