@@ -581,6 +581,14 @@ fn median(mut values: Vec<f64>) -> f64 {
     values.get(values.len() / 2).copied().unwrap_or(0.0)
 }
 
+/// A store on `cfg`'s Redis with every script loaded, for setting up a
+/// scenario.
+async fn loaded_store(cfg: &Config) -> Res<Store> {
+    let store = Store::connect(cfg).await?;
+    store.load_scripts().await?;
+    Ok(store)
+}
+
 /// Enqueues `jobs` through the store (pipelined, for setting up scenarios).
 async fn preload(store: &Store, config: &Config, jobs: Vec<JobInput>) -> Res<()> {
     for chunk in jobs.chunks(1000) {
@@ -889,8 +897,7 @@ async fn delivery_rate_of(
     nginx.reset().await?;
     let mut cfg = config(redis);
     tweak(&mut cfg);
-    let store = Store::connect(&cfg).await?;
-    store.load_scripts().await?;
+    let store = loaded_store(&cfg).await?;
     let due = store.redis_time_ms().await? + 3000 + (n as i64 / 50);
     let url = nginx.url(0, "/rate");
     if naive {
@@ -938,8 +945,7 @@ async fn schedules_firing(
     redis.flush().await?;
     nginx.reset().await?;
     let cfg = default_config(redis);
-    let store = Store::connect(&cfg).await?;
-    store.load_scripts().await?;
+    let store = loaded_store(&cfg).await?;
     let url = nginx.url(0, "/schedules");
     let before = redis.used_memory().await?;
     let now = store.redis_time_ms().await?;
@@ -1073,8 +1079,7 @@ async fn one_host(redis: &RedisServer, nginx: &Nginx, n: usize) -> Res<(Figures,
 async fn one_host_run(redis: &RedisServer, nginx: &Nginx, n: usize, cfg: Config) -> Res<Figures> {
     redis.flush().await?;
     nginx.reset().await?;
-    let store = Store::connect(&cfg).await?;
-    store.load_scripts().await?;
+    let store = loaded_store(&cfg).await?;
     let due = store.redis_time_ms().await? + lead_ms(n);
     let url = nginx.url(0, "/one");
     preload(
@@ -1117,8 +1122,7 @@ async fn many_hosts(
         nginx.reset().await?;
         let mut cfg = default_config(redis);
         cfg.delivery.timeout = Duration::from_secs(5);
-        let store = Store::connect(&cfg).await?;
-        store.load_scripts().await?;
+        let store = loaded_store(&cfg).await?;
         let hang = HangingHost::start().await;
         let total = healthy + if with_hang { hanging } else { 0 };
         let due = store.redis_time_ms().await? + lead_ms(total);
@@ -1175,8 +1179,7 @@ async fn rate_two_daemons(redis: &RedisServer, nginx: &Nginx, n: usize, rate: f6
     nginx.reset().await?;
     let mut cfg = default_config(redis);
     cfg.delivery.per_host_rate = rate;
-    let store = Store::connect(&cfg).await?;
-    store.load_scripts().await?;
+    let store = loaded_store(&cfg).await?;
     let due = store.redis_time_ms().await? + lead_ms(n);
     let url = nginx.url(0, "/rate");
     preload(
@@ -1228,8 +1231,7 @@ async fn open_host_backlog(
     nginx.reset().await?;
     let mut cfg = default_config(redis);
     cfg.breaker.open_for = Duration::from_secs(600);
-    let store = Store::connect(&cfg).await?;
-    store.load_scripts().await?;
+    let store = loaded_store(&cfg).await?;
     let url = nginx.url(0, "/open");
     let host = hookq::hosts::host_key(&url);
     let opened = store
@@ -1302,8 +1304,7 @@ async fn delivery_rate_cluster(cluster: &RedisCluster, nginx: &Nginx, n: usize) 
     cluster.flush().await?;
     nginx.reset().await?;
     let cfg = cluster_config(cluster);
-    let store = Store::connect(&cfg).await?;
-    store.load_scripts().await?;
+    let store = loaded_store(&cfg).await?;
     let due = store.redis_time_ms().await? + 3000 + (n as i64 / 50);
     let url = nginx.url(0, "/rate");
     preload(
@@ -1358,8 +1359,7 @@ async fn lateness_with(
     redis.flush().await?;
     sink.reset().await?;
     let cfg = config(redis);
-    let store = Store::connect(&cfg).await?;
-    store.load_scripts().await?;
+    let store = loaded_store(&cfg).await?;
     let url = sink.url("/late");
     let runner = Runner::start(redis, &cfg, naive, url.clone()).await?;
     let mut others = Vec::new();
@@ -1451,8 +1451,7 @@ async fn fleet(
     redis.flush().await?;
     nginx.reset().await?;
     let cfg = default_config(redis);
-    let store = Store::connect(&cfg).await?;
-    store.load_scripts().await?;
+    let store = loaded_store(&cfg).await?;
     let mut fleet = Vec::with_capacity(daemons);
     for _ in 0..daemons {
         fleet.push(Daemon::start(cfg.clone()).await?);
@@ -1571,8 +1570,7 @@ async fn memory(
 ) -> Res<Figures> {
     empty_redis_with_listpack_value(redis, listpack_value).await?;
     let cfg = config(redis);
-    let store = Store::connect(&cfg).await?;
-    store.load_scripts().await?;
+    let store = loaded_store(&cfg).await?;
     let before = redis.used_memory().await?;
     let first_due = store.redis_time_ms().await? + 3_600_000;
     let spacing = 86_400_000 / n as i64;
@@ -1615,8 +1613,7 @@ async fn memory(
 async fn console_paint(redis: &RedisServer, n: usize, loads: usize) -> Res<Figures> {
     redis.flush().await?;
     let cfg = default_config(redis);
-    let store = Store::connect(&cfg).await?;
-    store.load_scripts().await?;
+    let store = loaded_store(&cfg).await?;
     let first_due = store.redis_time_ms().await? + 3_600_000;
     let spacing = 86_400_000 / n as i64;
     let jobs: Vec<JobInput> = (0..n)
@@ -1673,8 +1670,7 @@ async fn memory_finished(
     empty_redis_with_listpack_value(redis, listpack_value).await?;
     let mut cfg = config(redis);
     cfg.retention.keep_bodies = keep_bodies;
-    let store = Store::connect(&cfg).await?;
-    store.load_scripts().await?;
+    let store = loaded_store(&cfg).await?;
     let before = redis.used_memory().await?;
     let now = store.redis_time_ms().await?;
     let jobs = (0..n)
@@ -1721,8 +1717,7 @@ async fn promotion(redis: &RedisServer, parked: usize, due_n: usize) -> Res<Figu
     redis.flush().await?;
     let mut cfg = config(redis);
     cfg.redis.partitions = 16;
-    let store = Store::connect(&cfg).await?;
-    store.load_scripts().await?;
+    let store = loaded_store(&cfg).await?;
     let now = store.redis_time_ms().await?;
     preload(
         &store,
@@ -1790,8 +1785,7 @@ async fn hanging(redis: &RedisServer, nginx: &Nginx, n: usize) -> Res<Figures> {
         let mut cfg = config(redis);
         cfg.delivery.per_host_concurrency = 64;
         cfg.delivery.timeout = Duration::from_secs(5);
-        let store = Store::connect(&cfg).await?;
-        store.load_scripts().await?;
+        let store = loaded_store(&cfg).await?;
         let hang = HangingHost::start().await;
         let due = store.redis_time_ms().await? + 3000 + (n as i64 / 50);
         let mut jobs: Vec<JobInput> = (0..n)
