@@ -28,12 +28,14 @@
 
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hookq::config::{Config, SigningMode};
 use hookq::daemon::Daemon;
-use hookq::job::{JobInput, RunAt};
+use hookq::doctor::RECOMMENDED_LISTPACK_VALUE;
+use hookq::job::{now_ms, JobInput, RunAt};
 use hookq::store::Store;
 use serde_json::{json, Value};
 
@@ -42,8 +44,10 @@ use serde_json::{json, Value};
 mod support;
 use support::cluster::RedisCluster;
 use support::free_port;
+use support::hanging::HangingHost;
 use support::process::OwnedProcess;
 use support::redis::RedisServer;
+use support::store::complete_claimed;
 
 /// mimalloc instead of the system allocator: the delivery hot path allocates
 /// per request (hyper, reqwest, redis), and the profile showed glibc malloc's
@@ -52,19 +56,15 @@ use support::redis::RedisServer;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// What a bench step returns: a value, or an error that ends the run.
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
+/// The wall clock in µs since the Unix epoch (0 before it), for the sink's
+/// lateness samples; [`now_ms`] is the crate's, in ms.
 fn now_us() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as i64)
-        .unwrap_or(0)
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
 }
 
@@ -301,6 +301,68 @@ fn parse_msec(text: &str) -> Option<i64> {
     Some(secs.parse::<i64>().ok()? * 1000 + frac.parse::<i64>().ok()?)
 }
 
+/// nginx's `nginx.conf` for a run from `dir` (pid file, logs and temp
+/// paths there), one `server` block per port of `ports`.
+fn nginx_conf(dir: &std::path::Path, ports: &[u16]) -> String {
+    let d = dir.display();
+    let listen: String = ports
+        .iter()
+        .map(|p| {
+            // `/v1/traces` stands in for an OTLP collector; its
+            // requests are not counted as deliveries.
+            format!(
+                "  server {{ listen 127.0.0.1:{p}; location / {{ return 204; }} \
+                 location /v1/traces {{ access_log off; return 200; }} }}\n"
+            )
+        })
+        .collect();
+    format!(
+        "daemon off;\n\
+         master_process off;\n\
+         worker_processes 1;\n\
+         pid \"{d}/nginx.pid\";\n\
+         error_log \"{d}/error.log\" warn;\n\
+         events {{ worker_connections 4096; }}\n\
+         http {{\n\
+         \x20 log_format t '$msec $status';\n\
+         \x20 access_log \"{d}/access.log\" t buffer=256k flush={NGINX_LOG_FLUSH_MS}ms;\n\
+         \x20 keepalive_requests 1000000;\n\
+         \x20 client_body_temp_path \"{d}/client_body\";\n\
+         \x20 proxy_temp_path \"{d}/proxy\";\n\
+         \x20 fastcgi_temp_path \"{d}/fastcgi\";\n\
+         \x20 uwsgi_temp_path \"{d}/uwsgi\";\n\
+         \x20 scgi_temp_path \"{d}/scgi\";\n\
+         {listen}}}\n"
+    )
+}
+
+/// Waits up to 10 s until nginx (`process`) answers 204 on every port of
+/// `ports`; false if it did not or has exited.
+async fn answers_on_every_port(
+    client: &reqwest::Client,
+    process: &mut OwnedProcess,
+    ports: &[u16],
+) -> bool {
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until && process.try_wait().is_none() {
+        let mut answered = 0;
+        for port in ports {
+            let r = client
+                .post(format!("http://127.0.0.1:{port}/ready"))
+                .send()
+                .await;
+            if r.is_ok_and(|r| r.status() == 204) {
+                answered += 1;
+            }
+        }
+        if answered == ports.len() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
 impl Nginx {
     /// Starts nginx with `servers` `server` blocks on free loopback ports and
     /// waits until each answers 204; tries fresh ports a few times (a port
@@ -318,38 +380,8 @@ impl Nginx {
                     ports.push(port);
                 }
             }
-            let d = dir.path().display();
-            let listen: String = ports
-                .iter()
-                .map(|p| {
-                    // `/v1/traces` stands in for an OTLP collector; its
-                    // requests are not counted as deliveries.
-                    format!(
-                        "  server {{ listen 127.0.0.1:{p}; location / {{ return 204; }} \
-                         location /v1/traces {{ access_log off; return 200; }} }}\n"
-                    )
-                })
-                .collect();
-            let conf = format!(
-                "daemon off;\n\
-                 master_process off;\n\
-                 worker_processes 1;\n\
-                 pid \"{d}/nginx.pid\";\n\
-                 error_log \"{d}/error.log\" warn;\n\
-                 events {{ worker_connections 4096; }}\n\
-                 http {{\n\
-                 \x20 log_format t '$msec $status';\n\
-                 \x20 access_log \"{d}/access.log\" t buffer=256k flush={NGINX_LOG_FLUSH_MS}ms;\n\
-                 \x20 keepalive_requests 1000000;\n\
-                 \x20 client_body_temp_path \"{d}/client_body\";\n\
-                 \x20 proxy_temp_path \"{d}/proxy\";\n\
-                 \x20 fastcgi_temp_path \"{d}/fastcgi\";\n\
-                 \x20 uwsgi_temp_path \"{d}/uwsgi\";\n\
-                 \x20 scgi_temp_path \"{d}/scgi\";\n\
-                 {listen}}}\n"
-            );
             let conf_path = dir.path().join("nginx.conf");
-            std::fs::write(&conf_path, conf)?;
+            std::fs::write(&conf_path, nginx_conf(dir.path(), &ports))?;
             let mut command = Command::new(&binary);
             command
                 .arg("-p")
@@ -361,25 +393,7 @@ impl Nginx {
                 .stdin(Stdio::null())
                 .stdout(Stdio::null());
             let mut process = OwnedProcess::spawn(command, "nginx");
-            let until = Instant::now() + Duration::from_secs(10);
-            let mut ready = false;
-            while Instant::now() < until && process.try_wait().is_none() {
-                let mut answered = 0;
-                for port in &ports {
-                    let r = client
-                        .post(format!("http://127.0.0.1:{port}/ready"))
-                        .send()
-                        .await;
-                    if r.is_ok_and(|r| r.status() == 204) {
-                        answered += 1;
-                    }
-                }
-                if answered == ports.len() {
-                    ready = true;
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            let ready = answers_on_every_port(&client, &mut process, &ports).await;
             // Another listener on one of the ports would answer too, but not
             // with nginx still alive: a failed bind ends it.
             if ready && process.try_wait().is_none() {
@@ -489,44 +503,6 @@ impl Nginx {
     }
 }
 
-/// A host that hangs: a loopback listener that accepts every connection and
-/// never reads or answers; the sockets are held until it is dropped (the
-/// accept task is aborted, which closes them). It only listens: it sends
-/// nothing to anyone.
-struct HangingHost {
-    port: u16,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl HangingHost {
-    async fn start() -> Res<HangingHost> {
-        let listener = loop {
-            let l = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
-            if l.local_addr()?.port() != 6379 {
-                break l;
-            }
-        };
-        let port = listener.local_addr()?.port();
-        let task = tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((socket, _)) = listener.accept().await {
-                held.push(socket);
-            }
-        });
-        Ok(HangingHost { port, task })
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/hang", self.port)
-    }
-}
-
-impl Drop for HangingHost {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 // ---------------------------------------------------------------- redis
 
 /// The benchmark's Redis: the test kit's server (persistence off) with
@@ -589,6 +565,8 @@ fn own_cpu_seconds() -> f64 {
     cpu_seconds_of("self")
 }
 
+/// The value at fraction `p` (0 to 1) of `sorted` (ascending), nearest
+/// rank; 0 for no values.
 fn percentile(sorted: &[i64], p: f64) -> i64 {
     if sorted.is_empty() {
         return 0;
@@ -597,9 +575,18 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
+/// The median of `values` (the upper one of an even count); 0 for none.
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// A store on `cfg`'s Redis with every script loaded, for setting up a
+/// scenario.
+async fn loaded_store(cfg: &Config) -> Res<Store> {
+    let store = Store::connect(cfg).await?;
+    store.load_scripts().await?;
+    Ok(store)
 }
 
 /// Enqueues `jobs` through the store (pipelined, for setting up scenarios).
@@ -617,6 +604,8 @@ async fn preload(store: &Store, config: &Config, jobs: Vec<JobInput>) -> Res<()>
     Ok(())
 }
 
+/// A job `id` to `url` due at `due_ms` whose body `{"due": due_ms}` lets the
+/// sink measure its lateness.
 fn job(id: String, url: String, due_ms: i64) -> JobInput {
     JobInput {
         id: Some(id),
@@ -858,9 +847,6 @@ impl Meter {
     }
 }
 
-/// n jobs all due at the same moment to one nginx host (per-host limit
-/// lifted to 512, SPEC §10's throughput setting), delivered by hookq or by
-/// the naive design; rate = n / (last 2xx − due).
 /// Two signing secrets (as during a rotation) in `mode`: every attempt
 /// carries two signatures.
 fn sign(config: &mut Config, mode: SigningMode) {
@@ -871,6 +857,10 @@ fn sign(config: &mut Config, mode: SigningMode) {
     config.delivery.signing_mode = mode;
 }
 
+/// n jobs all due at the same moment to one nginx host (per-host limit
+/// lifted to 512, SPEC §10's throughput setting), delivered by hookq or by
+/// the naive design, with `tweak` applied to hookq's config; rate = n /
+/// (last 2xx − due).
 async fn delivery_rate(
     redis: &RedisServer,
     nginx: &Nginx,
@@ -893,6 +883,8 @@ async fn delivery_rate_ordered(
     delivery_rate_of(redis, nginx, n, false, Some(keys), |_| {}).await
 }
 
+/// [`delivery_rate`], its jobs spread over `ordering_keys` keys when given
+/// (see [`delivery_rate_ordered`]).
 async fn delivery_rate_of(
     redis: &RedisServer,
     nginx: &Nginx,
@@ -905,8 +897,7 @@ async fn delivery_rate_of(
     nginx.reset().await?;
     let mut cfg = config(redis);
     tweak(&mut cfg);
-    let store = Store::connect(&cfg).await?;
-    store.load_scripts().await?;
+    let store = loaded_store(&cfg).await?;
     let due = store.redis_time_ms().await? + 3000 + (n as i64 / 50);
     let url = nginx.url(0, "/rate");
     if naive {
@@ -951,42 +942,14 @@ async fn schedules_firing(
     every_ms: i64,
     rounds: i64,
 ) -> Res<Figures> {
-    use hookq::schedule::ScheduleInput;
-    use hookq::store::schedules::{PutOutcome, ScheduleWrite};
     redis.flush().await?;
     nginx.reset().await?;
     let cfg = default_config(redis);
-    let store = Store::connect(&cfg).await?;
-    store.load_scripts().await?;
+    let store = loaded_store(&cfg).await?;
     let url = nginx.url(0, "/schedules");
     let before = redis.used_memory().await?;
     let now = store.redis_time_ms().await?;
-    let every = format!("{}ms", every_ms);
-    let mut specs = Vec::with_capacity(n);
-    for i in 0..n {
-        let input: ScheduleInput = serde_json::from_value(json!({
-            "id": format!("sched-{i:06}"), "every": every,
-            "start_at": now + (i as i64 * every_ms) / n as i64,
-            "job": {"url": url, "body": {"report": "hourly"}}}))?;
-        let valid = input.validate(&cfg)?;
-        specs.push(valid);
-    }
-    for chunk in specs.chunks(500) {
-        let writes = chunk.iter().map(|valid| {
-            let rule = valid.spec.timing.rule(now);
-            let next = rule
-                .ok()
-                .and_then(|rule| valid.spec.timing.next_after(&rule, now));
-            let write = ScheduleWrite::new(&cfg, &valid.id, &valid.spec, false, next, now, None);
-            let store = &store;
-            async move { store.put_schedule(&write).await }
-        });
-        for outcome in futures_util::future::join_all(writes).await {
-            if !matches!(outcome?, PutOutcome::Written(_)) {
-                return Err("a schedule was not written".into());
-            }
-        }
-    }
+    put_schedules(&store, &cfg, &url, n, every_ms, now).await?;
     let after = redis.used_memory().await?;
     let meter = Meter::start(redis, nginx).await?;
     let daemon = Daemon::start(cfg.clone()).await?;
@@ -1001,7 +964,73 @@ async fn schedules_firing(
     let mut figures = meter
         .figures(redis, nginx, stats, now, firings as usize)
         .await?;
-    let mut lateness = Vec::with_capacity(firings as usize);
+    let lateness = firing_lateness(&store, &cfg, firings as usize).await?;
+    let redis_cpu_per_firing = figures.get("redis_cpu_us_per_job").copied().unwrap_or(0.0);
+    figures.retain(|k, _| *k == "hookq_cpu_us_per_job");
+    figures.insert("schedules", n as f64);
+    figures.insert("firings", lateness.len() as f64);
+    figures.insert("firings_per_s", n as f64 * 1000.0 / every_ms as f64);
+    figures.insert("lateness_p50_ms", percentile(&lateness, 0.5) as f64);
+    figures.insert("lateness_p99_ms", percentile(&lateness, 0.99) as f64);
+    figures.insert(
+        "lateness_max_ms",
+        lateness.last().copied().unwrap_or(0) as f64,
+    );
+    figures.insert(
+        "redis_bytes_per_schedule",
+        (after - before) as f64 / n as f64,
+    );
+    figures.insert("redis_cpu_us_per_firing", redis_cpu_per_firing);
+    Ok(figures)
+}
+
+/// Writes `n` schedules `sched-000000`… firing every `every_ms` to `url`,
+/// their fire times spread evenly over one interval from `now` (Redis's
+/// clock), 500 writes at a time; every one is validated before any is
+/// written.
+async fn put_schedules(
+    store: &Store,
+    cfg: &Config,
+    url: &str,
+    n: usize,
+    every_ms: i64,
+    now: i64,
+) -> Res<()> {
+    use hookq::schedule::ScheduleInput;
+    use hookq::store::schedules::{PutOutcome, ScheduleWrite};
+    let every = format!("{}ms", every_ms);
+    let mut specs = Vec::with_capacity(n);
+    for i in 0..n {
+        let input: ScheduleInput = serde_json::from_value(json!({
+            "id": format!("sched-{i:06}"), "every": every,
+            "start_at": now + (i as i64 * every_ms) / n as i64,
+            "job": {"url": url, "body": {"report": "hourly"}}}))?;
+        let valid = input.validate(cfg)?;
+        specs.push(valid);
+    }
+    for chunk in specs.chunks(500) {
+        let writes = chunk.iter().map(|valid| {
+            let rule = valid.spec.timing.rule(now);
+            let next = rule
+                .ok()
+                .and_then(|rule| valid.spec.timing.next_after(&rule, now));
+            let write = ScheduleWrite::new(cfg, &valid.id, &valid.spec, false, next, now, None);
+            async move { store.put_schedule(&write).await }
+        });
+        for outcome in futures_util::future::join_all(writes).await {
+            if !matches!(outcome?, PutOutcome::Written(_)) {
+                return Err("a schedule was not written".into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The firing lateness of every delivered job a schedule fired (the job's
+/// creation − its fire time, both Redis's clock, from the summaries),
+/// sorted; `expected` sizes the list.
+async fn firing_lateness(store: &Store, cfg: &Config, expected: usize) -> Res<Vec<i64>> {
+    let mut lateness = Vec::with_capacity(expected);
     let mut cursor = None;
     loop {
         let page = store
@@ -1025,23 +1054,7 @@ async fn schedules_firing(
         }
     }
     lateness.sort_unstable();
-    let redis_cpu_per_firing = figures.get("redis_cpu_us_per_job").copied().unwrap_or(0.0);
-    figures.retain(|k, _| *k == "hookq_cpu_us_per_job");
-    figures.insert("schedules", n as f64);
-    figures.insert("firings", lateness.len() as f64);
-    figures.insert("firings_per_s", n as f64 * 1000.0 / every_ms as f64);
-    figures.insert("lateness_p50_ms", percentile(&lateness, 0.5) as f64);
-    figures.insert("lateness_p99_ms", percentile(&lateness, 0.99) as f64);
-    figures.insert(
-        "lateness_max_ms",
-        lateness.last().copied().unwrap_or(0) as f64,
-    );
-    figures.insert(
-        "redis_bytes_per_schedule",
-        (after - before) as f64 / n as f64,
-    );
-    figures.insert("redis_cpu_us_per_firing", redis_cpu_per_firing);
-    Ok(figures)
+    Ok(lateness)
 }
 
 /// One run of `one_host_default` and `one_host_lifted`: the same `n` jobs
@@ -1066,8 +1079,7 @@ async fn one_host(redis: &RedisServer, nginx: &Nginx, n: usize) -> Res<(Figures,
 async fn one_host_run(redis: &RedisServer, nginx: &Nginx, n: usize, cfg: Config) -> Res<Figures> {
     redis.flush().await?;
     nginx.reset().await?;
-    let store = Store::connect(&cfg).await?;
-    store.load_scripts().await?;
+    let store = loaded_store(&cfg).await?;
     let due = store.redis_time_ms().await? + lead_ms(n);
     let url = nginx.url(0, "/one");
     preload(
@@ -1110,16 +1122,15 @@ async fn many_hosts(
         nginx.reset().await?;
         let mut cfg = default_config(redis);
         cfg.delivery.timeout = Duration::from_secs(5);
-        let store = Store::connect(&cfg).await?;
-        store.load_scripts().await?;
-        let hang = HangingHost::start().await?;
+        let store = loaded_store(&cfg).await?;
+        let hang = HangingHost::start().await;
         let total = healthy + if with_hang { hanging } else { 0 };
         let due = store.redis_time_ms().await? + lead_ms(total);
         let mut jobs: Vec<JobInput> = (0..healthy)
             .map(|i| job(format!("mh-{i}"), nginx.url(i, "/many"), due))
             .collect();
         if with_hang {
-            jobs.extend((0..hanging).map(|i| job(format!("hang-{i}"), hang.url(), due)));
+            jobs.extend((0..hanging).map(|i| job(format!("hang-{i}"), hang.url("/hang"), due)));
         }
         preload(&store, &cfg, jobs).await?;
         check_lead(&store, due).await?;
@@ -1168,8 +1179,7 @@ async fn rate_two_daemons(redis: &RedisServer, nginx: &Nginx, n: usize, rate: f6
     nginx.reset().await?;
     let mut cfg = default_config(redis);
     cfg.delivery.per_host_rate = rate;
-    let store = Store::connect(&cfg).await?;
-    store.load_scripts().await?;
+    let store = loaded_store(&cfg).await?;
     let due = store.redis_time_ms().await? + lead_ms(n);
     let url = nginx.url(0, "/rate");
     preload(
@@ -1221,8 +1231,7 @@ async fn open_host_backlog(
     nginx.reset().await?;
     let mut cfg = default_config(redis);
     cfg.breaker.open_for = Duration::from_secs(600);
-    let store = Store::connect(&cfg).await?;
-    store.load_scripts().await?;
+    let store = loaded_store(&cfg).await?;
     let url = nginx.url(0, "/open");
     let host = hookq::hosts::host_key(&url);
     let opened = store
@@ -1295,8 +1304,7 @@ async fn delivery_rate_cluster(cluster: &RedisCluster, nginx: &Nginx, n: usize) 
     cluster.flush().await?;
     nginx.reset().await?;
     let cfg = cluster_config(cluster);
-    let store = Store::connect(&cfg).await?;
-    store.load_scripts().await?;
+    let store = loaded_store(&cfg).await?;
     let due = store.redis_time_ms().await? + 3000 + (n as i64 / 50);
     let url = nginx.url(0, "/rate");
     preload(
@@ -1351,8 +1359,7 @@ async fn lateness_with(
     redis.flush().await?;
     sink.reset().await?;
     let cfg = config(redis);
-    let store = Store::connect(&cfg).await?;
-    store.load_scripts().await?;
+    let store = loaded_store(&cfg).await?;
     let url = sink.url("/late");
     let runner = Runner::start(redis, &cfg, naive, url.clone()).await?;
     let mut others = Vec::new();
@@ -1444,8 +1451,7 @@ async fn fleet(
     redis.flush().await?;
     nginx.reset().await?;
     let cfg = default_config(redis);
-    let store = Store::connect(&cfg).await?;
-    store.load_scripts().await?;
+    let store = loaded_store(&cfg).await?;
     let mut fleet = Vec::with_capacity(daemons);
     for _ in 0..daemons {
         fleet.push(Daemon::start(cfg.clone()).await?);
@@ -1535,16 +1541,14 @@ async fn round_trip_floor(redis: &RedisServer, n: usize) -> Res<Figures> {
     Ok(HashMap::from([("redis_cpu_us_per_ping", per_ping)]))
 }
 
-/// `hash-max-listpack-value` as hookq recommends it (README, doctor,
-/// scripts/run.sh): job records up to this size stay in Redis's compact
-/// listpack encoding.
-const RECOMMENDED_LISTPACK_VALUE: u32 = 1024;
-/// Redis's own default.
-const STOCK_LISTPACK_VALUE: u32 = 64;
+/// Redis's own default `hash-max-listpack-value`; the tuned value the
+/// memory scenarios compare it with is hookq's recommendation,
+/// [`RECOMMENDED_LISTPACK_VALUE`] (doctor's).
+const STOCK_LISTPACK_VALUE: u64 = 64;
 
 /// Empties the bench's Redis and sets its `hash-max-listpack-value` (the
 /// memory scenarios compare stock and tuned; each leaves it stock again).
-async fn empty_redis_with_listpack_value(redis: &RedisServer, value: u32) -> Res<()> {
+async fn empty_redis_with_listpack_value(redis: &RedisServer, value: u64) -> Res<()> {
     redis.flush().await?;
     redis
         .config_set("hash-max-listpack-value", &value.to_string())
@@ -1561,13 +1565,12 @@ async fn empty_redis_with_listpack_value(redis: &RedisServer, value: u32) -> Res
 async fn memory(
     redis: &RedisServer,
     n: usize,
-    listpack_value: u32,
+    listpack_value: u64,
     mixed_bodies: bool,
 ) -> Res<Figures> {
     empty_redis_with_listpack_value(redis, listpack_value).await?;
     let cfg = config(redis);
-    let store = Store::connect(&cfg).await?;
-    store.load_scripts().await?;
+    let store = loaded_store(&cfg).await?;
     let before = redis.used_memory().await?;
     let first_due = store.redis_time_ms().await? + 3_600_000;
     let spacing = 86_400_000 / n as i64;
@@ -1610,8 +1613,7 @@ async fn memory(
 async fn console_paint(redis: &RedisServer, n: usize, loads: usize) -> Res<Figures> {
     redis.flush().await?;
     let cfg = default_config(redis);
-    let store = Store::connect(&cfg).await?;
-    store.load_scripts().await?;
+    let store = loaded_store(&cfg).await?;
     let first_due = store.redis_time_ms().await? + 3_600_000;
     let spacing = 86_400_000 / n as i64;
     let jobs: Vec<JobInput> = (0..n)
@@ -1647,8 +1649,7 @@ async fn console_paint(redis: &RedisServer, n: usize, loads: usize) -> Res<Figur
                 .await;
             times.push(painted.as_f64().ok_or("no paint time")?);
         }
-        times.sort_by(f64::total_cmp);
-        figures.insert(name, times[times.len() / 2]);
+        figures.insert(name, median(times));
     }
     daemon.stop().await?;
     redis.flush().await?;
@@ -1663,14 +1664,13 @@ async fn console_paint(redis: &RedisServer, n: usize, loads: usize) -> Res<Figur
 async fn memory_finished(
     redis: &RedisServer,
     n: usize,
-    listpack_value: u32,
+    listpack_value: u64,
     keep_bodies: bool,
 ) -> Res<Figures> {
     empty_redis_with_listpack_value(redis, listpack_value).await?;
     let mut cfg = config(redis);
     cfg.retention.keep_bodies = keep_bodies;
-    let store = Store::connect(&cfg).await?;
-    store.load_scripts().await?;
+    let store = loaded_store(&cfg).await?;
     let before = redis.used_memory().await?;
     let now = store.redis_time_ms().await?;
     let jobs = (0..n)
@@ -1691,22 +1691,14 @@ async fn memory_finished(
             if claimed.is_empty() {
                 break;
             }
-            let deliveries: Vec<hookq::store::Delivery> = claimed
-                .iter()
-                .map(|c| {
-                    let record = format!(
-                        r#"{{"attempt":1,"at":{},"duration_ms":12,"status":204}}"#,
-                        c.claimed_at
-                    );
-                    store.delivery_from_json(&c.spec_json, &record)
-                })
-                .collect();
-            let items: Vec<(&str, u32, &hookq::store::Delivery)> = claimed
-                .iter()
-                .zip(&deliveries)
-                .map(|(c, d)| (c.id.as_str(), c.attempt, d))
-                .collect();
-            recorded += store.complete_many(p, &items).await?.len();
+            let done = complete_claimed(&store, p, &claimed, |c| {
+                format!(
+                    r#"{{"attempt":1,"at":{},"duration_ms":12,"status":204}}"#,
+                    c.claimed_at
+                )
+            })
+            .await?;
+            recorded += done.len();
         }
     }
     let after = redis.used_memory().await?;
@@ -1725,8 +1717,7 @@ async fn promotion(redis: &RedisServer, parked: usize, due_n: usize) -> Res<Figu
     redis.flush().await?;
     let mut cfg = config(redis);
     cfg.redis.partitions = 16;
-    let store = Store::connect(&cfg).await?;
-    store.load_scripts().await?;
+    let store = loaded_store(&cfg).await?;
     let now = store.redis_time_ms().await?;
     preload(
         &store,
@@ -1794,15 +1785,14 @@ async fn hanging(redis: &RedisServer, nginx: &Nginx, n: usize) -> Res<Figures> {
         let mut cfg = config(redis);
         cfg.delivery.per_host_concurrency = 64;
         cfg.delivery.timeout = Duration::from_secs(5);
-        let store = Store::connect(&cfg).await?;
-        store.load_scripts().await?;
-        let hang = HangingHost::start().await?;
+        let store = loaded_store(&cfg).await?;
+        let hang = HangingHost::start().await;
         let due = store.redis_time_ms().await? + 3000 + (n as i64 / 50);
         let mut jobs: Vec<JobInput> = (0..n)
             .map(|i| job(format!("ok-{i}"), nginx.url(0, "/ok"), due))
             .collect();
         if with_hang {
-            jobs.extend((0..n / 10).map(|i| job(format!("hang-{i}"), hang.url(), due)));
+            jobs.extend((0..n / 10).map(|i| job(format!("hang-{i}"), hang.url("/hang"), due)));
         }
         let total = jobs.len();
         preload(&store, &cfg, jobs).await?;
@@ -1991,171 +1981,317 @@ async fn memory_steady_load(
     nginx: &Nginx,
     load: SteadyLoad,
 ) -> Res<(Figures, serde_json::Map<String, Value>)> {
-    use std::sync::atomic::{AtomicU64, Ordering};
     redis.flush().await?;
     nginx.reset().await?;
     let mut cfg = default_config(redis);
     cfg.retention.finished = load.retention;
     let daemon = Daemon::start(cfg).await?;
-    let api = daemon.url();
     let client = reqwest::Client::new();
-    let batch_url: reqwest::Url = format!("{api}/v1/jobs/batch").parse()?;
-    let stats_url: reqwest::Url = format!("{api}/v1/stats").parse()?;
-    let target = nginx.url(0, "/steady");
-    let per_batch = (load.rate as f64 * STEADY_TICK.as_secs_f64())
-        .round()
-        .max(1.0) as u64;
-    let batches = (load.duration.as_millis() / STEADY_TICK.as_millis()).max(1) as u64;
-    let delays_ms: Vec<u64> = (0..4)
-        .map(|q| load.max_delay.as_millis() as u64 * q / 3)
-        .collect();
-    let created = AtomicU64::new(0);
-    let refused = AtomicU64::new(0);
+    let plan = SteadyPlan::new(&load, &daemon.url(), nginx.url(0, "/steady"))?;
+    let stats_url: reqwest::Url = format!("{}/v1/stats", daemon.url()).parse()?;
+    let counts = SteadyCounts::default();
 
     let baseline = redis.used_memory().await?;
     let scripts_before = redis.script_calls().await?;
     let cpu_before = redis.cpu_seconds().await?;
     let start = tokio::time::Instant::now();
     let end = start + load.duration;
-
-    // The generator: a batch every tick; a late tick is caught up at once
-    // (Burst), so the rate holds as long as hookq keeps up.
-    let generate = async {
-        let mut tick = tokio::time::interval_at(start, STEADY_TICK);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-        for b in 0..batches {
-            tick.tick().await;
-            let jobs: Vec<String> = (0..per_batch)
-                .map(|i| {
-                    let n = b * per_batch + i;
-                    format!(
-                        "{{\"id\":\"steady{n:020}\",\"url\":\"{target}\",\"delay\":\"{}ms\",\"body\":{}}}",
-                        delays_ms[(n % 4) as usize],
-                        steady_body(n)
-                    )
-                })
-                .collect();
-            let r = client
-                .post(batch_url.clone())
-                .header("content-type", "application/json")
-                .body(format!("{{\"jobs\":[{}]}}", jobs.join(",")))
-                .send()
-                .await?;
-            if r.status() != 200 {
-                let status = r.status();
-                let text = r.text().await.unwrap_or_default();
-                return Err::<(), Box<dyn std::error::Error + Send + Sync>>(
-                    format!("{batch_url} answered {status}: {text}").into(),
-                );
-            }
-            let answer: Value = r.json().await?;
-            let ok = answer["results"]
-                .as_array()
-                .map(|a| a.iter().filter(|r| r["status"] == 201).count() as u64)
-                .unwrap_or(0);
-            created.fetch_add(ok, Ordering::Relaxed);
-            refused.fetch_add(per_batch - ok, Ordering::Relaxed);
-        }
-        tokio::time::sleep_until(end).await;
-        Ok(())
+    let sampling = SteadySampling {
+        redis,
+        conn: redis.conn().await,
+        client: &client,
+        stats_url: &stats_url,
+        counts: &counts,
+        start,
     };
-
-    // The sampler: at the start, every `sample_every`, and at the end.
-    let conn = redis.conn().await;
-    let sample = || {
-        steady_sample(
-            redis,
-            conn.clone(),
-            &client,
-            &stats_url,
-            start,
-            created.load(Ordering::Relaxed),
-        )
-    };
-    let sampler = async {
-        let mut samples = Vec::new();
-        let mut k = 0u32;
-        loop {
-            let at = (start + load.sample_every * k).min(end);
-            tokio::time::sleep_until(at).await;
-            samples.push(sample().await?);
-            if at >= end {
-                return Ok::<_, Box<dyn std::error::Error + Send + Sync>>(samples);
-            }
-            k += 1;
-        }
-    };
-    let (generated, samples) = tokio::join!(generate, sampler);
+    let (generated, samples) = tokio::join!(
+        steady_generate(&client, &plan, &counts, start, end),
+        sampling.every(load.sample_every, end),
+    );
     generated?;
     let samples = samples?;
     let load_secs = start.elapsed().as_secs_f64();
-    let created = created.load(Ordering::Relaxed);
+    let created = counts.created.load(Ordering::Relaxed);
 
     nginx
         .wait_for(created, Duration::from_secs(60) + load.max_delay)
         .await?;
+    // Redis's costs before the stats request, which has its own.
     let redis_cpu = redis.cpu_seconds().await? - cpu_before;
     let scripts = redis.script_calls().await? - scripts_before;
     let stats: Value = client.get(stats_url).send().await?.json().await?;
-    let delivered = stats["delivered"].as_u64().unwrap_or(0).max(1) as f64;
+    let totals = SteadyTotals {
+        load_secs,
+        created,
+        refused: counts.refused.load(Ordering::Relaxed),
+        baseline,
+        redis_cpu,
+        scripts,
+        delivered: stats["delivered"].as_u64().unwrap_or(0).max(1) as f64,
+    };
     daemon.stop().await?;
+    Ok((
+        steady_figures(&load, &totals, &samples),
+        steady_extra(load.retention, &samples),
+    ))
+}
 
-    // The last third of the load: its first sample on.
-    let from = load.duration.as_secs_f64() * 2.0 / 3.0;
-    let last_third: Vec<&SteadySample> = samples.iter().filter(|s| s.at >= from).collect();
-    let plateau = median(last_third.iter().map(|s| s.used_memory as f64).collect());
-    let plateau_keys = median(last_third.iter().map(|s| s.keys as f64).collect());
-    let growth = match (last_third.first(), last_third.last()) {
-        (Some(a), Some(b)) if a.used_memory > 0 => {
-            (b.used_memory - a.used_memory) as f64 / a.used_memory as f64 * 100.0
-        }
-        _ => 0.0,
-    };
-    let trend = {
-        let n = last_third.len() as f64;
-        let mean_x = last_third.iter().map(|s| s.at).sum::<f64>() / n.max(1.0);
-        let mean_y = last_third.iter().map(|s| s.used_memory as f64).sum::<f64>() / n.max(1.0);
-        let (mut sxy, mut sxx) = (0.0, 0.0);
-        for s in &last_third {
-            sxy += (s.at - mean_x) * (s.used_memory as f64 - mean_y);
-            sxx += (s.at - mean_x).powi(2);
-        }
-        let span = match (last_third.first(), last_third.last()) {
-            (Some(a), Some(b)) => b.at - a.at,
-            _ => 0.0,
-        };
-        if sxx > 0.0 && plateau > 0.0 {
-            sxy / sxx * span / plateau * 100.0
-        } else {
-            0.0
-        }
-    };
+/// What a steady load counted, besides its samples.
+struct SteadyTotals {
+    /// Seconds from the load's start to its end.
+    load_secs: f64,
+    /// Jobs answered 201.
+    created: u64,
+    /// Batch items answered anything else.
+    refused: u64,
+    /// `used_memory` before the load.
+    baseline: i64,
+    /// Redis's CPU seconds from the load's start until every job was
+    /// delivered.
+    redis_cpu: f64,
+    /// Script calls over the same span.
+    scripts: i64,
+    /// Jobs delivered (`GET /v1/stats`), at least 1.
+    delivered: f64,
+}
+
+/// The figures of `memory_steady_load` (see there) from its `totals` and
+/// `samples`.
+fn steady_figures(load: &SteadyLoad, totals: &SteadyTotals, samples: &[SteadySample]) -> Figures {
+    let third = LastThird::of(samples, load.duration);
     let peak = samples.iter().map(|s| s.used_memory).max().unwrap_or(0);
-    let rate = created as f64 / load_secs;
+    let baseline = totals.baseline as f64;
+    let rate = totals.created as f64 / totals.load_secs;
     let retention_s = load.retention.as_secs_f64();
-    let figures = HashMap::from([
+    HashMap::from([
         ("rate_per_s", rate),
-        ("duration_s", load_secs),
+        ("duration_s", totals.load_secs),
         ("retention_s", retention_s),
-        ("baseline_bytes", baseline as f64),
-        ("plateau_bytes", plateau),
+        ("baseline_bytes", baseline),
+        ("plateau_bytes", third.plateau),
         ("peak_bytes", peak as f64),
-        ("growth_last_third_pct", growth),
-        ("trend_last_third_pct", trend),
+        ("growth_last_third_pct", third.growth_pct),
+        ("trend_last_third_pct", third.trend_pct),
         ("retained_jobs_implied", rate * retention_s),
         (
             "plateau_bytes_per_retained_job",
-            (plateau - baseline as f64) / (rate * retention_s).max(1.0),
+            (third.plateau - baseline) / (rate * retention_s).max(1.0),
         ),
-        ("plateau_keys", plateau_keys),
-        ("redis_cpu_us_per_job", redis_cpu * 1e6 / delivered),
-        ("script_calls_per_job", scripts as f64 / delivered),
-        ("refused_jobs", refused.load(Ordering::Relaxed) as f64),
-    ]);
+        ("plateau_keys", third.plateau_keys),
+        (
+            "redis_cpu_us_per_job",
+            totals.redis_cpu * 1e6 / totals.delivered,
+        ),
+        (
+            "script_calls_per_job",
+            totals.scripts as f64 / totals.delivered,
+        ),
+        ("refused_jobs", totals.refused as f64),
+    ])
+}
+
+/// The steady generator's plan: where its batches go and what they hold.
+struct SteadyPlan {
+    /// `POST /v1/jobs/batch` of the daemon.
+    batch_url: reqwest::Url,
+    /// The jobs' target (nginx's first host).
+    target: String,
+    /// Jobs per batch: rate × [`STEADY_TICK`], at least 1.
+    per_batch: u64,
+    /// Batches over the load's duration.
+    batches: u64,
+    /// The jobs' delays in ms, by job number mod 4: 0, ⅓, ⅔ and all of
+    /// `max_delay`.
+    delays_ms: Vec<u64>,
+}
+
+impl SteadyPlan {
+    /// The plan of `load` against the daemon at `api`, jobs to `target`.
+    fn new(load: &SteadyLoad, api: &str, target: String) -> Res<SteadyPlan> {
+        Ok(SteadyPlan {
+            batch_url: format!("{api}/v1/jobs/batch").parse()?,
+            target,
+            per_batch: (load.rate as f64 * STEADY_TICK.as_secs_f64())
+                .round()
+                .max(1.0) as u64,
+            batches: (load.duration.as_millis() / STEADY_TICK.as_millis()).max(1) as u64,
+            delays_ms: (0..4)
+                .map(|q| load.max_delay.as_millis() as u64 * q / 3)
+                .collect(),
+        })
+    }
+
+    /// The JSON body of batch `b`: jobs `b × per_batch` on, each with a
+    /// 26-character id and a [`steady_body`].
+    fn batch_body(&self, b: u64) -> String {
+        let jobs: Vec<String> = (0..self.per_batch)
+            .map(|i| {
+                let n = b * self.per_batch + i;
+                format!(
+                    "{{\"id\":\"steady{n:020}\",\"url\":\"{}\",\"delay\":\"{}ms\",\"body\":{}}}",
+                    self.target,
+                    self.delays_ms[(n % 4) as usize],
+                    steady_body(n)
+                )
+            })
+            .collect();
+        format!("{{\"jobs\":[{}]}}", jobs.join(","))
+    }
+}
+
+/// What the steady generator has counted so far (the sampler reads it).
+#[derive(Default)]
+struct SteadyCounts {
+    /// Jobs answered 201.
+    created: AtomicU64,
+    /// Batch items answered anything else.
+    refused: AtomicU64,
+}
+
+/// The generator: a batch every tick from `start`; a late tick is caught up
+/// at once (Burst), so the rate holds as long as hookq keeps up. Returns at
+/// `end`.
+async fn steady_generate(
+    client: &reqwest::Client,
+    plan: &SteadyPlan,
+    counts: &SteadyCounts,
+    start: tokio::time::Instant,
+    end: tokio::time::Instant,
+) -> Res<()> {
+    let mut tick = tokio::time::interval_at(start, STEADY_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    for b in 0..plan.batches {
+        tick.tick().await;
+        let r = client
+            .post(plan.batch_url.clone())
+            .header("content-type", "application/json")
+            .body(plan.batch_body(b))
+            .send()
+            .await?;
+        if r.status() != 200 {
+            let status = r.status();
+            let text = r.text().await.unwrap_or_default();
+            return Err(format!("{} answered {status}: {text}", plan.batch_url).into());
+        }
+        let answer: Value = r.json().await?;
+        let ok = answer["results"]
+            .as_array()
+            .map(|a| a.iter().filter(|r| r["status"] == 201).count() as u64)
+            .unwrap_or(0);
+        counts.created.fetch_add(ok, Ordering::Relaxed);
+        counts
+            .refused
+            .fetch_add(plan.per_batch - ok, Ordering::Relaxed);
+    }
+    tokio::time::sleep_until(end).await;
+    Ok(())
+}
+
+/// What the steady sampler reads from.
+struct SteadySampling<'a> {
+    redis: &'a RedisServer,
+    /// For `DBSIZE` and `INFO stats`.
+    conn: ::redis::aio::MultiplexedConnection,
+    client: &'a reqwest::Client,
+    /// `GET /v1/stats` of the daemon.
+    stats_url: &'a reqwest::Url,
+    counts: &'a SteadyCounts,
+    /// When the load started.
+    start: tokio::time::Instant,
+}
+
+impl SteadySampling<'_> {
+    /// A sample at the start, every `every`, and at `end`.
+    async fn every(&self, every: Duration, end: tokio::time::Instant) -> Res<Vec<SteadySample>> {
+        let mut samples = Vec::new();
+        let mut k = 0u32;
+        loop {
+            let at = (self.start + every * k).min(end);
+            tokio::time::sleep_until(at).await;
+            let created = self.counts.created.load(Ordering::Relaxed);
+            samples.push(
+                steady_sample(
+                    self.redis,
+                    self.conn.clone(),
+                    self.client,
+                    self.stats_url,
+                    self.start,
+                    created,
+                )
+                .await?,
+            );
+            if at >= end {
+                return Ok(samples);
+            }
+            k += 1;
+        }
+    }
+}
+
+/// The last third of a steady load (its samples from ⅔ of `duration` on).
+struct LastThird {
+    /// Median `used_memory`.
+    plateau: f64,
+    /// Median `DBSIZE`.
+    plateau_keys: f64,
+    /// `used_memory` of its last sample against its first, in %.
+    growth_pct: f64,
+    /// The same change read off a least-squares line through its samples,
+    /// in % of the plateau.
+    trend_pct: f64,
+}
+
+impl LastThird {
+    /// The last third of `samples`, of a load that ran for `duration`.
+    fn of(samples: &[SteadySample], duration: Duration) -> LastThird {
+        let from = duration.as_secs_f64() * 2.0 / 3.0;
+        let last_third: Vec<&SteadySample> = samples.iter().filter(|s| s.at >= from).collect();
+        let plateau = median(last_third.iter().map(|s| s.used_memory as f64).collect());
+        let growth_pct = match (last_third.first(), last_third.last()) {
+            (Some(a), Some(b)) if a.used_memory > 0 => {
+                (b.used_memory - a.used_memory) as f64 / a.used_memory as f64 * 100.0
+            }
+            _ => 0.0,
+        };
+        LastThird {
+            plateau,
+            plateau_keys: median(last_third.iter().map(|s| s.keys as f64).collect()),
+            growth_pct,
+            trend_pct: trend_pct(&last_third, plateau),
+        }
+    }
+}
+
+/// The change of `used_memory` over `samples` read off their least-squares
+/// line, in % of `plateau`; 0 for fewer than two distinct times or no
+/// plateau.
+fn trend_pct(samples: &[&SteadySample], plateau: f64) -> f64 {
+    let n = samples.len() as f64;
+    let mean_x = samples.iter().map(|s| s.at).sum::<f64>() / n.max(1.0);
+    let mean_y = samples.iter().map(|s| s.used_memory as f64).sum::<f64>() / n.max(1.0);
+    let (mut sxy, mut sxx) = (0.0, 0.0);
+    for s in samples {
+        sxy += (s.at - mean_x) * (s.used_memory as f64 - mean_y);
+        sxx += (s.at - mean_x).powi(2);
+    }
+    let span = match (samples.first(), samples.last()) {
+        (Some(a), Some(b)) => b.at - a.at,
+        _ => 0.0,
+    };
+    if sxx > 0.0 && plateau > 0.0 {
+        sxy / sxx * span / plateau * 100.0
+    } else {
+        0.0
+    }
+}
+
+/// The fields `memory_steady_load` prints beside its medians: `retention`,
+/// `samples` ([seconds, used_memory]), `counts` and `counts_columns`.
+fn steady_extra(retention: Duration, samples: &[SteadySample]) -> serde_json::Map<String, Value> {
     let mut extra = serde_json::Map::new();
     extra.insert(
         "retention".into(),
-        json!(humantime::format_duration(load.retention).to_string()),
+        json!(humantime::format_duration(retention).to_string()),
     );
     extra.insert(
         "samples".into(),
@@ -2191,7 +2327,7 @@ async fn memory_steady_load(
             "expired_stale_pct"
         ]),
     );
-    Ok((figures, extra))
+    extra
 }
 
 // ---------------------------------------------------------------- peers
@@ -2416,7 +2552,7 @@ mod naive {
         let t = token.clone();
         tasks.push(tokio::spawn(async move {
             while !t.is_cancelled() {
-                let now = (now_ms()) as f64;
+                let now = now_ms() as f64;
                 let due: Vec<String> = redis::cmd("ZRANGEBYSCORE")
                     .arg("naive:due")
                     .arg(0)
@@ -2514,6 +2650,22 @@ impl Scenario {
             .collect()
     }
 
+    /// The scenario `name` of `runs`, its JSON line printed ([`report`]).
+    ///
+    /// [`report`]: Scenario::report
+    fn report_of(
+        name: &str,
+        runs: Vec<Figures>,
+        extra: serde_json::Map<String, Value>,
+    ) -> Scenario {
+        Scenario {
+            name: name.to_string(),
+            runs,
+            extra,
+        }
+        .report()
+    }
+
     /// Prints the scenario's JSON line: `{"scenario", "runs", "median"}`
     /// and its `extra` fields.
     fn report(self) -> Scenario {
@@ -2598,294 +2750,321 @@ impl Options {
     }
 }
 
+/// What every scenario shares: the command line, the bench's Redis, nginx
+/// and sink.
+struct Rig<'a> {
+    opts: &'a Options,
+    redis: &'a RedisServer,
+    nginx: &'a Nginx,
+    sink: &'a Sink,
+}
+
+impl Rig<'_> {
+    /// `full` in a full run, `small` with `--quick`.
+    fn size(&self, full: usize, small: usize) -> usize {
+        if self.opts.quick {
+            small
+        } else {
+            full
+        }
+    }
+
+    /// Runs scenario `name` `runs` times, if `--only` wants it, and prints
+    /// and keeps its report in `out`.
+    async fn run<Fut>(
+        &self,
+        out: &mut Vec<Scenario>,
+        name: &str,
+        runs: usize,
+        mut body: impl FnMut() -> Fut,
+    ) -> Res<()>
+    where
+        Fut: std::future::Future<Output = Res<Figures>>,
+    {
+        if self.opts.wanted(name) {
+            let mut figures = Vec::new();
+            for _ in 0..runs {
+                figures.push(body().await?);
+            }
+            out.push(Scenario::report_of(name, figures, serde_json::Map::new()));
+        }
+        Ok(())
+    }
+}
+
+/// Runs every scenario `opts` asks for, in the order the report lists them,
+/// on one Redis, one nginx and one sink.
 async fn bench(opts: &Options) -> Res<Vec<Scenario>> {
     let redis = start_redis();
     let nginx = Nginx::start(NGINX_SERVERS).await?;
     let sink = Sink::start().await?;
-    let runs = opts.runs;
-    let quick = opts.quick;
-    let s = |full: usize, small: usize| if quick { small } else { full };
+    let rig = Rig {
+        opts,
+        redis: &redis,
+        nginx: &nginx,
+        sink: &sink,
+    };
     let mut out = Vec::new();
-    macro_rules! scenario {
-        ($name:expr, $runs:expr, $body:expr) => {
-            if opts.wanted(&$name) {
-                let mut figures = Vec::new();
-                for _ in 0..$runs {
-                    figures.push($body.await?);
-                }
-                out.push(
-                    Scenario {
-                        name: $name.to_string(),
-                        runs: figures,
-                        extra: serde_json::Map::new(),
-                    }
-                    .report(),
-                );
-            }
-        };
+    ingest_scenarios(&rig, &mut out).await?;
+    delivery_scenarios(&rig, &mut out).await?;
+    one_host_scenarios(&rig, &mut out).await?;
+    fleet_scenarios(&rig, &mut out).await?;
+    lateness_scenarios(&rig, &mut out).await?;
+    memory_scenarios(&rig, &mut out).await?;
+    backlog_scenarios(&rig, &mut out).await?;
+    // Last, and once whatever --runs says: 10 minutes in the full run.
+    if opts.wanted("memory_steady_load") {
+        let (figures, extra) = memory_steady_load(&redis, &nginx, opts.steady).await?;
+        out.push(Scenario::report_of(
+            "memory_steady_load",
+            vec![figures],
+            extra,
+        ));
     }
-    scenario!(
-        "ingest_batch",
-        runs,
-        ingest_batch(&redis, s(100_000, 2_000), false)
-    );
-    scenario!(
-        "ingest_batch_acked_1_replica",
-        runs,
-        ingest_batch(&redis, s(100_000, 2_000), true)
-    );
-    scenario!(
-        "ingest_single",
-        runs,
-        ingest_single(&redis, s(20_000, 500), false)
-    );
-    scenario!(
-        "ingest_single_acked_1_replica",
-        runs,
-        ingest_single(&redis, s(20_000, 500), true)
-    );
-    scenario!(
-        "ingest_single_wrk",
-        runs,
-        ingest_single_wrk(&redis, s(5, 1) as u64)
-    );
-    scenario!(
-        "delivery_rate",
-        runs,
-        delivery_rate(&redis, &nginx, s(100_000, 2_000), false, |_| {})
-    );
-    scenario!(
-        "delivery_rate_ordered",
-        runs,
-        delivery_rate_ordered(&redis, &nginx, s(100_000, 2_000), s(10_000, 200))
-    );
-    scenario!(
-        "schedules_100k_every_minute",
-        runs,
-        schedules_firing(
-            &redis,
-            &nginx,
-            s(100_000, 200),
-            if quick { 1000 } else { 60_000 },
-            2
-        )
-    );
-    scenario!(
-        "delivery_rate_signed_shared",
-        runs,
-        delivery_rate(&redis, &nginx, s(100_000, 2_000), false, |c| sign(
-            c,
-            SigningMode::Shared
-        ))
-    );
-    scenario!(
-        "delivery_rate_signed_per_origin",
-        runs,
-        delivery_rate(&redis, &nginx, s(100_000, 2_000), false, |c| sign(
-            c,
-            SigningMode::PerOrigin
-        ))
-    );
-    let collector = nginx.url(1, "");
-    scenario!(
-        "delivery_rate_traced",
-        runs,
-        delivery_rate(&redis, &nginx, s(100_000, 2_000), false, |c| {
+    Ok(out)
+}
+
+/// Job creation through the API: batches and single requests, with and
+/// without a replica acknowledging each write, and single creates from wrk.
+async fn ingest_scenarios(rig: &Rig<'_>, out: &mut Vec<Scenario>) -> Res<()> {
+    let (redis, runs) = (rig.redis, rig.opts.runs);
+    let batch = rig.size(100_000, 2_000);
+    let single = rig.size(20_000, 500);
+    for (name, acked) in [
+        ("ingest_batch", false),
+        ("ingest_batch_acked_1_replica", true),
+    ] {
+        rig.run(out, name, runs, move || ingest_batch(redis, batch, acked))
+            .await?;
+    }
+    for (name, acked) in [
+        ("ingest_single", false),
+        ("ingest_single_acked_1_replica", true),
+    ] {
+        rig.run(out, name, runs, move || ingest_single(redis, single, acked))
+            .await?;
+    }
+    let seconds = rig.size(5, 1) as u64;
+    rig.run(out, "ingest_single_wrk", runs, move || {
+        ingest_single_wrk(redis, seconds)
+    })
+    .await
+}
+
+/// Delivery rates to one nginx host: plain, ordered, signed, traced (with a
+/// collector up and down), by the naive design and on a cluster; and
+/// schedules firing.
+async fn delivery_scenarios(rig: &Rig<'_>, out: &mut Vec<Scenario>) -> Res<()> {
+    let (redis, nginx, runs) = (rig.redis, rig.nginx, rig.opts.runs);
+    let n = rig.size(100_000, 2_000);
+    rig.run(out, "delivery_rate", runs, move || {
+        delivery_rate(redis, nginx, n, false, |_| {})
+    })
+    .await?;
+    let keys = rig.size(10_000, 200);
+    rig.run(out, "delivery_rate_ordered", runs, move || {
+        delivery_rate_ordered(redis, nginx, n, keys)
+    })
+    .await?;
+    let (schedules, every_ms) = (rig.size(100_000, 200), rig.size(60_000, 1000) as i64);
+    rig.run(out, "schedules_100k_every_minute", runs, move || {
+        schedules_firing(redis, nginx, schedules, every_ms, 2)
+    })
+    .await?;
+    for (name, mode) in [
+        ("delivery_rate_signed_shared", SigningMode::Shared),
+        ("delivery_rate_signed_per_origin", SigningMode::PerOrigin),
+    ] {
+        rig.run(out, name, runs, move || {
+            delivery_rate(redis, nginx, n, false, move |c| sign(c, mode))
+        })
+        .await?;
+    }
+    let collector = &nginx.url(1, "");
+    rig.run(out, "delivery_rate_traced", runs, move || {
+        delivery_rate(redis, nginx, n, false, move |c| {
             c.telemetry.otlp_endpoint = collector.clone()
         })
-    );
-    scenario!(
-        "delivery_rate_collector_down",
-        runs,
-        delivery_rate(&redis, &nginx, s(100_000, 2_000), false, |c| {
+    })
+    .await?;
+    rig.run(out, "delivery_rate_collector_down", runs, move || {
+        delivery_rate(redis, nginx, n, false, |c| {
             c.telemetry.otlp_endpoint = format!("http://127.0.0.1:{}", free_port())
         })
-    );
-    scenario!(
-        "delivery_rate_naive",
-        runs,
-        delivery_rate(&redis, &nginx, s(100_000, 2_000), true, |_| {})
-    );
-    if opts.wanted("delivery_rate_cluster_3_masters") {
-        let cluster = RedisCluster::start_with(0);
-        scenario!(
-            "delivery_rate_cluster_3_masters",
-            runs,
-            delivery_rate_cluster(&cluster, &nginx, s(100_000, 2_000))
-        );
+    })
+    .await?;
+    rig.run(out, "delivery_rate_naive", runs, move || {
+        delivery_rate(redis, nginx, n, true, |_| {})
+    })
+    .await?;
+    if rig.opts.wanted("delivery_rate_cluster_3_masters") {
+        let cluster = &RedisCluster::start_with(0);
+        rig.run(out, "delivery_rate_cluster_3_masters", runs, move || {
+            delivery_rate_cluster(cluster, nginx, n)
+        })
+        .await?;
     }
+    Ok(())
+}
+
+/// One host at SPEC §11.6's bars: the default and lifted per-host limits
+/// (measured together), BullMQ with `--peers`, and many healthy hosts beside
+/// a hanging one.
+async fn one_host_scenarios(rig: &Rig<'_>, out: &mut Vec<Scenario>) -> Res<()> {
+    let (redis, nginx, runs) = (rig.redis, rig.nginx, rig.opts.runs);
+    let n = rig.size(100_000, 2_000);
     // One run measures both (the ratio is of rates from the same run).
-    if opts.wanted("one_host_default") || opts.wanted("one_host_lifted") {
+    if rig.opts.wanted("one_host_default") || rig.opts.wanted("one_host_lifted") {
         let (mut default, mut lifted) = (Vec::new(), Vec::new());
         for _ in 0..runs {
-            let (d, l) = one_host(&redis, &nginx, s(100_000, 2_000)).await?;
+            let (d, l) = one_host(redis, nginx, n).await?;
             default.push(d);
             lifted.push(l);
         }
         for (name, runs) in [("one_host_default", default), ("one_host_lifted", lifted)] {
-            out.push(
-                Scenario {
-                    name: name.into(),
-                    runs,
-                    extra: serde_json::Map::new(),
-                }
-                .report(),
-            );
+            out.push(Scenario::report_of(name, runs, serde_json::Map::new()));
         }
     }
-    if opts.peers {
-        scenario!(
-            "peer_bullmq_one_host",
-            runs,
-            peer_bullmq(&redis, &nginx, s(100_000, 2_000), opts.peer_concurrency)
-        );
+    if rig.opts.peers {
+        let concurrency = rig.opts.peer_concurrency;
+        rig.run(out, "peer_bullmq_one_host", runs, move || {
+            peer_bullmq(redis, nginx, n, concurrency)
+        })
+        .await?;
     }
-    scenario!(
-        "many_hosts_one_hanging",
-        runs,
-        many_hosts(&redis, &nginx, s(100_000, 2_000), s(10_000, 200))
-    );
+    let hanging = rig.size(10_000, 200);
+    rig.run(out, "many_hosts_one_hanging", runs, move || {
+        many_hosts(redis, nginx, n, hanging)
+    })
+    .await
+}
+
+/// SPEC §13's fleets and their round-trip floor, then the shared per-host
+/// rate of two daemons and an open host's backlog.
+async fn fleet_scenarios(rig: &Rig<'_>, out: &mut Vec<Scenario>) -> Res<()> {
+    let (redis, nginx, runs) = (rig.redis, rig.nginx, rig.opts.runs);
+    let n = rig.size(2_000, 200);
+    let idle = Duration::from_secs(rig.size(5, 1) as u64);
     for daemons in [1, 5, 20] {
-        scenario!(
-            format!("fleet_{daemons}_daemons"),
-            runs,
-            fleet(
-                &redis,
-                &nginx,
-                daemons,
-                s(2_000, 200),
-                Duration::from_secs(s(5, 1) as u64)
-            )
-        );
+        rig.run(out, &format!("fleet_{daemons}_daemons"), runs, move || {
+            fleet(redis, nginx, daemons, n, idle)
+        })
+        .await?;
     }
-    scenario!(
-        "fleet_round_trip_floor",
-        runs,
-        round_trip_floor(&redis, s(2_000, 200))
+    rig.run(out, "fleet_round_trip_floor", runs, move || {
+        round_trip_floor(redis, n)
+    })
+    .await?;
+    let idle = Duration::from_secs(rig.size(10, 1) as u64);
+    rig.run(out, "fleet_idle_50_daemons", runs, move || {
+        fleet(redis, nginx, 50, 0, idle)
+    })
+    .await?;
+    let (jobs, rate) = (
+        rig.size(10_000, 250),
+        if rig.opts.quick { 50.0 } else { 2000.0 },
     );
-    scenario!(
-        "fleet_idle_50_daemons",
-        runs,
-        fleet(&redis, &nginx, 50, 0, Duration::from_secs(s(10, 1) as u64))
+    rig.run(out, "rate_two_daemons", runs, move || {
+        rate_two_daemons(redis, nginx, jobs, rate)
+    })
+    .await?;
+    let (jobs, window) = (
+        rig.size(10_000, 200),
+        Duration::from_millis(rig.size(10_000, 500) as u64),
     );
-    scenario!(
-        "rate_two_daemons",
-        runs,
-        rate_two_daemons(
-            &redis,
-            &nginx,
-            s(10_000, 250),
-            if quick { 50.0 } else { 2000.0 }
-        )
-    );
-    scenario!(
-        "open_host_backlog",
-        runs,
-        open_host_backlog(
-            &redis,
-            &nginx,
-            s(10_000, 200),
-            Duration::from_millis(s(10_000, 500) as u64)
-        )
-    );
-    scenario!(
-        "lateness_idle",
-        runs,
-        lateness(&redis, &sink, 0, s(40, 5), false)
-    );
-    scenario!(
-        "lateness_idle_20_daemons",
-        runs,
-        lateness_with(&redis, &sink, 0, s(40, 5), false, 20)
-    );
-    scenario!(
-        "lateness_idle_naive",
-        runs,
-        lateness(&redis, &sink, 0, s(20, 3), true)
-    );
-    scenario!(
-        "lateness_2000_per_s",
-        runs,
-        lateness(&redis, &sink, s(2000, 200), s(10, 2), false)
-    );
-    scenario!(
-        "lateness_2000_per_s_naive",
-        runs,
-        lateness(&redis, &sink, s(2000, 200), s(10, 2), true)
-    );
-    scenario!(
-        "memory_10k_scheduled",
-        1,
-        memory(&redis, s(10_000, 10_000), STOCK_LISTPACK_VALUE, false)
-    );
-    scenario!(
-        "memory_1m_scheduled",
-        1,
-        memory(&redis, s(1_000_000, 10_000), STOCK_LISTPACK_VALUE, false)
-    );
-    scenario!(
-        "memory_1m_scheduled_mixed_bodies",
-        1,
-        memory(&redis, s(1_000_000, 10_000), STOCK_LISTPACK_VALUE, true)
-    );
-    scenario!(
-        "memory_1m_scheduled_tuned_redis",
-        1,
-        memory(
-            &redis,
-            s(1_000_000, 10_000),
-            RECOMMENDED_LISTPACK_VALUE,
-            false
-        )
-    );
-    scenario!(
-        "memory_100k_finished",
-        1,
-        memory_finished(&redis, s(100_000, 2_000), STOCK_LISTPACK_VALUE, false)
-    );
-    scenario!(
-        "memory_100k_finished_tuned_redis",
-        1,
-        memory_finished(&redis, s(100_000, 2_000), RECOMMENDED_LISTPACK_VALUE, false)
-    );
-    scenario!(
-        "memory_100k_finished_keep_bodies",
-        1,
-        memory_finished(&redis, s(100_000, 2_000), STOCK_LISTPACK_VALUE, true)
-    );
-    scenario!(
-        "promotion_10k_scheduled",
-        runs,
-        promotion(&redis, s(10_000, 1_000), s(10_000, 1_000))
-    );
-    scenario!(
-        "promotion_1m_scheduled",
-        if quick { 1 } else { runs },
-        promotion(&redis, s(1_000_000, 10_000), s(10_000, 1_000))
-    );
-    scenario!(
-        "console_first_paint_1m",
-        1,
-        console_paint(&redis, s(1_000_000, 10_000), s(5, 1))
-    );
-    scenario!(
-        "hanging_endpoint",
-        runs,
-        hanging(&redis, &nginx, s(100_000, 1_000))
-    );
-    // Last, and once whatever --runs says: 10 minutes in the full run.
-    if opts.wanted("memory_steady_load") {
-        let (figures, extra) = memory_steady_load(&redis, &nginx, opts.steady).await?;
-        out.push(
-            Scenario {
-                name: "memory_steady_load".into(),
-                runs: vec![figures],
-                extra,
-            }
-            .report(),
-        );
+    rig.run(out, "open_host_backlog", runs, move || {
+        open_host_backlog(redis, nginx, jobs, window)
+    })
+    .await
+}
+
+/// Lateness at the sink: idle (one daemon, twenty, the naive design) and at
+/// 2,000 jobs/s (hookq, the naive design).
+async fn lateness_scenarios(rig: &Rig<'_>, out: &mut Vec<Scenario>) -> Res<()> {
+    let (redis, sink, runs) = (rig.redis, rig.sink, rig.opts.runs);
+    let idle = rig.size(40, 5);
+    rig.run(out, "lateness_idle", runs, move || {
+        lateness(redis, sink, 0, idle, false)
+    })
+    .await?;
+    rig.run(out, "lateness_idle_20_daemons", runs, move || {
+        lateness_with(redis, sink, 0, idle, false, 20)
+    })
+    .await?;
+    let idle_naive = rig.size(20, 3);
+    rig.run(out, "lateness_idle_naive", runs, move || {
+        lateness(redis, sink, 0, idle_naive, true)
+    })
+    .await?;
+    let (rate, seconds) = (rig.size(2000, 200), rig.size(10, 2));
+    for (name, naive) in [
+        ("lateness_2000_per_s", false),
+        ("lateness_2000_per_s_naive", true),
+    ] {
+        rig.run(out, name, runs, move || {
+            lateness(redis, sink, rate, seconds, naive)
+        })
+        .await?;
     }
-    Ok(out)
+    Ok(())
+}
+
+/// Redis memory per job, once each: scheduled (stock and tuned Redis, mixed
+/// bodies) and finished (stock and tuned, bodies kept).
+async fn memory_scenarios(rig: &Rig<'_>, out: &mut Vec<Scenario>) -> Res<()> {
+    let redis = rig.redis;
+    let (stock, tuned) = (STOCK_LISTPACK_VALUE, RECOMMENDED_LISTPACK_VALUE);
+    let (million, finished) = (rig.size(1_000_000, 10_000), rig.size(100_000, 2_000));
+    for (name, n, listpack_value, mixed) in [
+        ("memory_10k_scheduled", 10_000, stock, false),
+        ("memory_1m_scheduled", million, stock, false),
+        ("memory_1m_scheduled_mixed_bodies", million, stock, true),
+        ("memory_1m_scheduled_tuned_redis", million, tuned, false),
+    ] {
+        rig.run(out, name, 1, move || {
+            memory(redis, n, listpack_value, mixed)
+        })
+        .await?;
+    }
+    for (name, listpack_value, keep_bodies) in [
+        ("memory_100k_finished", stock, false),
+        ("memory_100k_finished_tuned_redis", tuned, false),
+        ("memory_100k_finished_keep_bodies", stock, true),
+    ] {
+        rig.run(out, name, 1, move || {
+            memory_finished(redis, finished, listpack_value, keep_bodies)
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// What a large backlog costs: promotion beside 10k and 1m parked jobs, the
+/// console's first paint over 1m, and one host's rate beside a hanging one.
+async fn backlog_scenarios(rig: &Rig<'_>, out: &mut Vec<Scenario>) -> Res<()> {
+    let (redis, nginx, runs) = (rig.redis, rig.nginx, rig.opts.runs);
+    let due = rig.size(10_000, 1_000);
+    for (name, parked, runs) in [
+        ("promotion_10k_scheduled", rig.size(10_000, 1_000), runs),
+        (
+            "promotion_1m_scheduled",
+            rig.size(1_000_000, 10_000),
+            rig.size(runs, 1),
+        ),
+    ] {
+        rig.run(out, name, runs, move || promotion(redis, parked, due))
+            .await?;
+    }
+    let (jobs, loads) = (rig.size(1_000_000, 10_000), rig.size(5, 1));
+    rig.run(out, "console_first_paint_1m", 1, move || {
+        console_paint(redis, jobs, loads)
+    })
+    .await?;
+    let n = rig.size(100_000, 1_000);
+    rig.run(out, "hanging_endpoint", runs, move || {
+        hanging(redis, nginx, n)
+    })
+    .await
 }
 
 fn main() -> std::process::ExitCode {

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::support::hanging::HangingHost;
 use crate::support::receiver::{Receiver, Recorded, Reply};
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
@@ -647,20 +648,9 @@ async fn a_hanging_host_does_not_hold_up_a_healthy_one() {
 async fn proxy_variables_in_the_environment_are_ignored() {
     let redis = RedisServer::start();
     let receiver = Receiver::ok().await;
-    let proxy = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind the fake proxy");
-    let proxy_url = format!("http://{}", proxy.local_addr().expect("proxy addr"));
-    let connections = Arc::new(AtomicUsize::new(0));
-    let counted = connections.clone();
-    let _proxy_task = tokio::spawn(async move {
-        // Accepted connections are held open and never answered.
-        let mut held = Vec::new();
-        while let Ok((stream, _)) = proxy.accept().await {
-            counted.fetch_add(1, Ordering::SeqCst);
-            held.push(stream);
-        }
-    });
+    // Accepted connections are held open and never answered.
+    let proxy = HangingHost::start().await;
+    let proxy_url = proxy.url("");
     let p = proxy_url.as_str();
     let env = [
         ("HTTP_PROXY", p),
@@ -685,22 +675,18 @@ async fn proxy_variables_in_the_environment_are_ignored() {
     wait_until(
         "the receiver or the proxy is reached",
         Duration::from_secs(15),
-        || async { receiver.count() > 0 || connections.load(Ordering::SeqCst) > 0 },
+        || async { receiver.count() > 0 || proxy.accepted() > 0 },
     )
     .await;
     assert_eq!(
-        connections.load(Ordering::SeqCst),
+        proxy.accepted(),
         0,
         "a delivery went through the proxy from the environment"
     );
     let view = crate::wait_state(&base, "direct", "delivered").await;
     assert_eq!(view["attempts"], 1, "{view}");
     assert_eq!(receiver.count(), 1);
-    assert_eq!(
-        connections.load(Ordering::SeqCst),
-        0,
-        "the proxy saw nothing"
-    );
+    assert_eq!(proxy.accepted(), 0, "the proxy saw nothing");
 }
 
 /// `GET /v1/signing-secret` prints no secret it should not: 409 `unsigned`

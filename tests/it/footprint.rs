@@ -11,6 +11,7 @@ use serde_json::json;
 
 use crate::support::receiver::{Receiver, Recorded, Reply};
 use crate::support::redis::RedisServer;
+use crate::support::store::complete_claimed;
 use crate::support::wait_until;
 use crate::{get_json, post_created, start_daemon, test_config};
 
@@ -351,18 +352,11 @@ async fn many_summaries_split_into_shards_and_are_all_found() {
     while recorded < n {
         let claimed = store.claim(0, 256).await.expect("claim").jobs;
         assert!(!claimed.is_empty(), "jobs left to claim");
-        let deliveries: Vec<hookq::store::Delivery> = claimed
-            .iter()
-            .map(|c| {
-                store.delivery_from_json(&c.spec_json, r#"{"at":1,"duration_ms":2,"status":200}"#)
-            })
-            .collect();
-        let items: Vec<(&str, u32, &hookq::store::Delivery)> = claimed
-            .iter()
-            .zip(&deliveries)
-            .map(|(c, d)| (c.id.as_str(), c.attempt, d))
-            .collect();
-        let done = store.complete_many(0, &items).await.expect("complete");
+        let done = complete_claimed(&store, 0, &claimed, |_| {
+            r#"{"at":1,"duration_ms":2,"status":200}"#.into()
+        })
+        .await
+        .expect("complete");
         assert!(done.iter().all(|d| *d));
         recorded += done.len();
     }

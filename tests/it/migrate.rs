@@ -11,10 +11,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use futures_util::stream::{self, StreamExt};
-use hookq::job::State;
+use hookq::job::{now_ms, State};
 use hookq::store::keys::Keys;
 use hookq::store::record::RecordHeader;
 use hookq::store::Store;
@@ -51,13 +51,6 @@ fn hookq_command(redis: &RedisServer, partitions: u16, args: &[&str]) -> Command
 /// Runs `hookq <args>` to its end (panics after `CLI_DEADLINE`).
 fn hookq(redis: &RedisServer, partitions: u16, args: &[&str]) -> Output {
     crate::output_within(hookq_command(redis, partitions, args), CLI_DEADLINE)
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_millis() as i64
 }
 
 fn spec(url: &str, n: usize) -> String {
@@ -141,7 +134,7 @@ impl L1Job {
     /// whose time has come reads as ready.
     fn expected_state(&self) -> State {
         match State::parse(self.state).expect("a layout-1 state name") {
-            State::Scheduled if self.due <= hookq::job::now_ms() => State::Ready,
+            State::Scheduled if self.due <= now_ms() => State::Ready,
             state => state,
         }
     }

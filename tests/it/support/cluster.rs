@@ -42,7 +42,10 @@ impl RedisCluster {
 
     /// Starts three masters with `replicas` replicas each and waits until
     /// every node reports `cluster_state:ok` and every replica is in sync.
+    /// Each node runs with hookq's recommended `hash-max-listpack-value`
+    /// ([`hookq::doctor::RECOMMENDED_LISTPACK_VALUE`], as `scripts/cluster.sh`).
     pub fn start_with(replicas: usize) -> RedisCluster {
+        let listpack_value = hookq::doctor::RECOMMENDED_LISTPACK_VALUE.to_string();
         let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
             .map(|_| loop {
                 // The cluster bus listens on port + 10000, so the port must
@@ -55,7 +58,7 @@ impl RedisCluster {
                     "--cluster-node-timeout",
                     "1000",
                     "--hash-max-listpack-value",
-                    "1024",
+                    &listpack_value,
                 ]);
                 if node.port() < 55_000 {
                     break node;

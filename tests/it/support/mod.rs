@@ -2,16 +2,20 @@
 //! and the benchmark (`#[path]`-included): a free loopback port, a real
 //! `redis-server` per test ([`redis::RedisServer`]) or a real cluster
 //! ([`cluster::RedisCluster`]), a real recording HTTP receiver
-//! ([`receiver::Receiver`]), processes owned down to their grandchildren
+//! ([`receiver::Receiver`]), a host that accepts and never answers
+//! ([`hanging::HangingHost`]), processes owned down to their grandchildren
 //! ([`process::OwnedProcess`]), a headless Chromium over WebDriver
-//! ([`browser::Browser`]), condition waits with deadlines, and test logging.
+//! ([`browser::Browser`]), condition waits with deadlines, claimed jobs
+//! recorded as delivered ([`store::complete_claimed`]), and test logging.
 #![allow(dead_code)]
 
 pub mod browser;
 pub mod cluster;
+pub mod hanging;
 pub mod process;
 pub mod receiver;
 pub mod redis;
+pub mod store;
 
 use std::future::Future;
 use std::net::TcpListener;
