@@ -609,169 +609,188 @@ pub async fn run(cli: Cli, config: Config) -> Result<ExitCode, CliError> {
         }
         Command::Enqueue(args) => enqueue(&config, args, json).await,
         Command::Show { id } => show(&config, &id, json).await,
-        Command::Cancel { id } => {
-            crate::job::validate_id(&id).map_err(field_error)?;
-            let store = connect(&config).await?;
-            match store.cancel(&id).await? {
-                CancelOutcome::Cancelled | CancelOutcome::AlreadyCancelled => {
-                    if json {
-                        print_json(&serde_json::json!({"id": id, "state": "cancelled"}))?;
-                    } else {
-                        println!("cancelled {id}");
-                    }
-                    Ok(ExitCode::SUCCESS)
-                }
-                CancelOutcome::NotFound => Err(fail(3, format!("no job with id `{id}`"))),
-                CancelOutcome::Finished => {
-                    Err(fail(4, format!("job `{id}` is already delivered or dead")))
-                }
-            }
-        }
-        Command::Stats => {
-            let store = connect(&config).await?;
-            let stats = store.stats().await?;
-            if json {
-                print_json(&stats)?;
-            } else {
-                let value = serde_json::to_value(&stats)?;
-                let rows: Vec<Vec<String>> = value
-                    .as_object()
-                    .map(|m| {
-                        m.iter()
-                            .filter(|(k, _)| *k != "partitions")
-                            .map(|(k, v)| vec![k.clone(), v.to_string()])
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                print_table(&["counter", "value"], &rows);
-                println!();
-                let partitions: Vec<Vec<String>> = stats
-                    .partitions
-                    .iter()
-                    .map(|p| {
-                        [
-                            p.partition as u64,
-                            p.scheduled,
-                            p.ready,
-                            p.inflight,
-                            p.dead,
-                            p.delivered,
-                        ]
-                        .iter()
-                        .map(u64::to_string)
-                        .collect()
-                    })
-                    .collect();
-                print_table(
-                    &[
-                        "partition",
-                        "scheduled",
-                        "ready",
-                        "inflight",
-                        "dead",
-                        "delivered",
-                    ],
-                    &partitions,
-                );
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::DeadLetters { topic, limit } => {
-            if let Some(t) = &topic {
-                crate::job::validate_topic(t).map_err(field_error)?;
-            }
-            if !(1..=1000).contains(&limit) {
-                return Err(fail(2, "--limit: must be from 1 to 1000".into()));
-            }
-            let store = connect(&config).await?;
-            let page = store.list_dead(topic.as_deref(), None, limit, None).await?;
-            if json {
-                print_json(&page.items)?;
-            } else {
-                let rows: Vec<Vec<String>> = page
-                    .items
-                    .iter()
-                    .map(|d| {
-                        vec![
-                            d.id.clone(),
-                            d.topic.clone(),
-                            d.attempts.to_string(),
-                            d.last_status
-                                .map(|s| s.to_string())
-                                .unwrap_or_else(|| "-".into()),
-                            d.dead_at.clone(),
-                            d.last_error.chars().take(60).collect(),
-                        ]
-                    })
-                    .collect();
-                print_table(
-                    &["id", "topic", "attempts", "status", "dead_at", "last_error"],
-                    &rows,
-                );
-                if page.next_cursor.is_some() {
-                    println!(
-                        "(more than {limit}; raise --limit or use GET /v1/dead-letters to page)"
-                    );
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Cancel { id } => cancel(&config, &id, json).await,
+        Command::Stats => stats(&config, json).await,
+        Command::DeadLetters { topic, limit } => dead_letters(&config, topic, limit, json).await,
         Command::Replay(args) => replay(&config, args, json).await,
         Command::Hosts { state, action } => hosts(&config, state, action, json).await,
         Command::Schedules { action } => schedules(&config, action, json).await,
-        Command::NewSecret => {
-            let secret = crate::delivery::signing::SigningSecret::generate();
+        Command::NewSecret => new_secret(json),
+        Command::NewKey { name, scopes } => new_key(&name, &scopes, json),
+        Command::SigningSecret { url } => signing_secret(&config, &url, json),
+        Command::Migrate => migrate(&config, json).await,
+        Command::Doctor => run_doctor(&config, json).await,
+    }
+}
+
+/// `hookq cancel ID`.
+async fn cancel(config: &Config, id: &str, json: bool) -> Result<ExitCode, CliError> {
+    crate::job::validate_id(id).map_err(field_error)?;
+    let store = connect(config).await?;
+    match store.cancel(id).await? {
+        CancelOutcome::Cancelled | CancelOutcome::AlreadyCancelled => {
             if json {
-                print_json(&serde_json::json!({ "secret": secret }))?;
+                print_json(&serde_json::json!({"id": id, "state": "cancelled"}))?;
             } else {
+                println!("cancelled {id}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        CancelOutcome::NotFound => Err(fail(3, format!("no job with id `{id}`"))),
+        CancelOutcome::Finished => Err(fail(4, format!("job `{id}` is already delivered or dead"))),
+    }
+}
+
+/// `hookq stats`: the counters, then a row per partition.
+async fn stats(config: &Config, json: bool) -> Result<ExitCode, CliError> {
+    let store = connect(config).await?;
+    let stats = store.stats().await?;
+    if json {
+        print_json(&stats)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let value = serde_json::to_value(&stats)?;
+    let rows: Vec<Vec<String>> = value
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(k, _)| *k != "partitions")
+                .map(|(k, v)| vec![k.clone(), v.to_string()])
+                .collect()
+        })
+        .unwrap_or_default();
+    print_table(&["counter", "value"], &rows);
+    println!();
+    let partitions: Vec<Vec<String>> = stats
+        .partitions
+        .iter()
+        .map(|p| {
+            [
+                p.partition as u64,
+                p.scheduled,
+                p.ready,
+                p.inflight,
+                p.dead,
+                p.delivered,
+            ]
+            .iter()
+            .map(u64::to_string)
+            .collect()
+        })
+        .collect();
+    print_table(
+        &[
+            "partition",
+            "scheduled",
+            "ready",
+            "inflight",
+            "dead",
+            "delivered",
+        ],
+        &partitions,
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `hookq dead-letters [--topic T] [--limit N]`.
+async fn dead_letters(
+    config: &Config,
+    topic: Option<String>,
+    limit: usize,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    if let Some(t) = &topic {
+        crate::job::validate_topic(t).map_err(field_error)?;
+    }
+    if !(1..=1000).contains(&limit) {
+        return Err(fail(2, "--limit: must be from 1 to 1000".into()));
+    }
+    let store = connect(config).await?;
+    let page = store.list_dead(topic.as_deref(), None, limit, None).await?;
+    if json {
+        print_json(&page.items)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<Vec<String>> = page
+        .items
+        .iter()
+        .map(|d| {
+            vec![
+                d.id.clone(),
+                d.topic.clone(),
+                d.attempts.to_string(),
+                d.last_status
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| "-".into()),
+                d.dead_at.clone(),
+                d.last_error.chars().take(60).collect(),
+            ]
+        })
+        .collect();
+    print_table(
+        &["id", "topic", "attempts", "status", "dead_at", "last_error"],
+        &rows,
+    );
+    if page.next_cursor.is_some() {
+        println!("(more than {limit}; raise --limit or use GET /v1/dead-letters to page)");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `hookq new-secret`: a fresh Standard Webhooks signing secret.
+fn new_secret(json: bool) -> Result<ExitCode, CliError> {
+    let secret = crate::delivery::signing::SigningSecret::generate();
+    if json {
+        print_json(&serde_json::json!({ "secret": secret }))?;
+    } else {
+        println!("{secret}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `hookq signing-secret URL`: the secrets a receiver at URL verifies with.
+fn signing_secret(config: &Config, url: &str, json: bool) -> Result<ExitCode, CliError> {
+    let url =
+        crate::job::validate_url(url, "URL").map_err(|e| fail(2, format!("URL: {}", e.message)))?;
+    match crate::delivery::signing::receiver_secrets_for(&config.delivery, &url) {
+        Ok(answer) if json => print_json(&answer)?,
+        Ok(answer) => {
+            for secret in &answer.secrets {
                 println!("{secret}");
             }
-            Ok(ExitCode::SUCCESS)
         }
-        Command::NewKey { name, scopes } => new_key(&name, &scopes, json),
-        Command::SigningSecret { url } => {
-            let url = crate::job::validate_url(&url, "URL")
-                .map_err(|e| fail(2, format!("URL: {}", e.message)))?;
-            match crate::delivery::signing::receiver_secrets_for(&config.delivery, &url) {
-                Ok(answer) if json => print_json(&answer)?,
-                Ok(answer) => {
-                    for secret in &answer.secrets {
-                        println!("{secret}");
-                    }
-                }
-                Err(why) => {
-                    return Err(fail(
-                        2,
-                        format!("config key `delivery.signing_mode`: {why}"),
-                    ))
-                }
-            }
-            Ok(ExitCode::SUCCESS)
+        Err(why) => {
+            return Err(fail(
+                2,
+                format!("config key `delivery.signing_mode`: {why}"),
+            ))
         }
-        Command::Migrate => migrate(&config, json).await,
-        Command::Doctor => {
-            let report = doctor::run(&config).await;
-            if json {
-                print_json(&report)?;
-            } else {
-                for check in &report.checks {
-                    println!(
-                        "{:<5} {:<18} {}",
-                        check.status.label(),
-                        check.name,
-                        check.detail
-                    );
-                    if let Some(fix) = &check.fix {
-                        println!("{:<5} {:<18} fix: {fix}", "", "");
-                    }
-                }
-            }
-            if report.ok() {
-                Ok(ExitCode::SUCCESS)
-            } else {
-                Ok(ExitCode::from(5))
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `hookq doctor`: every check with its fix; exit code 5 when one failed.
+async fn run_doctor(config: &Config, json: bool) -> Result<ExitCode, CliError> {
+    let report = doctor::run(config).await;
+    if json {
+        print_json(&report)?;
+    } else {
+        for check in &report.checks {
+            println!(
+                "{:<5} {:<18} {}",
+                check.status.label(),
+                check.name,
+                check.detail
+            );
+            if let Some(fix) = &check.fix {
+                println!("{:<5} {:<18} fix: {fix}", "", "");
             }
         }
+    }
+    if report.ok() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Ok(ExitCode::from(5))
     }
 }
 
