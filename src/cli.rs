@@ -19,6 +19,7 @@ use crate::config::Config;
 use crate::deadletter::{self, parse_since, Revival, Selection};
 use crate::doctor;
 use crate::job::{format_ms, FieldError, JobInput, RunAt};
+use crate::store::schedules::ScheduleView;
 use crate::store::{CancelOutcome, EnqueueOutcome, Store};
 
 /// hookq: HTTP callback jobs held in Redis, delivered at their due time.
@@ -407,82 +408,104 @@ async fn migrate(config: &Config, json: bool) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `hookq hosts [--state S]`, `hookq hosts pause|resume HOST`.
+/// `hookq schedules [list]`, `hookq schedules show|pause|resume|delete ID`.
 async fn schedules(
     config: &Config,
     action: Option<ScheduleAction>,
     json: bool,
 ) -> Result<ExitCode, CliError> {
-    let id_of = |action: &ScheduleAction| match action {
-        ScheduleAction::List => None,
-        ScheduleAction::Show { id }
-        | ScheduleAction::Pause { id }
-        | ScheduleAction::Resume { id }
-        | ScheduleAction::Delete { id } => Some(id.clone()),
-    };
     let action = action.unwrap_or(ScheduleAction::List);
-    if let Some(id) = id_of(&action) {
-        crate::schedule::validate_schedule_id(&id).map_err(|e| fail(2, format!("ID: {e}")))?;
+    if let Some(id) = schedule_id(&action) {
+        crate::schedule::validate_schedule_id(id).map_err(|e| fail(2, format!("ID: {e}")))?;
     }
     let store = connect(config).await?;
-    let missing = |id: &str| fail(3, format!("no schedule with id `{id}`"));
     let record = match &action {
-        ScheduleAction::List => {
-            let mut all = Vec::new();
-            let mut after = None;
-            loop {
-                let (page, next) = store.list_schedules(1000, after).await?;
-                all.extend(page.into_iter().map(|r| r.view()));
-                match next {
-                    Some(next) => after = Some(next),
-                    None => break,
-                }
-            }
-            if json {
-                print_json(&all)?;
-            } else {
-                let rows: Vec<Vec<String>> = all
-                    .iter()
-                    .map(|s| {
-                        vec![
-                            s.id.clone(),
-                            s.state.to_string(),
-                            s.when(),
-                            s.next_runs.first().cloned().unwrap_or_else(|| "-".into()),
-                            s.last_runs
-                                .first()
-                                .map(|r| format!("{} {}", r.at, r.outcome))
-                                .unwrap_or_else(|| "-".into()),
-                        ]
-                    })
-                    .collect();
-                print_table(&["id", "state", "when", "next_run", "last_run"], &rows);
-            }
-            return Ok(ExitCode::SUCCESS);
-        }
-        ScheduleAction::Show { id } => store.get_schedule(id).await?.ok_or_else(|| missing(id))?,
+        ScheduleAction::List => return list_schedules(&store, json).await,
+        ScheduleAction::Show { id } => store
+            .get_schedule(id)
+            .await?
+            .ok_or_else(|| no_schedule(id))?,
         ScheduleAction::Pause { id } | ScheduleAction::Resume { id } => {
             let pause = matches!(action, ScheduleAction::Pause { .. });
             store
                 .set_schedule_paused(config, id, pause)
                 .await?
-                .ok_or_else(|| missing(id))?
+                .ok_or_else(|| no_schedule(id))?
         }
-        ScheduleAction::Delete { id } => {
-            if !store.drop_schedule(id).await? {
-                return Err(missing(id));
-            }
-            if json {
-                print_json(&serde_json::json!({"id": id, "deleted": true}))?;
-            } else {
-                println!("{id} deleted (the jobs it fired stay)");
-            }
-            return Ok(ExitCode::SUCCESS);
-        }
+        ScheduleAction::Delete { id } => return delete_schedule(&store, id, json).await,
     };
-    let view = record.view();
+    print_schedule(&record.view(), json)
+}
+
+/// The schedule id a `hookq schedules` action names, if any.
+fn schedule_id(action: &ScheduleAction) -> Option<&str> {
+    match action {
+        ScheduleAction::List => None,
+        ScheduleAction::Show { id }
+        | ScheduleAction::Pause { id }
+        | ScheduleAction::Resume { id }
+        | ScheduleAction::Delete { id } => Some(id),
+    }
+}
+
+/// The not-found error for schedule `id`.
+fn no_schedule(id: &str) -> CliError {
+    fail(3, format!("no schedule with id `{id}`"))
+}
+
+/// `hookq schedules list`: every schedule, read 1000 at a time.
+async fn list_schedules(store: &Store, json: bool) -> Result<ExitCode, CliError> {
+    let mut all = Vec::new();
+    let mut after = None;
+    loop {
+        let (page, next) = store.list_schedules(1000, after).await?;
+        all.extend(page.into_iter().map(|r| r.view()));
+        match next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
     if json {
-        print_json(&view)?;
+        print_json(&all)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<Vec<String>> = all
+        .iter()
+        .map(|s| {
+            vec![
+                s.id.clone(),
+                s.state.to_string(),
+                s.when(),
+                s.next_runs.first().cloned().unwrap_or_else(|| "-".into()),
+                s.last_runs
+                    .first()
+                    .map(|r| format!("{} {}", r.at, r.outcome))
+                    .unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    print_table(&["id", "state", "when", "next_run", "last_run"], &rows);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `hookq schedules delete ID`.
+async fn delete_schedule(store: &Store, id: &str, json: bool) -> Result<ExitCode, CliError> {
+    if !store.drop_schedule(id).await? {
+        return Err(no_schedule(id));
+    }
+    if json {
+        print_json(&serde_json::json!({"id": id, "deleted": true}))?;
+    } else {
+        println!("{id} deleted (the jobs it fired stay)");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints one schedule: as JSON, or a field/value table with a row per
+/// last run.
+fn print_schedule(view: &ScheduleView, json: bool) -> Result<ExitCode, CliError> {
+    if json {
+        print_json(view)?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut rows = vec![
