@@ -18,7 +18,7 @@ use serde::Serialize;
 use crate::config::Config;
 use crate::deadletter::{self, parse_since, Revival, Selection};
 use crate::doctor;
-use crate::job::{format_ms, FieldError, JobInput, RunAt};
+use crate::job::{format_ms, FieldError, JobInput, JobView, RunAt};
 use crate::store::schedules::ScheduleView;
 use crate::store::{CancelOutcome, EnqueueOutcome, Store};
 
@@ -868,6 +868,7 @@ async fn enqueue(config: &Config, args: EnqueueArgs, json: bool) -> Result<ExitC
     }
 }
 
+/// `hookq show ID`: a job with its attempt history.
 async fn show(config: &Config, id: &str, json: bool) -> Result<ExitCode, CliError> {
     crate::job::validate_id(id).map_err(field_error)?;
     let store = connect(config).await?;
@@ -879,6 +880,17 @@ async fn show(config: &Config, id: &str, json: bool) -> Result<ExitCode, CliErro
         print_json(&view)?;
         return Ok(ExitCode::SUCCESS);
     }
+    print_table(&["field", "value"], &job_rows(&view));
+    if !view.history.is_empty() {
+        println!();
+        print_history(&view.history);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The field/value rows `hookq show` prints for a job (header names, never
+/// their values).
+fn job_rows(view: &JobView) -> Vec<Vec<String>> {
     let mut rows = vec![
         vec!["id".into(), view.id.clone()],
         vec!["state".into(), view.state.as_str().into()],
@@ -916,39 +928,39 @@ async fn show(config: &Config, id: &str, json: bool) -> Result<ExitCode, CliErro
     if let Some(ahead) = &view.waiting_for {
         rows.push(vec!["waiting_for".into(), ahead.clone()]);
     }
-    print_table(&["field", "value"], &rows);
-    if !view.history.is_empty() {
-        println!();
-        let history: Vec<Vec<String>> = view
-            .history
-            .iter()
-            .map(|h| {
-                let text = |k: &str| {
-                    h.get(k)
-                        .map(|v| v.to_string().trim_matches('"').to_string())
-                };
-                vec![
-                    text("attempt").unwrap_or_default(),
-                    text("at").unwrap_or_default(),
-                    text("duration_ms")
-                        .map(|d| format!("{d}ms"))
-                        .unwrap_or_default(),
-                    text("status").unwrap_or_else(|| "-".into()),
-                    text("error").unwrap_or_default(),
-                    text("message")
-                        .unwrap_or_default()
-                        .chars()
-                        .take(60)
-                        .collect(),
-                ]
-            })
-            .collect();
-        print_table(
-            &["attempt", "at", "took", "status", "error", "message"],
-            &history,
-        );
-    }
-    Ok(ExitCode::SUCCESS)
+    rows
+}
+
+/// Prints a job's attempt history as a table, an attempt a row (messages
+/// cut to 60 characters).
+fn print_history(history: &[serde_json::Value]) {
+    let rows: Vec<Vec<String>> = history
+        .iter()
+        .map(|h| {
+            let text = |k: &str| {
+                h.get(k)
+                    .map(|v| v.to_string().trim_matches('"').to_string())
+            };
+            vec![
+                text("attempt").unwrap_or_default(),
+                text("at").unwrap_or_default(),
+                text("duration_ms")
+                    .map(|d| format!("{d}ms"))
+                    .unwrap_or_default(),
+                text("status").unwrap_or_else(|| "-".into()),
+                text("error").unwrap_or_default(),
+                text("message")
+                    .unwrap_or_default()
+                    .chars()
+                    .take(60)
+                    .collect(),
+            ]
+        })
+        .collect();
+    print_table(
+        &["attempt", "at", "took", "status", "error", "message"],
+        &rows,
+    );
 }
 
 async fn replay(config: &Config, args: ReplayArgs, json: bool) -> Result<ExitCode, CliError> {
