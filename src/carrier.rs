@@ -14,6 +14,8 @@
 //! script.
 
 use crate::backoff::Backoff;
+use std::future::Future;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::RedisClock;
 use crate::fleet::Fleet;
-use crate::store::{Promotion, Store};
+use crate::store::{Promotion, Store, StoreResult};
 use crate::wake::Signals;
 
 /// Jobs moved per promotion script call.
@@ -59,6 +61,145 @@ pub fn after_promotion(promotion: &Promotion) -> (Option<i64>, bool) {
 /// Sentinel for "nothing known to be due".
 const NEVER: i64 = i64::MAX;
 
+/// What the carrier knows about each partition between rounds: when work is
+/// next due and when a lease next expires (epoch ms by Redis's clock; 0:
+/// read the set afresh; [`NEVER`]: nothing known, or another daemon carries
+/// it), whether this daemon carries it, and whether the last promote came
+/// early for `next_due` (so the next one waits for the due time itself).
+struct Timetable {
+    next_due: Vec<i64>,
+    next_lease: Vec<i64>,
+    owned: Vec<bool>,
+    came_early: Vec<bool>,
+}
+
+impl Timetable {
+    /// A timetable for `partitions` partitions, none of them carried yet.
+    fn new(partitions: u16) -> Self {
+        let n = partitions as usize;
+        Timetable {
+            next_due: vec![0; n],
+            next_lease: vec![0; n],
+            owned: vec![false; n],
+            came_early: vec![false; n],
+        }
+    }
+
+    /// Records whether this daemon carries partition `p` now: a partition
+    /// just gained (or at start) has both sets read afresh, one carried
+    /// elsewhere is never due here.
+    fn set_owned(&mut self, p: u16, owns: bool) {
+        let i = p as usize;
+        if owns && !self.owned[i] {
+            self.next_due[i] = 0;
+            self.next_lease[i] = 0;
+            self.came_early[i] = false;
+        } else if !owns {
+            self.next_due[i] = NEVER;
+            self.next_lease[i] = NEVER;
+        }
+        self.owned[i] = owns;
+    }
+
+    /// Takes a due-time hint for a carried partition `p` when it is earlier
+    /// than the one known (`early`: the hint's promotion came early for it).
+    fn take_hint(&mut self, p: u16, hint: i64, early: bool) {
+        let i = p as usize;
+        if self.owned[i] && hint < self.next_due[i] {
+            self.next_due[i] = hint;
+            self.came_early[i] = early;
+        }
+    }
+
+    /// The partitions whose due set should be promoted at `now`: those due
+    /// within [`EARLY_WAKE_MS`], or due by `now` itself after an early promote.
+    fn due_by(&self, now: i64) -> Vec<u16> {
+        (0..self.next_due.len() as u16)
+            .filter(|p| {
+                let lead = if self.came_early[*p as usize] {
+                    0
+                } else {
+                    EARLY_WAKE_MS
+                };
+                self.next_due[*p as usize] <= now.saturating_add(lead)
+            })
+            .collect()
+    }
+
+    /// The partitions with a lease deadline at or before `now`.
+    fn leases_expired_by(&self, now: i64) -> Vec<u16> {
+        (0..self.next_lease.len() as u16)
+            .filter(|p| self.next_lease[*p as usize] <= now)
+            .collect()
+    }
+
+    /// Sets partition `p`'s next due time (None: nothing due) and whether the
+    /// promotion that found it came early for it.
+    fn set_next_due(&mut self, p: u16, next: Option<i64>, early: bool) {
+        self.next_due[p as usize] = next.unwrap_or(NEVER);
+        self.came_early[p as usize] = early;
+    }
+
+    /// The soonest time (Redis epoch ms) the carrier has work: a due time
+    /// less [`EARLY_WAKE_MS`] unless the last promote came early, or a lease
+    /// deadline; [`NEVER`] when nothing is known.
+    fn earliest_wake(&self) -> i64 {
+        self.next_due
+            .iter()
+            .zip(&self.came_early)
+            .map(|(&d, &early)| match d {
+                NEVER => NEVER,
+                d if early => d,
+                d => d - EARLY_WAKE_MS,
+            })
+            .chain(self.next_lease.iter().copied())
+            .min()
+            .unwrap_or(NEVER)
+    }
+
+    /// Forgets every known due time, so that each due set is read again.
+    fn reread_due(&mut self) {
+        self.next_due.iter_mut().for_each(|d| *d = 0);
+    }
+}
+
+/// How one round of script calls over some partitions went.
+#[derive(Debug, Clone, Copy, Default)]
+struct Round {
+    /// A call failed (Redis unreachable or failing).
+    failed: bool,
+    /// A call handled a full batch: more may be waiting.
+    full_batch: bool,
+}
+
+/// Calls `script` on every partition of `partitions` at once, then, in
+/// partition order, hands each result to `record` (which says whether it was
+/// a full batch) or counts and logs the failure with the message `failure`.
+async fn call_each<T, Fut>(
+    partitions: &[u16],
+    script: impl Fn(u16) -> Fut,
+    failure: &'static str,
+    mut record: impl FnMut(u16, T) -> bool,
+) -> Round
+where
+    Fut: Future<Output = StoreResult<T>>,
+{
+    let results = join_all(partitions.iter().map(|&p| script(p))).await;
+    let mut round = Round::default();
+    for (&p, result) in partitions.iter().zip(results) {
+        match result {
+            Ok(outcome) => round.full_batch |= record(p, outcome),
+            Err(err) => {
+                round.failed = true;
+                metrics::counter!("hookq_redis_errors_total", "component" => "carrier")
+                    .increment(1);
+                tracing::warn!(partition = p, cause = %err, "{failure}");
+            }
+        }
+    }
+    round
+}
+
 /// The promotion and lease-recovery loop of one daemon.
 pub struct Carrier {
     store: Store,
@@ -92,135 +233,18 @@ impl Carrier {
 
     /// Runs until `token` is cancelled.
     pub async fn run(self, token: CancellationToken) {
-        let partitions = self.store.keys().partitions();
-        let mut next_due = vec![0i64; partitions as usize];
-        let mut next_lease = vec![0i64; partitions as usize];
-        let mut owned = vec![false; partitions as usize];
-        // Per partition: the last promote came early for `next_due` (so the
-        // next one waits for the due time itself).
-        let mut came_early = vec![false; partitions as usize];
+        let mut times = Timetable::new(self.store.keys().partitions());
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_millis(1600));
         loop {
-            for p in 0..partitions {
-                let i = p as usize;
-                let owns = self.fleet.owns(p);
-                if owns && !owned[i] {
-                    // Gained (or at start): read both sets afresh.
-                    next_due[i] = 0;
-                    next_lease[i] = 0;
-                    came_early[i] = false;
-                } else if !owns {
-                    // Another daemon carries it.
-                    next_due[i] = NEVER;
-                    next_lease[i] = NEVER;
-                }
-                owned[i] = owns;
-                let early = self.signals.take_came_early(p);
-                if let Some(hint) = self.signals.take_due_hint(p) {
-                    if owns && hint < next_due[i] {
-                        next_due[i] = hint;
-                        came_early[i] = early;
-                    }
-                }
-            }
+            self.read_fleet_and_hints(&mut times);
             let now = self.clock.now_ms();
-            let due_now: Vec<u16> = (0..partitions)
-                .filter(|p| {
-                    let lead = if came_early[*p as usize] {
-                        0
-                    } else {
-                        EARLY_WAKE_MS
-                    };
-                    next_due[*p as usize] <= now.saturating_add(lead)
-                })
-                .collect();
-            let leases_now: Vec<u16> = (0..partitions)
-                .filter(|p| next_lease[*p as usize] <= now)
-                .collect();
+            let due_now = times.due_by(now);
+            let leases_now = times.leases_expired_by(now);
+            let to_promote = self.hand_over_promotions(&mut times, &due_now);
+            let promoted = self.promote(&mut times, &to_promote).await;
+            let reclaimed = self.reclaim(&mut times, &leases_now).await;
 
-            let mut again = false;
-            let mut ok = true;
-            // A partition whose claim loop waits with room gets its
-            // promotion handed over: one call promotes and claims, and the
-            // loop reports the next due time back as a hint.
-            let mut to_promote = Vec::with_capacity(due_now.len());
-            for &p in &due_now {
-                if self.signals.hand_promotion(p) {
-                    next_due[p as usize] = NEVER;
-                    came_early[p as usize] = false;
-                } else {
-                    to_promote.push(p);
-                }
-            }
-            let promotions = join_all(
-                to_promote
-                    .iter()
-                    .map(|&p| self.store.promote(p, PROMOTE_BATCH)),
-            )
-            .await;
-            for (&p, result) in to_promote.iter().zip(promotions) {
-                match result {
-                    Ok(promotion) => {
-                        self.clock.observe(promotion.now);
-                        if promotion.moved > 0 {
-                            self.signals.ready(p);
-                            metrics::counter!("hookq_promoted_total")
-                                .increment(promotion.moved as u64);
-                        }
-                        again |= promotion.moved == PROMOTE_BATCH;
-                        let (next, early) = after_promotion(&promotion);
-                        next_due[p as usize] = next.unwrap_or(NEVER);
-                        came_early[p as usize] = early;
-                    }
-                    Err(err) => {
-                        ok = false;
-                        metrics::counter!("hookq_redis_errors_total", "component" => "carrier")
-                            .increment(1);
-                        tracing::warn!(partition = p, cause = %err, "promotion failed");
-                    }
-                }
-            }
-            let reclaims = join_all(
-                leases_now
-                    .iter()
-                    .map(|&p| self.store.reclaim(p, RECLAIM_BATCH)),
-            )
-            .await;
-            for (&p, result) in leases_now.iter().zip(reclaims) {
-                match result {
-                    Ok(reclaim) => {
-                        if reclaim.requeued > 0 {
-                            self.signals.ready(p);
-                        }
-                        if reclaim.requeued + reclaim.dead > 0 {
-                            tracing::warn!(
-                                partition = p,
-                                requeued = reclaim.requeued,
-                                dead_lettered = reclaim.dead,
-                                "took back attempts whose lease expired"
-                            );
-                            metrics::counter!("hookq_leases_expired_total")
-                                .increment((reclaim.requeued + reclaim.dead) as u64);
-                        }
-                        let recheck = reclaim.now + self.lease_recheck.as_millis() as i64;
-                        next_lease[p as usize] = if reclaim.requeued + reclaim.dead == RECLAIM_BATCH
-                        {
-                            again = true;
-                            0
-                        } else {
-                            reclaim.next_deadline.unwrap_or(NEVER).min(recheck)
-                        };
-                    }
-                    Err(err) => {
-                        ok = false;
-                        metrics::counter!("hookq_redis_errors_total", "component" => "carrier")
-                            .increment(1);
-                        tracing::warn!(partition = p, cause = %err, "lease recovery failed");
-                    }
-                }
-            }
-
-            if !ok {
+            if promoted.failed || reclaimed.failed {
                 // Redis is unreachable or failing: back off, then re-read everything.
                 tokio::select! {
                     biased;
@@ -230,7 +254,7 @@ impl Carrier {
                 continue;
             }
             backoff.reset();
-            if again {
+            if promoted.full_batch || reclaimed.full_batch {
                 // A full batch: more may be due. Let workers run, then continue.
                 tokio::task::yield_now().await;
                 if token.is_cancelled() {
@@ -238,34 +262,119 @@ impl Carrier {
                 }
                 continue;
             }
+            if self.sleep_until_work(&mut times, &token).await.is_break() {
+                return;
+            }
+        }
+    }
 
-            let earliest = next_due
-                .iter()
-                .zip(&came_early)
-                .map(|(&d, &early)| match d {
-                    NEVER => NEVER,
-                    d if early => d,
-                    d => d - EARLY_WAKE_MS,
-                })
-                .chain(next_lease.iter().copied())
-                .min()
-                .unwrap_or(NEVER);
-            let max_wake = tokio::time::Instant::now() + MAX_SLEEP;
-            let wake_at = if earliest == NEVER {
-                max_wake
+    /// Brings `times` up to date with the partitions the fleet deals this
+    /// daemon and the due-time hints the signals carry.
+    fn read_fleet_and_hints(&self, times: &mut Timetable) {
+        for p in 0..self.store.keys().partitions() {
+            times.set_owned(p, self.fleet.owns(p));
+            let early = self.signals.take_came_early(p);
+            if let Some(hint) = self.signals.take_due_hint(p) {
+                times.take_hint(p, hint, early);
+            }
+        }
+    }
+
+    /// Hands the promotion of each due partition whose claim loop waits with
+    /// room to that loop (one call promotes and claims, and the loop reports
+    /// the next due time back as a hint); returns the partitions left to
+    /// promote here.
+    fn hand_over_promotions(&self, times: &mut Timetable, due_now: &[u16]) -> Vec<u16> {
+        let mut to_promote = Vec::with_capacity(due_now.len());
+        for &p in due_now {
+            if self.signals.hand_promotion(p) {
+                times.set_next_due(p, None, false);
             } else {
-                tokio::time::Instant::from_std(self.clock.instant_at(earliest)).min(max_wake)
-            };
-            tokio::select! {
-                biased;
-                _ = token.cancelled() => return,
-                _ = self.signals.carrier.notified() => {}
-                _ = tokio::time::sleep_until(wake_at) => {
-                    if wake_at == max_wake {
-                        next_due.iter_mut().for_each(|d| *d = 0);
-                    }
+                to_promote.push(p);
+            }
+        }
+        to_promote
+    }
+
+    /// Promotes a batch of due jobs on each of `partitions`, wakes their claim
+    /// loops and records their next due times.
+    async fn promote(&self, times: &mut Timetable, partitions: &[u16]) -> Round {
+        let store = &self.store;
+        let promote = |p| store.promote(p, PROMOTE_BATCH);
+        call_each(partitions, promote, "promotion failed", |p, promotion| {
+            self.clock.observe(promotion.now);
+            if promotion.moved > 0 {
+                self.signals.ready(p);
+                metrics::counter!("hookq_promoted_total").increment(promotion.moved as u64);
+            }
+            let (next, early) = after_promotion(&promotion);
+            times.set_next_due(p, next, early);
+            promotion.moved == PROMOTE_BATCH
+        })
+        .await
+    }
+
+    /// Takes back a batch of expired leases on each of `partitions`, wakes
+    /// their claim loops for the requeued jobs and records when to look again.
+    async fn reclaim(&self, times: &mut Timetable, partitions: &[u16]) -> Round {
+        let store = &self.store;
+        let reclaim = |p| store.reclaim(p, RECLAIM_BATCH);
+        call_each(
+            partitions,
+            reclaim,
+            "lease recovery failed",
+            |p, reclaim| {
+                let taken_back = reclaim.requeued + reclaim.dead;
+                if reclaim.requeued > 0 {
+                    self.signals.ready(p);
+                }
+                if taken_back > 0 {
+                    tracing::warn!(
+                        partition = p,
+                        requeued = reclaim.requeued,
+                        dead_lettered = reclaim.dead,
+                        "took back attempts whose lease expired"
+                    );
+                    metrics::counter!("hookq_leases_expired_total").increment(taken_back as u64);
+                }
+                let recheck = reclaim.now + self.lease_recheck.as_millis() as i64;
+                let full_batch = taken_back == RECLAIM_BATCH;
+                times.next_lease[p as usize] = if full_batch {
+                    0
+                } else {
+                    reclaim.next_deadline.unwrap_or(NEVER).min(recheck)
+                };
+                full_batch
+            },
+        )
+        .await
+    }
+
+    /// Sleeps until the earliest known due time or lease deadline (at most
+    /// [`MAX_SLEEP`], after which every due set is read again) or a wakeup;
+    /// breaks when `token` is cancelled.
+    async fn sleep_until_work(
+        &self,
+        times: &mut Timetable,
+        token: &CancellationToken,
+    ) -> ControlFlow<()> {
+        let earliest = times.earliest_wake();
+        let max_wake = tokio::time::Instant::now() + MAX_SLEEP;
+        let wake_at = if earliest == NEVER {
+            max_wake
+        } else {
+            tokio::time::Instant::from_std(self.clock.instant_at(earliest)).min(max_wake)
+        };
+        tokio::select! {
+            biased;
+            _ = token.cancelled() => return ControlFlow::Break(()),
+            _ = self.signals.carrier.notified() => {}
+            _ = tokio::time::sleep_until(wake_at) => {
+                if wake_at == max_wake {
+                    times.reread_due();
                 }
             }
         }
+        ControlFlow::Continue(())
     }
 }

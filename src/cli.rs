@@ -18,7 +18,8 @@ use serde::Serialize;
 use crate::config::Config;
 use crate::deadletter::{self, parse_since, Revival, Selection};
 use crate::doctor;
-use crate::job::{format_ms, FieldError, JobInput, RunAt};
+use crate::job::{format_ms, FieldError, JobInput, JobView, RunAt};
+use crate::store::schedules::ScheduleView;
 use crate::store::{CancelOutcome, EnqueueOutcome, Store};
 
 /// hookq: HTTP callback jobs held in Redis, delivered at their due time.
@@ -407,82 +408,104 @@ async fn migrate(config: &Config, json: bool) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `hookq hosts [--state S]`, `hookq hosts pause|resume HOST`.
+/// `hookq schedules [list]`, `hookq schedules show|pause|resume|delete ID`.
 async fn schedules(
     config: &Config,
     action: Option<ScheduleAction>,
     json: bool,
 ) -> Result<ExitCode, CliError> {
-    let id_of = |action: &ScheduleAction| match action {
-        ScheduleAction::List => None,
-        ScheduleAction::Show { id }
-        | ScheduleAction::Pause { id }
-        | ScheduleAction::Resume { id }
-        | ScheduleAction::Delete { id } => Some(id.clone()),
-    };
     let action = action.unwrap_or(ScheduleAction::List);
-    if let Some(id) = id_of(&action) {
-        crate::schedule::validate_schedule_id(&id).map_err(|e| fail(2, format!("ID: {e}")))?;
+    if let Some(id) = schedule_id(&action) {
+        crate::schedule::validate_schedule_id(id).map_err(|e| fail(2, format!("ID: {e}")))?;
     }
     let store = connect(config).await?;
-    let missing = |id: &str| fail(3, format!("no schedule with id `{id}`"));
     let record = match &action {
-        ScheduleAction::List => {
-            let mut all = Vec::new();
-            let mut after = None;
-            loop {
-                let (page, next) = store.list_schedules(1000, after).await?;
-                all.extend(page.into_iter().map(|r| r.view()));
-                match next {
-                    Some(next) => after = Some(next),
-                    None => break,
-                }
-            }
-            if json {
-                print_json(&all)?;
-            } else {
-                let rows: Vec<Vec<String>> = all
-                    .iter()
-                    .map(|s| {
-                        vec![
-                            s.id.clone(),
-                            s.state.to_string(),
-                            s.when(),
-                            s.next_runs.first().cloned().unwrap_or_else(|| "-".into()),
-                            s.last_runs
-                                .first()
-                                .map(|r| format!("{} {}", r.at, r.outcome))
-                                .unwrap_or_else(|| "-".into()),
-                        ]
-                    })
-                    .collect();
-                print_table(&["id", "state", "when", "next_run", "last_run"], &rows);
-            }
-            return Ok(ExitCode::SUCCESS);
-        }
-        ScheduleAction::Show { id } => store.get_schedule(id).await?.ok_or_else(|| missing(id))?,
+        ScheduleAction::List => return list_schedules(&store, json).await,
+        ScheduleAction::Show { id } => store
+            .get_schedule(id)
+            .await?
+            .ok_or_else(|| no_schedule(id))?,
         ScheduleAction::Pause { id } | ScheduleAction::Resume { id } => {
             let pause = matches!(action, ScheduleAction::Pause { .. });
             store
                 .set_schedule_paused(config, id, pause)
                 .await?
-                .ok_or_else(|| missing(id))?
+                .ok_or_else(|| no_schedule(id))?
         }
-        ScheduleAction::Delete { id } => {
-            if !store.drop_schedule(id).await? {
-                return Err(missing(id));
-            }
-            if json {
-                print_json(&serde_json::json!({"id": id, "deleted": true}))?;
-            } else {
-                println!("{id} deleted (the jobs it fired stay)");
-            }
-            return Ok(ExitCode::SUCCESS);
-        }
+        ScheduleAction::Delete { id } => return delete_schedule(&store, id, json).await,
     };
-    let view = record.view();
+    print_schedule(&record.view(), json)
+}
+
+/// The schedule id a `hookq schedules` action names, if any.
+fn schedule_id(action: &ScheduleAction) -> Option<&str> {
+    match action {
+        ScheduleAction::List => None,
+        ScheduleAction::Show { id }
+        | ScheduleAction::Pause { id }
+        | ScheduleAction::Resume { id }
+        | ScheduleAction::Delete { id } => Some(id),
+    }
+}
+
+/// The not-found error for schedule `id`.
+fn no_schedule(id: &str) -> CliError {
+    fail(3, format!("no schedule with id `{id}`"))
+}
+
+/// `hookq schedules list`: every schedule, read 1000 at a time.
+async fn list_schedules(store: &Store, json: bool) -> Result<ExitCode, CliError> {
+    let mut all = Vec::new();
+    let mut after = None;
+    loop {
+        let (page, next) = store.list_schedules(1000, after).await?;
+        all.extend(page.into_iter().map(|r| r.view()));
+        match next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
     if json {
-        print_json(&view)?;
+        print_json(&all)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<Vec<String>> = all
+        .iter()
+        .map(|s| {
+            vec![
+                s.id.clone(),
+                s.state.to_string(),
+                s.when(),
+                s.next_runs.first().cloned().unwrap_or_else(|| "-".into()),
+                s.last_runs
+                    .first()
+                    .map(|r| format!("{} {}", r.at, r.outcome))
+                    .unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    print_table(&["id", "state", "when", "next_run", "last_run"], &rows);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `hookq schedules delete ID`.
+async fn delete_schedule(store: &Store, id: &str, json: bool) -> Result<ExitCode, CliError> {
+    if !store.drop_schedule(id).await? {
+        return Err(no_schedule(id));
+    }
+    if json {
+        print_json(&serde_json::json!({"id": id, "deleted": true}))?;
+    } else {
+        println!("{id} deleted (the jobs it fired stay)");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints one schedule: as JSON, or a field/value table with a row per
+/// last run.
+fn print_schedule(view: &ScheduleView, json: bool) -> Result<ExitCode, CliError> {
+    if json {
+        print_json(view)?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut rows = vec![
@@ -609,169 +632,188 @@ pub async fn run(cli: Cli, config: Config) -> Result<ExitCode, CliError> {
         }
         Command::Enqueue(args) => enqueue(&config, args, json).await,
         Command::Show { id } => show(&config, &id, json).await,
-        Command::Cancel { id } => {
-            crate::job::validate_id(&id).map_err(field_error)?;
-            let store = connect(&config).await?;
-            match store.cancel(&id).await? {
-                CancelOutcome::Cancelled | CancelOutcome::AlreadyCancelled => {
-                    if json {
-                        print_json(&serde_json::json!({"id": id, "state": "cancelled"}))?;
-                    } else {
-                        println!("cancelled {id}");
-                    }
-                    Ok(ExitCode::SUCCESS)
-                }
-                CancelOutcome::NotFound => Err(fail(3, format!("no job with id `{id}`"))),
-                CancelOutcome::Finished => {
-                    Err(fail(4, format!("job `{id}` is already delivered or dead")))
-                }
-            }
-        }
-        Command::Stats => {
-            let store = connect(&config).await?;
-            let stats = store.stats().await?;
-            if json {
-                print_json(&stats)?;
-            } else {
-                let value = serde_json::to_value(&stats)?;
-                let rows: Vec<Vec<String>> = value
-                    .as_object()
-                    .map(|m| {
-                        m.iter()
-                            .filter(|(k, _)| *k != "partitions")
-                            .map(|(k, v)| vec![k.clone(), v.to_string()])
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                print_table(&["counter", "value"], &rows);
-                println!();
-                let partitions: Vec<Vec<String>> = stats
-                    .partitions
-                    .iter()
-                    .map(|p| {
-                        [
-                            p.partition as u64,
-                            p.scheduled,
-                            p.ready,
-                            p.inflight,
-                            p.dead,
-                            p.delivered,
-                        ]
-                        .iter()
-                        .map(u64::to_string)
-                        .collect()
-                    })
-                    .collect();
-                print_table(
-                    &[
-                        "partition",
-                        "scheduled",
-                        "ready",
-                        "inflight",
-                        "dead",
-                        "delivered",
-                    ],
-                    &partitions,
-                );
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::DeadLetters { topic, limit } => {
-            if let Some(t) = &topic {
-                crate::job::validate_topic(t).map_err(field_error)?;
-            }
-            if !(1..=1000).contains(&limit) {
-                return Err(fail(2, "--limit: must be from 1 to 1000".into()));
-            }
-            let store = connect(&config).await?;
-            let page = store.list_dead(topic.as_deref(), None, limit, None).await?;
-            if json {
-                print_json(&page.items)?;
-            } else {
-                let rows: Vec<Vec<String>> = page
-                    .items
-                    .iter()
-                    .map(|d| {
-                        vec![
-                            d.id.clone(),
-                            d.topic.clone(),
-                            d.attempts.to_string(),
-                            d.last_status
-                                .map(|s| s.to_string())
-                                .unwrap_or_else(|| "-".into()),
-                            d.dead_at.clone(),
-                            d.last_error.chars().take(60).collect(),
-                        ]
-                    })
-                    .collect();
-                print_table(
-                    &["id", "topic", "attempts", "status", "dead_at", "last_error"],
-                    &rows,
-                );
-                if page.next_cursor.is_some() {
-                    println!(
-                        "(more than {limit}; raise --limit or use GET /v1/dead-letters to page)"
-                    );
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Cancel { id } => cancel(&config, &id, json).await,
+        Command::Stats => stats(&config, json).await,
+        Command::DeadLetters { topic, limit } => dead_letters(&config, topic, limit, json).await,
         Command::Replay(args) => replay(&config, args, json).await,
         Command::Hosts { state, action } => hosts(&config, state, action, json).await,
         Command::Schedules { action } => schedules(&config, action, json).await,
-        Command::NewSecret => {
-            let secret = crate::delivery::signing::SigningSecret::generate();
+        Command::NewSecret => new_secret(json),
+        Command::NewKey { name, scopes } => new_key(&name, &scopes, json),
+        Command::SigningSecret { url } => signing_secret(&config, &url, json),
+        Command::Migrate => migrate(&config, json).await,
+        Command::Doctor => run_doctor(&config, json).await,
+    }
+}
+
+/// `hookq cancel ID`.
+async fn cancel(config: &Config, id: &str, json: bool) -> Result<ExitCode, CliError> {
+    crate::job::validate_id(id).map_err(field_error)?;
+    let store = connect(config).await?;
+    match store.cancel(id).await? {
+        CancelOutcome::Cancelled | CancelOutcome::AlreadyCancelled => {
             if json {
-                print_json(&serde_json::json!({ "secret": secret }))?;
+                print_json(&serde_json::json!({"id": id, "state": "cancelled"}))?;
             } else {
+                println!("cancelled {id}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        CancelOutcome::NotFound => Err(fail(3, format!("no job with id `{id}`"))),
+        CancelOutcome::Finished => Err(fail(4, format!("job `{id}` is already delivered or dead"))),
+    }
+}
+
+/// `hookq stats`: the counters, then a row per partition.
+async fn stats(config: &Config, json: bool) -> Result<ExitCode, CliError> {
+    let store = connect(config).await?;
+    let stats = store.stats().await?;
+    if json {
+        print_json(&stats)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let value = serde_json::to_value(&stats)?;
+    let rows: Vec<Vec<String>> = value
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(k, _)| *k != "partitions")
+                .map(|(k, v)| vec![k.clone(), v.to_string()])
+                .collect()
+        })
+        .unwrap_or_default();
+    print_table(&["counter", "value"], &rows);
+    println!();
+    let partitions: Vec<Vec<String>> = stats
+        .partitions
+        .iter()
+        .map(|p| {
+            [
+                p.partition as u64,
+                p.scheduled,
+                p.ready,
+                p.inflight,
+                p.dead,
+                p.delivered,
+            ]
+            .iter()
+            .map(u64::to_string)
+            .collect()
+        })
+        .collect();
+    print_table(
+        &[
+            "partition",
+            "scheduled",
+            "ready",
+            "inflight",
+            "dead",
+            "delivered",
+        ],
+        &partitions,
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `hookq dead-letters [--topic T] [--limit N]`.
+async fn dead_letters(
+    config: &Config,
+    topic: Option<String>,
+    limit: usize,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    if let Some(t) = &topic {
+        crate::job::validate_topic(t).map_err(field_error)?;
+    }
+    if !(1..=1000).contains(&limit) {
+        return Err(fail(2, "--limit: must be from 1 to 1000".into()));
+    }
+    let store = connect(config).await?;
+    let page = store.list_dead(topic.as_deref(), None, limit, None).await?;
+    if json {
+        print_json(&page.items)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<Vec<String>> = page
+        .items
+        .iter()
+        .map(|d| {
+            vec![
+                d.id.clone(),
+                d.topic.clone(),
+                d.attempts.to_string(),
+                d.last_status
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| "-".into()),
+                d.dead_at.clone(),
+                d.last_error.chars().take(60).collect(),
+            ]
+        })
+        .collect();
+    print_table(
+        &["id", "topic", "attempts", "status", "dead_at", "last_error"],
+        &rows,
+    );
+    if page.next_cursor.is_some() {
+        println!("(more than {limit}; raise --limit or use GET /v1/dead-letters to page)");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `hookq new-secret`: a fresh Standard Webhooks signing secret.
+fn new_secret(json: bool) -> Result<ExitCode, CliError> {
+    let secret = crate::delivery::signing::SigningSecret::generate();
+    if json {
+        print_json(&serde_json::json!({ "secret": secret }))?;
+    } else {
+        println!("{secret}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `hookq signing-secret URL`: the secrets a receiver at URL verifies with.
+fn signing_secret(config: &Config, url: &str, json: bool) -> Result<ExitCode, CliError> {
+    let url =
+        crate::job::validate_url(url, "URL").map_err(|e| fail(2, format!("URL: {}", e.message)))?;
+    match crate::delivery::signing::receiver_secrets_for(&config.delivery, &url) {
+        Ok(answer) if json => print_json(&answer)?,
+        Ok(answer) => {
+            for secret in &answer.secrets {
                 println!("{secret}");
             }
-            Ok(ExitCode::SUCCESS)
         }
-        Command::NewKey { name, scopes } => new_key(&name, &scopes, json),
-        Command::SigningSecret { url } => {
-            let url = crate::job::validate_url(&url, "URL")
-                .map_err(|e| fail(2, format!("URL: {}", e.message)))?;
-            match crate::delivery::signing::receiver_secrets_for(&config.delivery, &url) {
-                Ok(answer) if json => print_json(&answer)?,
-                Ok(answer) => {
-                    for secret in &answer.secrets {
-                        println!("{secret}");
-                    }
-                }
-                Err(why) => {
-                    return Err(fail(
-                        2,
-                        format!("config key `delivery.signing_mode`: {why}"),
-                    ))
-                }
-            }
-            Ok(ExitCode::SUCCESS)
+        Err(why) => {
+            return Err(fail(
+                2,
+                format!("config key `delivery.signing_mode`: {why}"),
+            ))
         }
-        Command::Migrate => migrate(&config, json).await,
-        Command::Doctor => {
-            let report = doctor::run(&config).await;
-            if json {
-                print_json(&report)?;
-            } else {
-                for check in &report.checks {
-                    println!(
-                        "{:<5} {:<18} {}",
-                        check.status.label(),
-                        check.name,
-                        check.detail
-                    );
-                    if let Some(fix) = &check.fix {
-                        println!("{:<5} {:<18} fix: {fix}", "", "");
-                    }
-                }
-            }
-            if report.ok() {
-                Ok(ExitCode::SUCCESS)
-            } else {
-                Ok(ExitCode::from(5))
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `hookq doctor`: every check with its fix; exit code 5 when one failed.
+async fn run_doctor(config: &Config, json: bool) -> Result<ExitCode, CliError> {
+    let report = doctor::run(config).await;
+    if json {
+        print_json(&report)?;
+    } else {
+        for check in &report.checks {
+            println!(
+                "{:<5} {:<18} {}",
+                check.status.label(),
+                check.name,
+                check.detail
+            );
+            if let Some(fix) = &check.fix {
+                println!("{:<5} {:<18} fix: {fix}", "", "");
             }
         }
+    }
+    if report.ok() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Ok(ExitCode::from(5))
     }
 }
 
@@ -826,6 +868,7 @@ async fn enqueue(config: &Config, args: EnqueueArgs, json: bool) -> Result<ExitC
     }
 }
 
+/// `hookq show ID`: a job with its attempt history.
 async fn show(config: &Config, id: &str, json: bool) -> Result<ExitCode, CliError> {
     crate::job::validate_id(id).map_err(field_error)?;
     let store = connect(config).await?;
@@ -837,6 +880,17 @@ async fn show(config: &Config, id: &str, json: bool) -> Result<ExitCode, CliErro
         print_json(&view)?;
         return Ok(ExitCode::SUCCESS);
     }
+    print_table(&["field", "value"], &job_rows(&view));
+    if !view.history.is_empty() {
+        println!();
+        print_history(&view.history);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The field/value rows `hookq show` prints for a job (header names, never
+/// their values).
+fn job_rows(view: &JobView) -> Vec<Vec<String>> {
     let mut rows = vec![
         vec!["id".into(), view.id.clone()],
         vec!["state".into(), view.state.as_str().into()],
@@ -874,39 +928,39 @@ async fn show(config: &Config, id: &str, json: bool) -> Result<ExitCode, CliErro
     if let Some(ahead) = &view.waiting_for {
         rows.push(vec!["waiting_for".into(), ahead.clone()]);
     }
-    print_table(&["field", "value"], &rows);
-    if !view.history.is_empty() {
-        println!();
-        let history: Vec<Vec<String>> = view
-            .history
-            .iter()
-            .map(|h| {
-                let text = |k: &str| {
-                    h.get(k)
-                        .map(|v| v.to_string().trim_matches('"').to_string())
-                };
-                vec![
-                    text("attempt").unwrap_or_default(),
-                    text("at").unwrap_or_default(),
-                    text("duration_ms")
-                        .map(|d| format!("{d}ms"))
-                        .unwrap_or_default(),
-                    text("status").unwrap_or_else(|| "-".into()),
-                    text("error").unwrap_or_default(),
-                    text("message")
-                        .unwrap_or_default()
-                        .chars()
-                        .take(60)
-                        .collect(),
-                ]
-            })
-            .collect();
-        print_table(
-            &["attempt", "at", "took", "status", "error", "message"],
-            &history,
-        );
-    }
-    Ok(ExitCode::SUCCESS)
+    rows
+}
+
+/// Prints a job's attempt history as a table, an attempt a row (messages
+/// cut to 60 characters).
+fn print_history(history: &[serde_json::Value]) {
+    let rows: Vec<Vec<String>> = history
+        .iter()
+        .map(|h| {
+            let text = |k: &str| {
+                h.get(k)
+                    .map(|v| v.to_string().trim_matches('"').to_string())
+            };
+            vec![
+                text("attempt").unwrap_or_default(),
+                text("at").unwrap_or_default(),
+                text("duration_ms")
+                    .map(|d| format!("{d}ms"))
+                    .unwrap_or_default(),
+                text("status").unwrap_or_else(|| "-".into()),
+                text("error").unwrap_or_default(),
+                text("message")
+                    .unwrap_or_default()
+                    .chars()
+                    .take(60)
+                    .collect(),
+            ]
+        })
+        .collect();
+    print_table(
+        &["attempt", "at", "took", "status", "error", "message"],
+        &rows,
+    );
 }
 
 async fn replay(config: &Config, args: ReplayArgs, json: bool) -> Result<ExitCode, CliError> {

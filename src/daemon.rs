@@ -8,6 +8,7 @@
 
 use crate::backoff::Backoff;
 use std::net::SocketAddr;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -73,19 +74,216 @@ async fn connect_store(config: &Config, token: &CancellationToken) -> anyhow::Re
     }
 }
 
+/// Binds the API's listener to `api.listen`.
+async fn bind_api(config: &Config) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(&config.api.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "config key `api.listen`: cannot listen on {}",
+                config.api.listen
+            )
+        })
+}
+
+/// A client per Redis node the wake subscriber listens on: `redis.url`, or
+/// every seed of `redis.cluster_nodes`.
+fn wake_clients(config: &Config) -> anyhow::Result<Vec<redis::Client>> {
+    let wake_urls = if config.redis.cluster_nodes.is_empty() {
+        vec![config.redis.url.clone()]
+    } else {
+        config.redis.cluster_nodes.clone()
+    };
+    wake_urls
+        .iter()
+        .map(|url| {
+            redis::Client::open(url.as_str()).with_context(|| {
+                format!(
+                    "config key `redis.url`/`redis.cluster_nodes`: cannot use `{}`",
+                    crate::config::redact_url(url)
+                )
+            })
+        })
+        .collect()
+}
+
+/// Loads the scripts, retrying with backoff until they load; breaks when
+/// `token` is cancelled first.
+async fn load_scripts(store: &Store, token: &CancellationToken) -> ControlFlow<()> {
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+    while let Err(err) = store.load_scripts().await {
+        tracing::warn!(cause = %err, "cannot load scripts yet");
+        tokio::select! {
+            _ = token.cancelled() => return ControlFlow::Break(()),
+            _ = tokio::time::sleep(backoff.step()) => {}
+        }
+    }
+    ControlFlow::Continue(())
+}
+
+/// Indexes the dead letters of a hookq from before the dead-letter index
+/// (once, beside the traffic: a few calls per partition when there are
+/// none), unless `token` is cancelled first.
+async fn index_dead_letters(store: Store, token: CancellationToken) {
+    tokio::select! {
+        _ = token.cancelled() => {}
+        done = store.index_dead_letters() => match done {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(entries = n, "dead letters indexed"),
+            Err(err) => tracing::warn!(cause = %err, "cannot index the dead letters yet; the next start tries again"),
+        },
+    }
+}
+
+/// Joins the fleet: the first beat deals the partitions before anything
+/// runs (a daemon that cannot beat yet starts with all of them).
+async fn join_fleet(store: &Store, signals: &Signals) -> Arc<Fleet> {
+    let fleet = Fleet::new(store.keys().partitions());
+    if let Err(err) = fleet.beat(store, signals).await {
+        tracing::warn!(cause = %err, "cannot join the fleet yet; carrying every partition meanwhile");
+    }
+    fleet
+}
+
+/// The wake channels: the common one and one per partition.
+fn wake_channels(store: &Store) -> wake::Channels {
+    wake::Channels {
+        common: store.keys().wake_channel(),
+        partitions: (0..store.keys().partitions())
+            .map(|p| store.keys().partition_wake_channel(p))
+            .collect(),
+    }
+}
+
+/// What the engine (wake subscriber, fleet, carrier, firer, sweeps, breaker
+/// and workers) runs on once the scripts are loaded.
+struct Engine {
+    config: Arc<Config>,
+    store: Store,
+    deliverer: Deliverer,
+    signals: Arc<Signals>,
+    clock: RedisClock,
+    lanes: Arc<Lanes>,
+    breaker: Arc<Breaker>,
+    wake_clients: Vec<redis::Client>,
+    /// Set once the scripts are loaded (the API answers not-ready before).
+    scripts_loaded: Arc<AtomicBool>,
+}
+
+impl Engine {
+    /// Loads the scripts, then runs every subsystem until `token` is
+    /// cancelled and they have all finished.
+    async fn run(self, token: CancellationToken) {
+        if load_scripts(&self.store, &token).await.is_break() {
+            return;
+        }
+        self.scripts_loaded.store(true, Ordering::Release);
+        self.run_subsystems(token).await;
+    }
+
+    /// Starts every subsystem and waits for them all to finish.
+    async fn run_subsystems(self, token: CancellationToken) {
+        let Engine {
+            config,
+            store,
+            deliverer,
+            signals,
+            clock,
+            lanes,
+            breaker,
+            wake_clients,
+            ..
+        } = self;
+        let indexing = tokio::spawn(index_dead_letters(store.clone(), token.child_token()));
+        if let Ok(now) = store.redis_time_ms().await {
+            clock.observe(now);
+        }
+        let fleet = join_fleet(&store, &signals).await;
+        let fleet_task = tokio::spawn(fleet.clone().run(
+            store.clone(),
+            signals.clone(),
+            token.child_token(),
+        ));
+        let subscriber = tokio::spawn(wake::run_subscriber(
+            wake_clients,
+            wake_channels(&store),
+            fleet.watch(),
+            signals.clone(),
+            token.child_token(),
+        ));
+        let sweep = {
+            let fleet = fleet.clone();
+            tokio::spawn(
+                store
+                    .clone()
+                    .run_placement_sweep(move |p| fleet.owns(p), token.child_token()),
+            )
+        };
+        let firer =
+            crate::firer::Firer::new(store.clone(), signals.clone(), clock.clone(), fleet.clone());
+        let firer = tokio::spawn(firer.run(token.child_token()));
+        let carrier = Carrier::new(
+            store.clone(),
+            signals.clone(),
+            clock.clone(),
+            fleet.clone(),
+            config.delivery.lease_margin,
+        );
+        let carrier = tokio::spawn(carrier.run(token.child_token()));
+        let breaker_task = tokio::spawn(breaker.clone().run(token.child_token()));
+        let cues = Cues { signals, fleet };
+        let pool = WorkerPool::new(store, deliverer, config, cues, clock, lanes, breaker);
+        let pool = tokio::spawn(pool.run(token.child_token()));
+        let _ = tokio::join!(
+            subscriber,
+            carrier,
+            pool,
+            breaker_task,
+            fleet_task,
+            indexing,
+            sweep,
+            firer
+        );
+    }
+}
+
+/// The API server, bound and routed.
+struct Api {
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    addr: SocketAddr,
+    config: Arc<Config>,
+}
+
+impl Api {
+    /// Serves until `token` is cancelled or the server fails, then stops the
+    /// engine, waits for it, and flushes the spans still queued.
+    async fn serve_then_stop(
+        self,
+        token: CancellationToken,
+        engine: JoinHandle<()>,
+        telemetry: Arc<crate::telemetry::Telemetry>,
+    ) -> anyhow::Result<()> {
+        let api_token = token.child_token();
+        let addr = self.addr;
+        tracing::info!(%addr, "hookq serving");
+        let served = api::serve(self.listener, self.app, &self.config.api, api_token).await;
+        token.cancel();
+        let _ = engine.await;
+        // The spans still queued go out, for at most the export
+        // timeout (a blocking call: off the runtime's threads).
+        let flush = tokio::task::spawn_blocking(move || telemetry.shutdown());
+        let _ = tokio::time::timeout(Duration::from_secs(3), flush).await;
+        served.context("API server failed")
+    }
+}
+
 impl Daemon {
     /// Binds the API, connects to Redis and starts every subsystem.
     pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         let config = Arc::new(config);
         let token = CancellationToken::new();
-        let listener = tokio::net::TcpListener::bind(&config.api.listen)
-            .await
-            .with_context(|| {
-                format!(
-                    "config key `api.listen`: cannot listen on {}",
-                    config.api.listen
-                )
-            })?;
+        let listener = bind_api(&config).await?;
         let addr = listener.local_addr()?;
         if config.api.is_open() {
             tracing::warn!("api.tokens and api.keys are empty: the API accepts requests without authentication");
@@ -108,25 +306,9 @@ impl Daemon {
             signals.clone(),
             alerts,
         ));
+        let wake_clients = wake_clients(&config)?;
 
-        let wake_urls = if config.redis.cluster_nodes.is_empty() {
-            vec![config.redis.url.clone()]
-        } else {
-            config.redis.cluster_nodes.clone()
-        };
-        let wake_clients = wake_urls
-            .iter()
-            .map(|url| {
-                redis::Client::open(url.as_str()).with_context(|| {
-                    format!(
-                        "config key `redis.url`/`redis.cluster_nodes`: cannot use `{}`",
-                        crate::config::redact_url(url)
-                    )
-                })
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-
-        let state = AppState {
+        let app = api::router(AppState {
             store: store.clone(),
             config: config.clone(),
             scripts_loaded: scripts_loaded.clone(),
@@ -134,126 +316,30 @@ impl Daemon {
             lanes: lanes.clone(),
             breaker: breaker.clone(),
             telemetry: telemetry.clone(),
-        };
-        let app = api::router(state);
+        });
 
         // The engine (wake subscriber, carrier, workers) starts once the
         // scripts are loaded; the API serves from the start, answering
         // not-ready (and 503 on Redis errors) meanwhile.
-        let engine = {
-            let token = token.clone();
-            let config = config.clone();
-            let store = store.clone();
-            tokio::spawn(async move {
-                let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
-                while let Err(err) = store.load_scripts().await {
-                    tracing::warn!(cause = %err, "cannot load scripts yet");
-                    tokio::select! {
-                        _ = token.cancelled() => return,
-                        _ = tokio::time::sleep(backoff.step()) => {}
-                    }
-                }
-                scripts_loaded.store(true, Ordering::Release);
-                // Dead letters of a hookq from before the dead-letter index
-                // get indexed once, beside the traffic (a few calls per
-                // partition when there are none).
-                let indexing = {
-                    let store = store.clone();
-                    let token = token.child_token();
-                    tokio::spawn(async move {
-                        tokio::select! {
-                            _ = token.cancelled() => {}
-                            done = store.index_dead_letters() => match done {
-                                Ok(0) => {}
-                                Ok(n) => tracing::info!(entries = n, "dead letters indexed"),
-                                Err(err) => tracing::warn!(cause = %err, "cannot index the dead letters yet; the next start tries again"),
-                            },
-                        }
-                    })
-                };
-                if let Ok(now) = store.redis_time_ms().await {
-                    clock.observe(now);
-                }
-                // The first beat deals the partitions before anything runs
-                // (a daemon that cannot beat yet starts with all of them).
-                let fleet = Fleet::new(store.keys().partitions());
-                if let Err(err) = fleet.beat(&store, &signals).await {
-                    tracing::warn!(cause = %err, "cannot join the fleet yet; carrying every partition meanwhile");
-                }
-                let fleet_task = tokio::spawn(fleet.clone().run(
-                    store.clone(),
-                    signals.clone(),
-                    token.child_token(),
-                ));
-                let channels = wake::Channels {
-                    common: store.keys().wake_channel(),
-                    partitions: (0..store.keys().partitions())
-                        .map(|p| store.keys().partition_wake_channel(p))
-                        .collect(),
-                };
-                let subscriber = tokio::spawn(wake::run_subscriber(
-                    wake_clients,
-                    channels,
-                    fleet.watch(),
-                    signals.clone(),
-                    token.child_token(),
-                ));
-                let sweep = {
-                    let fleet = fleet.clone();
-                    tokio::spawn(
-                        store
-                            .clone()
-                            .run_placement_sweep(move |p| fleet.owns(p), token.child_token()),
-                    )
-                };
-                let firer = tokio::spawn(
-                    crate::firer::Firer::new(
-                        store.clone(),
-                        signals.clone(),
-                        clock.clone(),
-                        fleet.clone(),
-                    )
-                    .run(token.child_token()),
-                );
-                let carrier = Carrier::new(
-                    store.clone(),
-                    signals.clone(),
-                    clock.clone(),
-                    fleet.clone(),
-                    config.delivery.lease_margin,
-                );
-                let carrier = tokio::spawn(carrier.run(token.child_token()));
-                let breaker_task = tokio::spawn(breaker.clone().run(token.child_token()));
-                let cues = Cues { signals, fleet };
-                let pool = WorkerPool::new(store, deliverer, config, cues, clock, lanes, breaker);
-                let pool = tokio::spawn(pool.run(token.child_token()));
-                let _ = tokio::join!(
-                    subscriber,
-                    carrier,
-                    pool,
-                    breaker_task,
-                    fleet_task,
-                    indexing,
-                    sweep,
-                    firer
-                );
-            })
+        let engine = Engine {
+            config: config.clone(),
+            store,
+            deliverer,
+            signals,
+            clock,
+            lanes,
+            breaker,
+            wake_clients,
+            scripts_loaded,
         };
-        let task = {
-            let token = token.clone();
-            tokio::spawn(async move {
-                let api_token = token.child_token();
-                tracing::info!(%addr, "hookq serving");
-                let served = api::serve(listener, app, &config.api, api_token).await;
-                token.cancel();
-                let _ = engine.await;
-                // The spans still queued go out, for at most the export
-                // timeout (a blocking call: off the runtime's threads).
-                let flush = tokio::task::spawn_blocking(move || telemetry.shutdown());
-                let _ = tokio::time::timeout(Duration::from_secs(3), flush).await;
-                served.context("API server failed")
-            })
+        let engine = tokio::spawn(engine.run(token.clone()));
+        let api = Api {
+            listener,
+            app,
+            addr,
+            config,
         };
+        let task = tokio::spawn(api.serve_then_stop(token.clone(), engine, telemetry));
         Ok(Daemon { addr, token, task })
     }
 

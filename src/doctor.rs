@@ -150,37 +150,55 @@ async fn version_check(store: &Store) -> Check {
 /// The Redis settings hookq relies on or recommends: `maxmemory-policy`,
 /// `appendonly`, `appendfsync`, `hash-max-listpack-value`.
 async fn settings_checks(store: &Store) -> Vec<Check> {
-    let get = |name: &'static str| {
-        let mut conn = store.conn();
-        async move {
-            redis::cmd("CONFIG")
-                .arg("GET")
-                .arg(name)
-                .query_async::<HashMap<String, String>>(&mut conn)
+    vec![
+        maxmemory_policy_check(config_get(store, "maxmemory-policy").await.as_deref()),
+        appendonly_check(config_get(store, "appendonly").await.as_deref()),
+        appendfsync_check(config_get(store, "appendfsync").await.as_deref()),
+        listpack_value_check(
+            config_get(store, "hash-max-listpack-value")
                 .await
-                .ok()
-                .and_then(|m| m.get(name).cloned())
-        }
-    };
-    let mut checks = Vec::new();
-    match get("maxmemory-policy").await.as_deref() {
-        Some("noeviction") => checks.push(check("maxmemory-policy", Status::Ok, "noeviction".into(), None)),
-        Some(policy) => checks.push(check(
+                .and_then(|v| v.parse::<u64>().ok()),
+        ),
+    ]
+}
+
+/// The value of Redis setting `name` (`CONFIG GET`); None when Redis
+/// refuses or does not answer.
+async fn config_get(store: &Store, name: &'static str) -> Option<String> {
+    let mut conn = store.conn();
+    redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(name)
+        .query_async::<HashMap<String, String>>(&mut conn)
+        .await
+        .ok()
+        .and_then(|m| m.get(name).cloned())
+}
+
+/// `maxmemory-policy` must be `noeviction` (None: it could not be read).
+fn maxmemory_policy_check(policy: Option<&str>) -> Check {
+    match policy {
+        Some("noeviction") => check("maxmemory-policy", Status::Ok, "noeviction".into(), None),
+        Some(policy) => check(
             "maxmemory-policy",
             Status::Fail,
             format!("{policy}: Redis may evict job records silently when full"),
             Some("redis-cli CONFIG SET maxmemory-policy noeviction, and set `maxmemory-policy noeviction` in redis.conf".into()),
-        )),
-        None => checks.push(check(
+        ),
+        None => check(
             "maxmemory-policy",
             Status::Warn,
             "cannot read (CONFIG GET refused)".into(),
             Some("make sure redis.conf has `maxmemory-policy noeviction`".into()),
-        )),
+        ),
     }
-    match get("appendonly").await.as_deref() {
-        Some("yes") => checks.push(check("appendonly", Status::Ok, "yes".into(), None)),
-        Some(other) => checks.push(check(
+}
+
+/// `appendonly` should be `yes` (None: it could not be read).
+fn appendonly_check(appendonly: Option<&str>) -> Check {
+    match appendonly {
+        Some("yes") => check("appendonly", Status::Ok, "yes".into(), None),
+        Some(other) => check(
             "appendonly",
             Status::Warn,
             format!("{other}: acknowledged jobs are lost if Redis restarts"),
@@ -188,28 +206,28 @@ async fn settings_checks(store: &Store) -> Vec<Check> {
                 "redis-cli CONFIG SET appendonly yes, and set `appendonly yes` in redis.conf"
                     .into(),
             ),
-        )),
-        None => checks.push(check(
-            "appendonly",
-            Status::Warn,
-            "cannot read".into(),
-            None,
-        )),
+        ),
+        None => check("appendonly", Status::Warn, "cannot read".into(), None),
     }
-    match get("appendfsync").await.as_deref() {
-        Some("always") => checks.push(check(
+}
+
+/// `appendfsync` should be `always` or `everysec` (None: it could not be
+/// read).
+fn appendfsync_check(appendfsync: Option<&str>) -> Check {
+    match appendfsync {
+        Some("always") => check(
             "appendfsync",
             Status::Ok,
             "always: no acknowledged job is lost on power loss".into(),
             None,
-        )),
-        Some("everysec") => checks.push(check(
+        ),
+        Some("everysec") => check(
             "appendfsync",
             Status::Ok,
             "everysec: up to ~1 s of acknowledged jobs can be lost on power loss".into(),
             None,
-        )),
-        Some(other) => checks.push(check(
+        ),
+        Some(other) => check(
             "appendfsync",
             Status::Warn,
             format!("{other}: the OS decides when jobs reach disk"),
@@ -217,44 +235,38 @@ async fn settings_checks(store: &Store) -> Vec<Check> {
                 "redis-cli CONFIG SET appendfsync everysec (or always for payment callbacks)"
                     .into(),
             ),
-        )),
-        None => checks.push(check(
-            "appendfsync",
-            Status::Warn,
-            "cannot read".into(),
-            None,
-        )),
+        ),
+        None => check("appendfsync", Status::Warn, "cannot read".into(), None),
     }
+}
 
-    // Not a correctness matter: with Redis's default (64 bytes) every job
-    // record is stored as a full hash table, about twice the memory.
-    match get("hash-max-listpack-value")
-        .await
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        Some(v) if v >= RECOMMENDED_LISTPACK_VALUE => checks.push(check(
+/// `hash-max-listpack-value` should be at least
+/// [`RECOMMENDED_LISTPACK_VALUE`] (None: it could not be read or parsed).
+/// Not a correctness matter: with Redis's default (64 bytes) every job
+/// record is stored as a full hash table, about twice the memory.
+fn listpack_value_check(value: Option<u64>) -> Check {
+    match value {
+        Some(v) if v >= RECOMMENDED_LISTPACK_VALUE => check(
             "hash-max-listpack-value",
             Status::Ok,
             v.to_string(),
             None,
-        )),
-        Some(v) => checks.push(check(
+        ),
+        Some(v) => check(
             "hash-max-listpack-value",
             Status::Warn,
             format!("{v}: job records above {v} bytes take about twice the memory"),
             Some(format!(
                 "redis-cli CONFIG SET hash-max-listpack-value {RECOMMENDED_LISTPACK_VALUE}, and set it in redis.conf"
             )),
-        )),
-        None => checks.push(check(
+        ),
+        None => check(
             "hash-max-listpack-value",
             Status::Warn,
             "cannot read".into(),
             None,
-        )),
+        ),
     }
-
-    checks
 }
 
 /// Every partition's keys answer (on a cluster: every slot is served).

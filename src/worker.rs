@@ -14,10 +14,11 @@
 
 use crate::backoff::Backoff;
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -36,7 +37,7 @@ use crate::retry::FailAction;
 use crate::retry::{next_delay, FailureKind};
 use crate::store::hosts::HostState;
 use crate::store::summary::LastAttempt;
-use crate::store::{Claimed, Failure, Promotion, Store};
+use crate::store::{Claimed, Failure, Promotion, Store, StoreError};
 use crate::wake::Signals;
 
 /// Claimed jobs held in memory per worker (in flight or waiting for a host).
@@ -188,115 +189,187 @@ impl WorkerPool {
         }
     }
 
+    /// Claims from partition `p` until `token` is cancelled: whenever woken
+    /// (or after [`IDLE_RECHECK`]) and this daemon carries `p`, drains its
+    /// ready list as far as the claim budget allows.
     async fn claim_loop(self: Arc<Self>, p: u16, token: CancellationToken) {
         let Some(notify) = self.signals.ready_notify(p) else {
             return;
         };
+        let chunk = self.claim_chunk();
+        loop {
+            // A partition another daemon has is left alone (gaining it
+            // signals).
+            if self.fleet.owns(p) && self.drain(p, chunk, &token).await.is_break() {
+                return;
+            }
+            if self
+                .wait_for_work(p, chunk, notify, &token)
+                .await
+                .is_break()
+            {
+                return;
+            }
+        }
+    }
+
+    /// Permits a claim waits for at least: room for a chunk of jobs at a
+    /// time, a sixteenth of the claim budget (at least 1, at most
+    /// `delivery.claim_batch`).
+    fn claim_chunk(&self) -> u32 {
         let batch = self.config.delivery.claim_batch;
         let held = self.config.delivery.workers * HELD_PER_WORKER;
-        let chunk = (held / 16).clamp(1, batch) as u32;
-        let mut first = true;
+        (held / 16).clamp(1, batch) as u32
+    }
+
+    /// Waits for a ready signal on `notify` or [`IDLE_RECHECK`], telling the
+    /// carrier meanwhile whether it may hand this loop a promotion; breaks
+    /// when `token` is cancelled.
+    async fn wait_for_work(
+        &self,
+        p: u16,
+        chunk: u32,
+        notify: &Notify,
+        token: &CancellationToken,
+    ) -> ControlFlow<()> {
+        // While it waits with room, the carrier may hand it a due
+        // promotion (one call then promotes and claims).
+        let room = self.budget.available_permits() >= chunk as usize;
+        self.signals.set_claim_idle(p, room && self.fleet.owns(p));
+        tokio::select! {
+            biased;
+            _ = token.cancelled() => return ControlFlow::Break(()),
+            _ = notify.notified() => {}
+            _ = tokio::time::sleep(IDLE_RECHECK) => {}
+        }
+        self.signals.set_claim_idle(p, false);
+        ControlFlow::Continue(())
+    }
+
+    /// Drains partition `p`: claims (promoting first when the carrier handed
+    /// a promotion over) while there is work and room in memory, and sends
+    /// each job on. Continues when the ready list is empty or a claim failed;
+    /// breaks when `token` is cancelled or the budget is closed.
+    async fn drain(
+        self: &Arc<Self>,
+        p: u16,
+        chunk: u32,
+        token: &CancellationToken,
+    ) -> ControlFlow<()> {
         loop {
-            if !first {
-                // While it waits with room, the carrier may hand it a due
-                // promotion (one call then promotes and claims).
-                let room = self.budget.available_permits() >= chunk as usize;
-                self.signals.set_claim_idle(p, room && self.fleet.owns(p));
-                tokio::select! {
-                    biased;
-                    _ = token.cancelled() => return,
-                    _ = notify.notified() => {}
-                    _ = tokio::time::sleep(IDLE_RECHECK) => {}
-                }
-                self.signals.set_claim_idle(p, false);
+            let Some(permits) = self.reserve_room(chunk, token).await else {
+                return ControlFlow::Break(());
+            };
+            let promote = if self.signals.take_promotion(p) {
+                PROMOTE_BATCH
+            } else {
+                0
+            };
+            let claimed = match self.store.claim_promoting(p, permits.len(), promote).await {
+                Ok(c) => c,
+                Err(err) => return self.claim_failed(p, promote, err, permits, token).await,
+            };
+            self.clock.observe(claimed.now);
+            if let Some(promotion) = claimed.promotion {
+                self.report_promotion(p, promotion);
             }
-            first = false;
-            if !self.fleet.owns(p) {
-                // Another daemon has this partition (gaining it signals).
+            let more = claimed.more;
+            self.dispatch(claimed.jobs, permits, token);
+            if !more {
+                return ControlFlow::Continue(());
+            }
+        }
+    }
+
+    /// Takes room in the claim budget for at least `chunk` jobs and at most
+    /// `delivery.claim_batch`, a permit per job; None when `token` is
+    /// cancelled or the budget is closed.
+    async fn reserve_room(
+        &self,
+        chunk: u32,
+        token: &CancellationToken,
+    ) -> Option<Vec<OwnedSemaphorePermit>> {
+        let batch = self.config.delivery.claim_batch;
+        // Room for a chunk of jobs at a time: claiming for every
+        // single permit freed would cost a script call per job
+        // whenever the budget is full (a slow or rate-limited host).
+        let mut room = tokio::select! {
+            biased;
+            _ = token.cancelled() => return None,
+            permit = self.budget.clone().acquire_many_owned(chunk) => permit.ok()?,
+        };
+        while room.num_permits() < batch {
+            match self.budget.clone().try_acquire_owned() {
+                Ok(p) => room.merge(p),
+                Err(_) => break,
+            }
+        }
+        let n = room.num_permits();
+        Some(std::iter::from_fn(|| room.split(1)).take(n).collect())
+    }
+
+    /// After a failed claim: counts and logs it, has the carrier read the due
+    /// set again if the claim was to promote, frees the room and waits a
+    /// moment; breaks when `token` is cancelled meanwhile.
+    async fn claim_failed(
+        &self,
+        p: u16,
+        promote: usize,
+        err: StoreError,
+        permits: Vec<OwnedSemaphorePermit>,
+        token: &CancellationToken,
+    ) -> ControlFlow<()> {
+        metrics::counter!("hookq_redis_errors_total", "component" => "worker").increment(1);
+        tracing::warn!(partition = p, cause = %err, "claim failed");
+        if promote > 0 {
+            // The carrier reads the due set again.
+            self.signals.due(p, 0);
+        }
+        drop(permits);
+        tokio::select! {
+            biased;
+            _ = token.cancelled() => return ControlFlow::Break(()),
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Sends each claimed job, holding its permit, on by its host's state:
+    /// queued on its lane (closed), offered as the probe (half-open), or
+    /// parked (open, paused); the jobs a lane gives back and the parked ones
+    /// go back to Redis in a task of their own.
+    fn dispatch(
+        self: &Arc<Self>,
+        jobs: Vec<Claimed>,
+        permits: Vec<OwnedSemaphorePermit>,
+        token: &CancellationToken,
+    ) {
+        let mut given_back = Vec::new();
+        let mut parked = Vec::new();
+        for (job, held) in jobs.into_iter().zip(permits) {
+            let Some(entry) = self.admit(job, held) else {
                 continue;
-            }
-            // Drain: claim while there is work and room in memory.
-            loop {
-                // Room for a chunk of jobs at a time: claiming for every
-                // single permit freed would cost a script call per job
-                // whenever the budget is full (a slow or rate-limited host).
-                let mut room = tokio::select! {
-                    biased;
-                    _ = token.cancelled() => return,
-                    permit = self.budget.clone().acquire_many_owned(chunk) => match permit {
-                        Ok(p) => p,
-                        Err(_) => return,
-                    },
-                };
-                while room.num_permits() < batch {
-                    match self.budget.clone().try_acquire_owned() {
-                        Ok(p) => room.merge(p),
-                        Err(_) => break,
+            };
+            match self.breaker.state(&entry.host) {
+                HostState::Closed => {
+                    if let Some(back) = self.queue(entry, token) {
+                        given_back.push(back);
                     }
                 }
-                let n = room.num_permits();
-                let permits: Vec<OwnedSemaphorePermit> =
-                    std::iter::from_fn(|| room.split(1)).take(n).collect();
-                let promote = if self.signals.take_promotion(p) {
-                    PROMOTE_BATCH
-                } else {
-                    0
-                };
-                let claimed = match self.store.claim_promoting(p, permits.len(), promote).await {
-                    Ok(c) => c,
-                    Err(err) => {
-                        metrics::counter!("hookq_redis_errors_total", "component" => "worker")
-                            .increment(1);
-                        tracing::warn!(partition = p, cause = %err, "claim failed");
-                        if promote > 0 {
-                            // The carrier reads the due set again.
-                            self.signals.due(p, 0);
-                        }
-                        drop(permits);
-                        tokio::select! {
-                            biased;
-                            _ = token.cancelled() => return,
-                            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-                        }
-                        break;
-                    }
-                };
-                self.clock.observe(claimed.now);
-                if let Some(promotion) = claimed.promotion {
-                    self.report_promotion(p, promotion);
-                }
-                let more = claimed.more;
-                let mut given_back = Vec::new();
-                let mut parked = Vec::new();
-                for (job, held) in claimed.jobs.into_iter().zip(permits) {
-                    let Some(entry) = self.admit(job, held) else {
-                        continue;
-                    };
-                    match self.breaker.state(&entry.host) {
-                        HostState::Closed => {
-                            if let Some(back) = self.queue(entry, &token) {
-                                given_back.push(back);
-                            }
-                        }
-                        HostState::HalfOpen => {
-                            let pool = self.clone();
-                            let token = token.clone();
-                            tokio::spawn(async move { pool.offer_probe(entry, token).await });
-                        }
-                        HostState::Open | HostState::Paused => parked.push(entry),
-                    }
-                }
-                if !given_back.is_empty() || !parked.is_empty() {
+                HostState::HalfOpen => {
                     let pool = self.clone();
-                    tokio::spawn(async move {
-                        pool.give_back(given_back).await;
-                        pool.park(parked).await;
-                    });
+                    let token = token.clone();
+                    tokio::spawn(async move { pool.offer_probe(entry, token).await });
                 }
-                if !more {
-                    break;
-                }
+                HostState::Open | HostState::Paused => parked.push(entry),
             }
+        }
+        if !given_back.is_empty() || !parked.is_empty() {
+            let pool = self.clone();
+            tokio::spawn(async move {
+                pool.give_back(given_back).await;
+                pool.park(parked).await;
+            });
         }
     }
 
