@@ -310,30 +310,13 @@ impl Breaker {
     /// One pass over the blocked hosts, acting on those due.
     async fn refresh(&self) -> crate::store::StoreResult<Refresh> {
         let blocked = self.store.blocked_hosts(BLOCKED_READ).await?;
-        let mut states = HashMap::new();
-        let mut due = Vec::new();
         let now = self.clock.now_ms();
         let mut next_when = blocked
             .iter()
             .map(|(_, when)| *when)
             .filter(|w| *w > now)
             .min();
-        for (host, when) in &blocked {
-            let record = self.store.host_record(host).await?;
-            if record.state != HostState::Closed {
-                states.insert(host.clone(), record.state);
-            }
-            if *when <= now {
-                due.push((host.clone(), record.state));
-            }
-        }
-        {
-            let mut map = match self.blocked.write() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
-            *map = states;
-        }
+        let due = self.read_blocked_states(&blocked, now).await?;
         metrics::gauge!("hookq_hosts_blocked").set(blocked.len() as f64);
         if !due.is_empty() {
             // What another daemon holds (a drain turn, a probe) is looked at
@@ -343,46 +326,90 @@ impl Breaker {
         }
         let mut draining = false;
         for (host, state) in due {
-            match state {
-                HostState::Open | HostState::HalfOpen => {
-                    if self
-                        .store
-                        .host_probe(&host, "begin", self.probe_lease())
-                        .await?
-                    {
-                        self.set_state(&host, HostState::HalfOpen);
-                        let moved = self.unpark_round(&host, 1).await?.0;
-                        tracing::info!(%host, probe_job_released = moved > 0, "host half-open: one probe");
-                    }
-                }
-                HostState::Paused => {
-                    if self.store.host_resume(&host, "expired").await? {
-                        self.set_state(&host, HostState::Closed);
-                        tracing::info!(%host, "host's pause ran out");
-                        self.alerts.emit(
-                            "host.closed",
-                            json!({"host": host, "reason": "pause_ended"}),
-                        );
-                    }
-                }
-                HostState::Closed => {
-                    if self.store.host_drain(&host, "take", DRAIN_TURN).await? {
-                        let round = self.next_round(&host);
-                        let (_, left) = self.unpark_round(&host, round).await?;
-                        if left == 0 {
-                            self.store.host_drain(&host, "done", DRAIN_TURN).await?;
-                            self.lock_draining().remove(&host);
-                        } else {
-                            draining = true;
-                        }
-                    }
-                }
-            }
+            draining |= self.act_on_due(&host, state).await?;
         }
         Ok(Refresh {
             draining,
             next_when,
         })
+    }
+
+    /// Reads the state of each blocked host, replaces this daemon's copy
+    /// of the hosts that are not closed with them, and returns the hosts
+    /// due by `now` with their states.
+    async fn read_blocked_states(
+        &self,
+        blocked: &[(String, i64)],
+        now: i64,
+    ) -> crate::store::StoreResult<Vec<(String, HostState)>> {
+        let mut states = HashMap::new();
+        let mut due = Vec::new();
+        for (host, when) in blocked {
+            let record = self.store.host_record(host).await?;
+            if record.state != HostState::Closed {
+                states.insert(host.clone(), record.state);
+            }
+            if *when <= now {
+                due.push((host.clone(), record.state));
+            }
+        }
+        let mut map = match self.blocked.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        *map = states;
+        Ok(due)
+    }
+
+    /// Acts on a blocked host whose time came: an open host begins its
+    /// probe, an expired pause closes the host, and a closed host with
+    /// parked jobs gets a drain round. Returns whether this daemon is still
+    /// draining the host.
+    async fn act_on_due(&self, host: &str, state: HostState) -> crate::store::StoreResult<bool> {
+        match state {
+            HostState::Open | HostState::HalfOpen => {
+                if self
+                    .store
+                    .host_probe(host, "begin", self.probe_lease())
+                    .await?
+                {
+                    self.set_state(host, HostState::HalfOpen);
+                    let moved = self.unpark_round(host, 1).await?.0;
+                    tracing::info!(%host, probe_job_released = moved > 0, "host half-open: one probe");
+                }
+                Ok(false)
+            }
+            HostState::Paused => {
+                if self.store.host_resume(host, "expired").await? {
+                    self.set_state(host, HostState::Closed);
+                    tracing::info!(%host, "host's pause ran out");
+                    self.alerts.emit(
+                        "host.closed",
+                        json!({"host": host, "reason": "pause_ended"}),
+                    );
+                }
+                Ok(false)
+            }
+            HostState::Closed => self.drain_parked(host).await,
+        }
+    }
+
+    /// Takes `host`'s drain turn, if no daemon holds it, and moves back a
+    /// round of its parked jobs; gives the turn up when none are left.
+    /// Returns whether jobs are left to drain.
+    async fn drain_parked(&self, host: &str) -> crate::store::StoreResult<bool> {
+        if !self.store.host_drain(host, "take", DRAIN_TURN).await? {
+            return Ok(false);
+        }
+        let round = self.next_round(host);
+        let (_, left) = self.unpark_round(host, round).await?;
+        if left == 0 {
+            self.store.host_drain(host, "done", DRAIN_TURN).await?;
+            self.lock_draining().remove(host);
+            Ok(false)
+        } else {
+            Ok(true)
+        }
     }
 
     fn lock_draining(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
