@@ -221,66 +221,86 @@ impl Breaker {
             retry_after: Some(wait),
         }) = failure
         {
-            let wait = (*wait).min(b.max_open);
-            let until = self.clock.now_ms() + wait.as_millis() as i64;
-            match self
-                .store
-                .host_pause(host, until.max(1), "retry_after")
-                .await
-            {
-                Ok(true) => {
-                    self.set_state(host, HostState::Paused);
-                    tracing::info!(%host, ?wait, "host paused for its Retry-After");
-                    self.alerts.emit(
-                        "host.paused",
-                        json!({"host": host, "reason": "retry_after", "until": crate::job::format_ms(until)}),
-                    );
-                }
-                Ok(false) => {}
-                Err(err) => tracing::warn!(%host, cause = %err, "cannot pause the host"),
-            }
+            self.pause_for_retry_after(host, (*wait).min(b.max_open))
+                .await;
         }
         match verdict {
             Verdict::Failed(reason) if b.failures > 0 || probe => {
-                match self
-                    .store
-                    .host_failure(host, b.failures, b.open_for, b.max_open, reason, probe)
-                    .await
-                {
-                    Ok(count) => {
-                        self.set_failing(host, Some(count.failures));
-                        if count.opened {
-                            self.set_state(host, HostState::Open);
-                            metrics::counter!("hookq_hosts_opened_total").increment(1);
-                            tracing::warn!(%host, failures = count.failures, %reason, "host opened: its jobs wait for a probe");
-                            self.alerts.emit(
-                                "host.opened",
-                                json!({"host": host, "consecutive_failures": count.failures, "reason": reason, "probe": probe}),
-                            );
-                        }
-                    }
-                    Err(err) => tracing::warn!(%host, cause = %err, "cannot count the failure"),
-                }
+                self.count_failure(host, reason, probe).await;
             }
             Verdict::Failed(_) => {}
             Verdict::Answered if probe || self.failing(host) => {
-                match self.store.host_success(host, probe).await {
-                    Ok(closed) => {
-                        self.set_failing(host, None);
-                        if closed {
-                            self.set_state(host, HostState::Closed);
-                            tracing::info!(%host, "host closed: its probe succeeded");
-                            self.alerts.emit(
-                                "host.closed",
-                                json!({"host": host, "reason": "probe_succeeded"}),
-                            );
-                            self.signals.hosts.notify_one();
-                        }
-                    }
-                    Err(err) => tracing::warn!(%host, cause = %err, "cannot record the answer"),
-                }
+                self.count_answer(host, probe).await;
             }
             Verdict::Answered => {}
+        }
+    }
+
+    /// Pauses `host` for `wait` (its `Retry-After`, capped at the longest
+    /// open time); logs and alerts when the pause is taken.
+    async fn pause_for_retry_after(&self, host: &str, wait: Duration) {
+        let until = self.clock.now_ms() + wait.as_millis() as i64;
+        match self
+            .store
+            .host_pause(host, until.max(1), "retry_after")
+            .await
+        {
+            Ok(true) => {
+                self.set_state(host, HostState::Paused);
+                tracing::info!(%host, ?wait, "host paused for its Retry-After");
+                self.alerts.emit(
+                    "host.paused",
+                    json!({"host": host, "reason": "retry_after", "until": crate::job::format_ms(until)}),
+                );
+            }
+            Ok(false) => {}
+            Err(err) => tracing::warn!(%host, cause = %err, "cannot pause the host"),
+        }
+    }
+
+    /// Counts a failure of `host` in Redis, towards opening it (a failed
+    /// probe included); logs, counts and alerts when it opens.
+    async fn count_failure(&self, host: &str, reason: &str, probe: bool) {
+        let b = &self.config.breaker;
+        match self
+            .store
+            .host_failure(host, b.failures, b.open_for, b.max_open, reason, probe)
+            .await
+        {
+            Ok(count) => {
+                self.set_failing(host, Some(count.failures));
+                if count.opened {
+                    self.set_state(host, HostState::Open);
+                    metrics::counter!("hookq_hosts_opened_total").increment(1);
+                    tracing::warn!(%host, failures = count.failures, %reason, "host opened: its jobs wait for a probe");
+                    self.alerts.emit(
+                        "host.opened",
+                        json!({"host": host, "consecutive_failures": count.failures, "reason": reason, "probe": probe}),
+                    );
+                }
+            }
+            Err(err) => tracing::warn!(%host, cause = %err, "cannot count the failure"),
+        }
+    }
+
+    /// Records an answer from `host` in Redis, ending its run of failures;
+    /// after a successful probe the host closes, which is logged, alerted
+    /// and signalled to the refresher.
+    async fn count_answer(&self, host: &str, probe: bool) {
+        match self.store.host_success(host, probe).await {
+            Ok(closed) => {
+                self.set_failing(host, None);
+                if closed {
+                    self.set_state(host, HostState::Closed);
+                    tracing::info!(%host, "host closed: its probe succeeded");
+                    self.alerts.emit(
+                        "host.closed",
+                        json!({"host": host, "reason": "probe_succeeded"}),
+                    );
+                    self.signals.hosts.notify_one();
+                }
+            }
+            Err(err) => tracing::warn!(%host, cause = %err, "cannot record the answer"),
         }
     }
 
