@@ -963,7 +963,7 @@ impl JobInput {
 
     /// The job's timing fields, parsed: `run_at` or `delay` (not both),
     /// `retry` and `timeout`, checked in that order.
-    fn valid_timing(&self, config: &Config) -> Result<Timing, FieldError> {
+    fn valid_timing(&self, config: &Config) -> Result<JobTiming, FieldError> {
         if self.run_at.is_some() && self.delay.is_some() {
             return Err(FieldError::new(
                 "conflicting_fields",
@@ -971,7 +971,7 @@ impl JobInput {
                 "give either run_at or delay, not both",
             ));
         }
-        Ok(Timing {
+        Ok(JobTiming {
             run_at: self.run_at.as_ref().map(parse_run_at).transpose()?,
             delay_ms: self.delay.as_deref().map(parse_delay).transpose()?,
             retry_ms: self.retry.as_deref().map(parse_retry).transpose()?,
@@ -1000,7 +1000,7 @@ fn parse_method(method: Option<&str>) -> Result<Method, FieldError> {
 }
 
 /// A job's timing fields, validated ([`JobInput::validate`]).
-struct Timing {
+struct JobTiming {
     /// `run_at`, epoch ms.
     run_at: Option<i64>,
     /// `delay`, ms.
@@ -1011,7 +1011,7 @@ struct Timing {
     timeout_ms: Option<u64>,
 }
 
-impl Timing {
+impl JobTiming {
     /// When the job is due: at `run_at`, else after `delay`, else now.
     fn due(&self) -> Due {
         match (self.run_at, self.delay_ms) {
