@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::RedisClock;
 use crate::fleet::Fleet;
+use crate::store::schedules::FireRound;
 use crate::store::Store;
 use crate::wake::Signals;
 
@@ -40,72 +41,18 @@ impl Firer {
 
     /// Runs until `token` is cancelled.
     pub async fn run(self, token: CancellationToken) {
-        let partitions = self.store.keys().partitions();
-        // Per partition: when to fire next (0: read now; i64::MAX: not ours).
-        let mut next = vec![0i64; partitions as usize];
-        let mut owned = vec![false; partitions as usize];
+        let mut table = Timetable::new(self.store.keys().partitions());
         let mut deal = self.fleet.watch();
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
         loop {
             let now = self.clock.now_ms();
-            for p in 0..partitions {
-                let i = p as usize;
-                let owns = self.fleet.owns(p);
-                if owns && !owned[i] {
-                    next[i] = 0;
-                } else if !owns {
-                    next[i] = i64::MAX;
-                }
-                owned[i] = owns;
-                if let Some(hint) = self.signals.take_fire_hint(p) {
-                    if owns {
-                        next[i] = next[i].min(hint);
-                    }
-                }
-            }
-            let mut failed = false;
-            for p in 0..partitions {
-                let i = p as usize;
-                if !owned[i] || next[i] > now {
-                    continue;
-                }
-                match self.store.fire_due(p).await {
-                    Ok(round) => {
-                        for (_, lateness_ms) in &round.fired {
-                            metrics::histogram!("hookq_schedule_firing_lateness_seconds")
-                                .record(*lateness_ms as f64 / 1000.0);
-                        }
-                        metrics::counter!("hookq_schedule_firings_total", "outcome" => "fired")
-                            .increment(round.fired.len() as u64);
-                        metrics::counter!("hookq_schedule_firings_total", "outcome" => "skipped")
-                            .increment(round.skipped as u64);
-                        // A time not yet due by Redis's clock (this
-                        // daemon's estimate of it ran ahead) is read again
-                        // a millisecond later, not at once.
-                        let floor = if round.fired.is_empty() { now + 1 } else { now };
-                        next[i] = round.next.unwrap_or(i64::MAX).max(floor);
-                    }
-                    Err(err) => {
-                        failed = true;
-                        metrics::counter!("hookq_redis_errors_total", "component" => "firer")
-                            .increment(1);
-                        tracing::warn!(cause = %err, partition = p, "cannot fire schedules yet");
-                        next[i] = now + backoff.current().as_millis() as i64;
-                    }
-                }
-            }
-            if failed {
+            table.take_deal_and_hints(&self.fleet, &self.signals);
+            if self.fire_due_partitions(&mut table, now, &backoff).await {
                 backoff.step();
             } else {
                 backoff.reset();
             }
-            let earliest = next
-                .iter()
-                .zip(&owned)
-                .filter(|(_, o)| **o)
-                .map(|(n, _)| *n)
-                .min()
-                .unwrap_or(i64::MAX);
+            let earliest = table.earliest();
             // Nothing to fire: sleep until a wake message (a new, changed
             // or resumed schedule; every partition after a reconnect) or a
             // new deal.
@@ -118,5 +65,109 @@ impl Firer {
                 Ok(()) = deal.changed() => {}
             }
         }
+    }
+
+    /// Fires every owned partition due by `now`, in order, and sets when
+    /// each is read next; a partition Redis fails on is read again after
+    /// `backoff`'s current wait. Returns whether any partition failed.
+    async fn fire_due_partitions(
+        &self,
+        table: &mut Timetable,
+        now: i64,
+        backoff: &Backoff,
+    ) -> bool {
+        let mut failed = false;
+        for p in 0..table.next.len() as u16 {
+            let i = p as usize;
+            if !table.is_due(i, now) {
+                continue;
+            }
+            match self.store.fire_due(p).await {
+                Ok(round) => {
+                    record_round(&round);
+                    // A time not yet due by Redis's clock (this
+                    // daemon's estimate of it ran ahead) is read again
+                    // a millisecond later, not at once.
+                    let floor = if round.fired.is_empty() { now + 1 } else { now };
+                    table.next[i] = round.next.unwrap_or(i64::MAX).max(floor);
+                }
+                Err(err) => {
+                    failed = true;
+                    metrics::counter!("hookq_redis_errors_total", "component" => "firer")
+                        .increment(1);
+                    tracing::warn!(cause = %err, partition = p, "cannot fire schedules yet");
+                    table.next[i] = now + backoff.current().as_millis() as i64;
+                }
+            }
+        }
+        failed
+    }
+}
+
+/// Records a firing round's metrics: each firing's lateness, and the
+/// counts of fire times fired and skipped.
+fn record_round(round: &FireRound) {
+    for (_, lateness_ms) in &round.fired {
+        metrics::histogram!("hookq_schedule_firing_lateness_seconds")
+            .record(*lateness_ms as f64 / 1000.0);
+    }
+    metrics::counter!("hookq_schedule_firings_total", "outcome" => "fired")
+        .increment(round.fired.len() as u64);
+    metrics::counter!("hookq_schedule_firings_total", "outcome" => "skipped")
+        .increment(round.skipped as u64);
+}
+
+/// When each partition fires next, and which partitions this daemon owns.
+struct Timetable {
+    /// Per partition: when to fire next (0: read now; i64::MAX: not ours).
+    next: Vec<i64>,
+    /// Per partition: whether the fleet dealt it to this daemon.
+    owned: Vec<bool>,
+}
+
+impl Timetable {
+    /// A timetable of `partitions` partitions, none owned yet.
+    fn new(partitions: u16) -> Self {
+        Timetable {
+            next: vec![0i64; partitions as usize],
+            owned: vec![false; partitions as usize],
+        }
+    }
+
+    /// Takes in the current deal and the pending wake hints: a partition
+    /// newly dealt is read now, one dealt away is not read, and a hint
+    /// brings an owned partition's fire time forward.
+    fn take_deal_and_hints(&mut self, fleet: &Fleet, signals: &Signals) {
+        for p in 0..self.next.len() as u16 {
+            let i = p as usize;
+            let owns = fleet.owns(p);
+            if owns && !self.owned[i] {
+                self.next[i] = 0;
+            } else if !owns {
+                self.next[i] = i64::MAX;
+            }
+            self.owned[i] = owns;
+            if let Some(hint) = signals.take_fire_hint(p) {
+                if owns {
+                    self.next[i] = self.next[i].min(hint);
+                }
+            }
+        }
+    }
+
+    /// Whether partition `i` is owned and due by `now`.
+    fn is_due(&self, i: usize, now: i64) -> bool {
+        self.owned[i] && self.next[i] <= now
+    }
+
+    /// The earliest fire time of the owned partitions (i64::MAX: none).
+    fn earliest(&self) -> i64 {
+        self.next
+            .iter()
+            .zip(&self.owned)
+            .filter(|(_, o)| **o)
+            .map(|(n, _)| *n)
+            .min()
+            .unwrap_or(i64::MAX)
     }
 }

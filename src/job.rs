@@ -909,59 +909,19 @@ impl JobInput {
     /// Validates every field and builds the job to store; `id` is generated
     /// when absent.
     pub fn validate(self, config: &Config) -> Result<ValidJob, FieldError> {
-        let id = match &self.id {
-            Some(id) => {
-                validate_id(id)?;
-                id.clone()
-            }
-            None => ulid::Ulid::new().to_string(),
-        };
+        let id = self.valid_id()?;
         let topic = self.topic.clone().unwrap_or_else(default_topic);
         validate_topic(&topic)?;
-        let url = self
-            .url
-            .clone()
-            .ok_or_else(|| FieldError::new("missing_field", "url", "url is required"))?;
-        let url = validate_url(&url, "url")?;
-        let method = match self.method.as_deref() {
-            None => Method::Post,
-            Some(m) if m.eq_ignore_ascii_case("POST") => Method::Post,
-            Some(m) if m.eq_ignore_ascii_case("PUT") => Method::Put,
-            Some(m) if m.eq_ignore_ascii_case("PATCH") => Method::Patch,
-            Some(m) => {
-                return Err(FieldError::new(
-                    "invalid_method",
-                    "method",
-                    format!("method `{m}` is not POST, PUT or PATCH"),
-                ))
-            }
-        };
+        let url = self.valid_url()?;
+        let method = parse_method(self.method.as_deref())?;
         let headers = self.headers.clone().unwrap_or_default();
         validate_headers(&headers)?;
         validate_body(&self, config)?;
-        if self.run_at.is_some() && self.delay.is_some() {
-            return Err(FieldError::new(
-                "conflicting_fields",
-                "delay",
-                "give either run_at or delay, not both",
-            ));
-        }
-        let run_at = self.run_at.as_ref().map(parse_run_at).transpose()?;
-        let delay_ms = self.delay.as_deref().map(parse_delay).transpose()?;
-        let retry_ms = self.retry.as_deref().map(parse_retry).transpose()?;
-        let timeout_ms = self
-            .timeout
-            .as_deref()
-            .map(|t| parse_timeout(t, config))
-            .transpose()?;
+        let timing = self.valid_timing(config)?;
         if let Some(key) = &self.ordering_key {
             validate_ordering_key(key)?;
         }
-        let due = match (run_at, delay_ms) {
-            (Some(at), _) => Due::At(at),
-            (None, Some(d)) => Due::After(d),
-            (None, None) => Due::After(0),
-        };
+        let due = timing.due();
         let spec = JobSpec {
             topic,
             url,
@@ -970,15 +930,95 @@ impl JobInput {
             body: self.body,
             body_text: self.body_text,
             content_type: self.content_type,
-            run_at,
-            delay_ms,
-            retry_ms,
-            timeout_ms,
+            run_at: timing.run_at,
+            delay_ms: timing.delay_ms,
+            retry_ms: timing.retry_ms,
+            timeout_ms: timing.timeout_ms,
             ordering_key: self.ordering_key,
             schedule_id: None,
             trace: None,
         };
         Ok(ValidJob { id, spec, due })
+    }
+
+    /// The job's id: the one given, validated, or a new ULID.
+    fn valid_id(&self) -> Result<String, FieldError> {
+        match &self.id {
+            Some(id) => {
+                validate_id(id)?;
+                Ok(id.clone())
+            }
+            None => Ok(ulid::Ulid::new().to_string()),
+        }
+    }
+
+    /// The job's URL, required and validated.
+    fn valid_url(&self) -> Result<String, FieldError> {
+        let url = self
+            .url
+            .clone()
+            .ok_or_else(|| FieldError::new("missing_field", "url", "url is required"))?;
+        validate_url(&url, "url")
+    }
+
+    /// The job's timing fields, parsed: `run_at` or `delay` (not both),
+    /// `retry` and `timeout`, checked in that order.
+    fn valid_timing(&self, config: &Config) -> Result<JobTiming, FieldError> {
+        if self.run_at.is_some() && self.delay.is_some() {
+            return Err(FieldError::new(
+                "conflicting_fields",
+                "delay",
+                "give either run_at or delay, not both",
+            ));
+        }
+        Ok(JobTiming {
+            run_at: self.run_at.as_ref().map(parse_run_at).transpose()?,
+            delay_ms: self.delay.as_deref().map(parse_delay).transpose()?,
+            retry_ms: self.retry.as_deref().map(parse_retry).transpose()?,
+            timeout_ms: self
+                .timeout
+                .as_deref()
+                .map(|t| parse_timeout(t, config))
+                .transpose()?,
+        })
+    }
+}
+
+/// A job's `method`: POST when absent, else POST, PUT or PATCH in any case.
+fn parse_method(method: Option<&str>) -> Result<Method, FieldError> {
+    match method {
+        None => Ok(Method::Post),
+        Some(m) if m.eq_ignore_ascii_case("POST") => Ok(Method::Post),
+        Some(m) if m.eq_ignore_ascii_case("PUT") => Ok(Method::Put),
+        Some(m) if m.eq_ignore_ascii_case("PATCH") => Ok(Method::Patch),
+        Some(m) => Err(FieldError::new(
+            "invalid_method",
+            "method",
+            format!("method `{m}` is not POST, PUT or PATCH"),
+        )),
+    }
+}
+
+/// A job's timing fields, validated ([`JobInput::validate`]).
+struct JobTiming {
+    /// `run_at`, epoch ms.
+    run_at: Option<i64>,
+    /// `delay`, ms.
+    delay_ms: Option<u64>,
+    /// `retry`, the ladder in ms.
+    retry_ms: Option<Vec<u64>>,
+    /// `timeout`, ms.
+    timeout_ms: Option<u64>,
+}
+
+impl JobTiming {
+    /// When the job is due: at `run_at`, else after `delay`, else now.
+    fn due(&self) -> Due {
+        match (self.run_at, self.delay_ms) {
+            (Some(at), _) => Due::At(at),
+            (None, Some(d)) => Due::After(d),
+            (None, None) => Due::After(0),
+        }
     }
 }
 

@@ -269,35 +269,15 @@ impl Deliverer {
         let (body, content_type) = spec.payload();
         // Signed before the URL moves into the request (per origin, the
         // signature needs its origin).
-        let signed = (!self.signer.is_empty())
-            .then(|| {
-                let timestamp = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_secs() as i64)
-                    .unwrap_or_default();
-                let signature = self.signer.signature_header(id, timestamp, body, &url)?;
-                Some((timestamp, signature))
-            })
-            .flatten();
-        let mut request = self
+        let signed = self.sign(id, body, &url);
+        let request = self
             .client
             .request(spec.method.as_http(), url)
             .timeout(timeout)
             .header("content-type", content_type)
             .header("webhook-id", id)
             .header("hookq-attempt", attempt.to_string());
-        for (name, value) in &spec.headers {
-            // Jobs stored before trace-context names were reserved may
-            // carry their own; the attempt's own go out instead.
-            if name.eq_ignore_ascii_case("traceparent") || name.eq_ignore_ascii_case("tracestate") {
-                continue;
-            }
-            request = request.header(name.as_str(), value.as_str());
-        }
-        request = request.header("traceparent", traceparent);
-        if let Some(state) = spec.trace.as_ref().and_then(|t| t.state.as_deref()) {
-            request = request.header("tracestate", state);
-        }
+        let mut request = with_job_and_trace_headers(request, spec, traceparent);
         if let Some((timestamp, signature)) = signed {
             request = request
                 .header("webhook-timestamp", timestamp.to_string())
@@ -308,24 +288,47 @@ impl Deliverer {
             .send()
             .await
             .map_err(|e| classify_error(&e))?;
-        let status = response.status().as_u16();
-        let headers = response.headers();
-        let location = headers
-            .get("location")
-            .and_then(|v| v.to_str().ok())
-            .map(|l| capped(l, LOCATION_CAP));
-        let retry_after = headers
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_retry_after);
-        let body_prefix = read_prefix(response).await;
-        Ok(Response {
-            status,
-            location,
-            retry_after,
-            body_prefix,
-        })
+        Ok(Response::read(response).await)
     }
+
+    /// The attempt's signature of `body` for `url`, with its timestamp
+    /// (Unix seconds): None when no secret is configured, or per-origin
+    /// for a URL without an origin.
+    fn sign(&self, id: &str, body: &[u8], url: &reqwest::Url) -> Option<(i64, String)> {
+        (!self.signer.is_empty())
+            .then(|| {
+                let timestamp = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs() as i64)
+                    .unwrap_or_default();
+                let signature = self.signer.signature_header(id, timestamp, body, url)?;
+                Some((timestamp, signature))
+            })
+            .flatten()
+    }
+}
+
+/// `request` with the job's own headers, then the attempt's trace context
+/// (`traceparent`, and the job's `tracestate` if it has one). A job's own
+/// trace-context headers are left out.
+fn with_job_and_trace_headers(
+    mut request: reqwest::RequestBuilder,
+    spec: &JobSpec,
+    traceparent: &str,
+) -> reqwest::RequestBuilder {
+    for (name, value) in &spec.headers {
+        // Jobs stored before trace-context names were reserved may
+        // carry their own; the attempt's own go out instead.
+        if name.eq_ignore_ascii_case("traceparent") || name.eq_ignore_ascii_case("tracestate") {
+            continue;
+        }
+        request = request.header(name.as_str(), value.as_str());
+    }
+    request = request.header("traceparent", traceparent);
+    if let Some(state) = spec.trace.as_ref().and_then(|t| t.state.as_deref()) {
+        request = request.header("tracestate", state);
+    }
+    request
 }
 
 /// Longest `Location` kept from an answer, in bytes: it is stored with the
@@ -351,6 +354,30 @@ struct Response {
     location: Option<String>,
     retry_after: Option<Duration>,
     body_prefix: String,
+}
+
+impl Response {
+    /// Keeps the status, the `Location` (capped), the `Retry-After` and
+    /// the body's first bytes of `response`.
+    async fn read(response: reqwest::Response) -> Response {
+        let status = response.status().as_u16();
+        let headers = response.headers();
+        let location = headers
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .map(|l| capped(l, LOCATION_CAP));
+        let retry_after = headers
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        let body_prefix = read_prefix(response).await;
+        Response {
+            status,
+            location,
+            retry_after,
+            body_prefix,
+        }
+    }
 }
 
 /// Reads at most [`RESPONSE_BODY_CAP`] bytes of the body and drops the rest

@@ -221,66 +221,86 @@ impl Breaker {
             retry_after: Some(wait),
         }) = failure
         {
-            let wait = (*wait).min(b.max_open);
-            let until = self.clock.now_ms() + wait.as_millis() as i64;
-            match self
-                .store
-                .host_pause(host, until.max(1), "retry_after")
-                .await
-            {
-                Ok(true) => {
-                    self.set_state(host, HostState::Paused);
-                    tracing::info!(%host, ?wait, "host paused for its Retry-After");
-                    self.alerts.emit(
-                        "host.paused",
-                        json!({"host": host, "reason": "retry_after", "until": crate::job::format_ms(until)}),
-                    );
-                }
-                Ok(false) => {}
-                Err(err) => tracing::warn!(%host, cause = %err, "cannot pause the host"),
-            }
+            self.pause_for_retry_after(host, (*wait).min(b.max_open))
+                .await;
         }
         match verdict {
             Verdict::Failed(reason) if b.failures > 0 || probe => {
-                match self
-                    .store
-                    .host_failure(host, b.failures, b.open_for, b.max_open, reason, probe)
-                    .await
-                {
-                    Ok(count) => {
-                        self.set_failing(host, Some(count.failures));
-                        if count.opened {
-                            self.set_state(host, HostState::Open);
-                            metrics::counter!("hookq_hosts_opened_total").increment(1);
-                            tracing::warn!(%host, failures = count.failures, %reason, "host opened: its jobs wait for a probe");
-                            self.alerts.emit(
-                                "host.opened",
-                                json!({"host": host, "consecutive_failures": count.failures, "reason": reason, "probe": probe}),
-                            );
-                        }
-                    }
-                    Err(err) => tracing::warn!(%host, cause = %err, "cannot count the failure"),
-                }
+                self.count_failure(host, reason, probe).await;
             }
             Verdict::Failed(_) => {}
             Verdict::Answered if probe || self.failing(host) => {
-                match self.store.host_success(host, probe).await {
-                    Ok(closed) => {
-                        self.set_failing(host, None);
-                        if closed {
-                            self.set_state(host, HostState::Closed);
-                            tracing::info!(%host, "host closed: its probe succeeded");
-                            self.alerts.emit(
-                                "host.closed",
-                                json!({"host": host, "reason": "probe_succeeded"}),
-                            );
-                            self.signals.hosts.notify_one();
-                        }
-                    }
-                    Err(err) => tracing::warn!(%host, cause = %err, "cannot record the answer"),
-                }
+                self.count_answer(host, probe).await;
             }
             Verdict::Answered => {}
+        }
+    }
+
+    /// Pauses `host` for `wait` (its `Retry-After`, capped at the longest
+    /// open time); logs and alerts when the pause is taken.
+    async fn pause_for_retry_after(&self, host: &str, wait: Duration) {
+        let until = self.clock.now_ms() + wait.as_millis() as i64;
+        match self
+            .store
+            .host_pause(host, until.max(1), "retry_after")
+            .await
+        {
+            Ok(true) => {
+                self.set_state(host, HostState::Paused);
+                tracing::info!(%host, ?wait, "host paused for its Retry-After");
+                self.alerts.emit(
+                    "host.paused",
+                    json!({"host": host, "reason": "retry_after", "until": crate::job::format_ms(until)}),
+                );
+            }
+            Ok(false) => {}
+            Err(err) => tracing::warn!(%host, cause = %err, "cannot pause the host"),
+        }
+    }
+
+    /// Counts a failure of `host` in Redis, towards opening it (a failed
+    /// probe included); logs, counts and alerts when it opens.
+    async fn count_failure(&self, host: &str, reason: &str, probe: bool) {
+        let b = &self.config.breaker;
+        match self
+            .store
+            .host_failure(host, b.failures, b.open_for, b.max_open, reason, probe)
+            .await
+        {
+            Ok(count) => {
+                self.set_failing(host, Some(count.failures));
+                if count.opened {
+                    self.set_state(host, HostState::Open);
+                    metrics::counter!("hookq_hosts_opened_total").increment(1);
+                    tracing::warn!(%host, failures = count.failures, %reason, "host opened: its jobs wait for a probe");
+                    self.alerts.emit(
+                        "host.opened",
+                        json!({"host": host, "consecutive_failures": count.failures, "reason": reason, "probe": probe}),
+                    );
+                }
+            }
+            Err(err) => tracing::warn!(%host, cause = %err, "cannot count the failure"),
+        }
+    }
+
+    /// Records an answer from `host` in Redis, ending its run of failures;
+    /// after a successful probe the host closes, which is logged, alerted
+    /// and signalled to the refresher.
+    async fn count_answer(&self, host: &str, probe: bool) {
+        match self.store.host_success(host, probe).await {
+            Ok(closed) => {
+                self.set_failing(host, None);
+                if closed {
+                    self.set_state(host, HostState::Closed);
+                    tracing::info!(%host, "host closed: its probe succeeded");
+                    self.alerts.emit(
+                        "host.closed",
+                        json!({"host": host, "reason": "probe_succeeded"}),
+                    );
+                    self.signals.hosts.notify_one();
+                }
+            }
+            Err(err) => tracing::warn!(%host, cause = %err, "cannot record the answer"),
         }
     }
 
@@ -310,30 +330,13 @@ impl Breaker {
     /// One pass over the blocked hosts, acting on those due.
     async fn refresh(&self) -> crate::store::StoreResult<Refresh> {
         let blocked = self.store.blocked_hosts(BLOCKED_READ).await?;
-        let mut states = HashMap::new();
-        let mut due = Vec::new();
         let now = self.clock.now_ms();
         let mut next_when = blocked
             .iter()
             .map(|(_, when)| *when)
             .filter(|w| *w > now)
             .min();
-        for (host, when) in &blocked {
-            let record = self.store.host_record(host).await?;
-            if record.state != HostState::Closed {
-                states.insert(host.clone(), record.state);
-            }
-            if *when <= now {
-                due.push((host.clone(), record.state));
-            }
-        }
-        {
-            let mut map = match self.blocked.write() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
-            *map = states;
-        }
+        let due = self.read_blocked_states(&blocked, now).await?;
         metrics::gauge!("hookq_hosts_blocked").set(blocked.len() as f64);
         if !due.is_empty() {
             // What another daemon holds (a drain turn, a probe) is looked at
@@ -343,46 +346,90 @@ impl Breaker {
         }
         let mut draining = false;
         for (host, state) in due {
-            match state {
-                HostState::Open | HostState::HalfOpen => {
-                    if self
-                        .store
-                        .host_probe(&host, "begin", self.probe_lease())
-                        .await?
-                    {
-                        self.set_state(&host, HostState::HalfOpen);
-                        let moved = self.unpark_round(&host, 1).await?.0;
-                        tracing::info!(%host, probe_job_released = moved > 0, "host half-open: one probe");
-                    }
-                }
-                HostState::Paused => {
-                    if self.store.host_resume(&host, "expired").await? {
-                        self.set_state(&host, HostState::Closed);
-                        tracing::info!(%host, "host's pause ran out");
-                        self.alerts.emit(
-                            "host.closed",
-                            json!({"host": host, "reason": "pause_ended"}),
-                        );
-                    }
-                }
-                HostState::Closed => {
-                    if self.store.host_drain(&host, "take", DRAIN_TURN).await? {
-                        let round = self.next_round(&host);
-                        let (_, left) = self.unpark_round(&host, round).await?;
-                        if left == 0 {
-                            self.store.host_drain(&host, "done", DRAIN_TURN).await?;
-                            self.lock_draining().remove(&host);
-                        } else {
-                            draining = true;
-                        }
-                    }
-                }
-            }
+            draining |= self.act_on_due(&host, state).await?;
         }
         Ok(Refresh {
             draining,
             next_when,
         })
+    }
+
+    /// Reads the state of each blocked host, replaces this daemon's copy
+    /// of the hosts that are not closed with them, and returns the hosts
+    /// due by `now` with their states.
+    async fn read_blocked_states(
+        &self,
+        blocked: &[(String, i64)],
+        now: i64,
+    ) -> crate::store::StoreResult<Vec<(String, HostState)>> {
+        let mut states = HashMap::new();
+        let mut due = Vec::new();
+        for (host, when) in blocked {
+            let record = self.store.host_record(host).await?;
+            if record.state != HostState::Closed {
+                states.insert(host.clone(), record.state);
+            }
+            if *when <= now {
+                due.push((host.clone(), record.state));
+            }
+        }
+        let mut map = match self.blocked.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        *map = states;
+        Ok(due)
+    }
+
+    /// Acts on a blocked host whose time came: an open host begins its
+    /// probe, an expired pause closes the host, and a closed host with
+    /// parked jobs gets a drain round. Returns whether this daemon is still
+    /// draining the host.
+    async fn act_on_due(&self, host: &str, state: HostState) -> crate::store::StoreResult<bool> {
+        match state {
+            HostState::Open | HostState::HalfOpen => {
+                if self
+                    .store
+                    .host_probe(host, "begin", self.probe_lease())
+                    .await?
+                {
+                    self.set_state(host, HostState::HalfOpen);
+                    let moved = self.unpark_round(host, 1).await?.0;
+                    tracing::info!(%host, probe_job_released = moved > 0, "host half-open: one probe");
+                }
+                Ok(false)
+            }
+            HostState::Paused => {
+                if self.store.host_resume(host, "expired").await? {
+                    self.set_state(host, HostState::Closed);
+                    tracing::info!(%host, "host's pause ran out");
+                    self.alerts.emit(
+                        "host.closed",
+                        json!({"host": host, "reason": "pause_ended"}),
+                    );
+                }
+                Ok(false)
+            }
+            HostState::Closed => self.drain_parked(host).await,
+        }
+    }
+
+    /// Takes `host`'s drain turn, if no daemon holds it, and moves back a
+    /// round of its parked jobs; gives the turn up when none are left.
+    /// Returns whether jobs are left to drain.
+    async fn drain_parked(&self, host: &str) -> crate::store::StoreResult<bool> {
+        if !self.store.host_drain(host, "take", DRAIN_TURN).await? {
+            return Ok(false);
+        }
+        let round = self.next_round(host);
+        let (_, left) = self.unpark_round(host, round).await?;
+        if left == 0 {
+            self.store.host_drain(host, "done", DRAIN_TURN).await?;
+            self.lock_draining().remove(host);
+            Ok(false)
+        } else {
+            Ok(true)
+        }
     }
 
     fn lock_draining(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {

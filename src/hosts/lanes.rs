@@ -239,64 +239,9 @@ impl Lane {
         token: &CancellationToken,
     ) -> Option<(Entry, Ticket)> {
         loop {
-            // A job to run.
-            loop {
-                {
-                    let mut st = self.lock();
-                    if !st.queue.is_empty() {
-                        break;
-                    }
-                    if st.active_at.elapsed() >= RUNNER_IDLE || token.is_cancelled() {
-                        st.runner = false;
-                        return None;
-                    }
-                }
-                tokio::select! {
-                    _ = token.cancelled() => {}
-                    _ = self.notify.notified() => {}
-                    _ = tokio::time::sleep(RUNNER_IDLE) => {}
-                }
-            }
-            let cleared = async {
-                let slot = self.slots.clone().acquire_owned().await.ok()?;
-                if let Some(limiter) = rate.as_mut() {
-                    limiter.acquire(store, clock).await;
-                }
-                let worker = workers.clone().acquire_owned().await.ok()?;
-                Some((slot, worker))
-            };
-            let (slot, worker) = tokio::select! {
-                _ = token.cancelled() => None,
-                cleared = cleared => cleared,
-            }
-            .or_else(|| {
-                self.lock().runner = false;
-                None
-            })?;
-            let entry = {
-                let mut st = self.lock();
-                match st.queue.pop_front() {
-                    // Given back meanwhile; wait for the next.
-                    None => None,
-                    Some(entry)
-                        if !entry.probe && breaker.state(&self.key) != HostState::Closed =>
-                    {
-                        // The host opened or was paused: the evictor parks
-                        // the queue; nothing starts meanwhile.
-                        st.queue.push_front(entry);
-                        None
-                    }
-                    Some(entry) => {
-                        let now = Instant::now();
-                        if self.in_flight.fetch_add(1, Ordering::AcqRel) == 0 {
-                            st.progress_at = now;
-                        }
-                        st.active_at = now;
-                        Some(entry)
-                    }
-                }
-            };
-            let Some(entry) = entry else {
+            self.wait_for_queued(token).await?;
+            let (slot, worker) = self.clearance(workers, rate, store, clock, token).await?;
+            let Some(entry) = self.start_front(breaker) else {
                 drop((slot, worker));
                 tokio::select! {
                     _ = token.cancelled() => {}
@@ -311,6 +256,83 @@ impl Lane {
                 _worker: worker,
             };
             return Some((entry, ticket));
+        }
+    }
+
+    /// Waits until a job is queued. None (and the runner marked stopped)
+    /// when the lane has been idle for [`RUNNER_IDLE`] or `token` is
+    /// cancelled.
+    async fn wait_for_queued(&self, token: &CancellationToken) -> Option<()> {
+        loop {
+            {
+                let mut st = self.lock();
+                if !st.queue.is_empty() {
+                    return Some(());
+                }
+                if st.active_at.elapsed() >= RUNNER_IDLE || token.is_cancelled() {
+                    st.runner = false;
+                    return None;
+                }
+            }
+            tokio::select! {
+                _ = token.cancelled() => {}
+                _ = self.notify.notified() => {}
+                _ = tokio::time::sleep(RUNNER_IDLE) => {}
+            }
+        }
+    }
+
+    /// Waits for a host slot, a rate token and a worker permit, in that
+    /// order. None (and the runner marked stopped) when `token` is
+    /// cancelled or a semaphore is closed.
+    async fn clearance(
+        &self,
+        workers: &Arc<Semaphore>,
+        rate: &mut Option<RateLimiter>,
+        store: &Store,
+        clock: &RedisClock,
+        token: &CancellationToken,
+    ) -> Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)> {
+        let cleared = async {
+            let slot = self.slots.clone().acquire_owned().await.ok()?;
+            if let Some(limiter) = rate.as_mut() {
+                limiter.acquire(store, clock).await;
+            }
+            let worker = workers.clone().acquire_owned().await.ok()?;
+            Some((slot, worker))
+        };
+        tokio::select! {
+            _ = token.cancelled() => None,
+            cleared = cleared => cleared,
+        }
+        .or_else(|| {
+            self.lock().runner = false;
+            None
+        })
+    }
+
+    /// Takes the oldest queued job and counts it in flight. None when the
+    /// queue was given back meanwhile, or when the host is no longer
+    /// closed and the job is not its probe (the job stays queued).
+    fn start_front(&self, breaker: &Breaker) -> Option<Entry> {
+        let mut st = self.lock();
+        match st.queue.pop_front() {
+            // Given back meanwhile; wait for the next.
+            None => None,
+            Some(entry) if !entry.probe && breaker.state(&self.key) != HostState::Closed => {
+                // The host opened or was paused: the evictor parks
+                // the queue; nothing starts meanwhile.
+                st.queue.push_front(entry);
+                None
+            }
+            Some(entry) => {
+                let now = Instant::now();
+                if self.in_flight.fetch_add(1, Ordering::AcqRel) == 0 {
+                    st.progress_at = now;
+                }
+                st.active_at = now;
+                Some(entry)
+            }
         }
     }
 }

@@ -95,6 +95,29 @@ impl Store {
         &self,
         mut progress: impl FnMut(u16, MigrateReport),
     ) -> StoreResult<MigrateReport> {
+        self.refuse_while_daemons_run().await?;
+        let mut report = MigrateReport::default();
+        let Some(from) = self.version_to_migrate().await? else {
+            return Ok(report);
+        };
+        // `1>2` and `1>3` may hold records of both older layouts: each batch
+        // goes through both conversions, each skipping what is not its own.
+        let start = from
+            .split_once('>')
+            .map_or(from.as_str(), |(start, _)| start);
+        self.set_schema_version(&format!("{start}>{SCHEMA_VERSION}"))
+            .await?;
+        for p in 0..self.keys.partitions() {
+            self.migrate_partition(p, &mut report).await?;
+            progress(p, report);
+        }
+        self.set_schema_version(SCHEMA_VERSION).await?;
+        Ok(report)
+    }
+
+    /// An error when any daemon is subscribed to the namespace's wake
+    /// channel (every running daemon is).
+    async fn refuse_while_daemons_run(&self) -> StoreResult<()> {
         let mut conn = self.conn.clone();
         let (_, listeners): (String, u64) = redis::cmd("PUBSUB")
             .arg("NUMSUB")
@@ -110,66 +133,81 @@ impl Store {
                 ),
             ));
         }
-        let mut report = MigrateReport::default();
-        let from = match self.schema_version().await? {
-            None => return Ok(report),
-            Some(v) if v == SCHEMA_VERSION => return Ok(report),
-            Some(v) if MIGRATES_FROM.contains(&v.as_str()) => v,
-            Some(other) => {
-                return Err(StoreError::reply(
-                    "migrate",
-                    format!(
-                        "layout `{other}` is unknown to this hookq (it migrates 1 and 2 to {SCHEMA_VERSION})"
-                    ),
-                ))
-            }
-        };
-        // `1>2` and `1>3` may hold records of both older layouts: each batch
-        // goes through both conversions, each skipping what is not its own.
-        let start = from
-            .split_once('>')
-            .map_or(from.as_str(), |(start, _)| start);
-        let migrating = format!("{start}>{SCHEMA_VERSION}");
-        let _: () = redis::cmd("SET")
-            .arg(self.keys.schema())
-            .arg(&migrating)
-            .query_async(&mut conn)
-            .await?;
-        for p in 0..self.keys.partitions() {
-            let prefix = self.keys.job_prefix(p);
-            let pattern = format!("{prefix}*");
-            let mut cursor = "0".to_string();
-            loop {
-                let (next, keys) = conn
-                    .scan_near(&self.keys.seq(p), &cursor, &pattern, 1000)
-                    .await?;
-                for chunk in keys.chunks(MIGRATE_BATCH) {
-                    let ids = chunk.iter().map(|k| arg(&&k[prefix.len()..]));
-                    let mut args = vec![arg(&prefix), arg(&self.keys.partition_prefix(p))];
-                    args.extend(ids.clone());
-                    let (from_hashes, _): (u64, u64) = self
-                        .invoke(&scripts::MIGRATE_JOBS, &[&self.keys.seq(p)], &args)
-                        .await?;
-                    let mut args = vec![arg(&prefix)];
-                    args.extend(ids);
-                    let (from_strings, left): (u64, u64) = self
-                        .invoke(&scripts::MIGRATE_RECORDS, &[&self.keys.stats(p)], &args)
-                        .await?;
-                    report.converted += from_hashes + from_strings;
-                    report.skipped += left;
-                }
-                if next == "0" {
-                    break;
-                }
-                cursor = next;
-            }
-            progress(p, report);
+        Ok(())
+    }
+
+    /// The version a migration starts from; None when there is nothing to
+    /// migrate (no hookq data, or this layout already), an error for a
+    /// layout this hookq does not know.
+    async fn version_to_migrate(&self) -> StoreResult<Option<String>> {
+        match self.schema_version().await? {
+            None => Ok(None),
+            Some(v) if v == SCHEMA_VERSION => Ok(None),
+            Some(v) if MIGRATES_FROM.contains(&v.as_str()) => Ok(Some(v)),
+            Some(other) => Err(StoreError::reply(
+                "migrate",
+                format!(
+                    "layout `{other}` is unknown to this hookq (it migrates 1 and 2 to {SCHEMA_VERSION})"
+                ),
+            )),
         }
+    }
+
+    /// Writes the namespace's layout version (`<ns>:schema`).
+    async fn set_schema_version(&self, version: &str) -> StoreResult<()> {
+        let mut conn = self.conn.clone();
         let _: () = redis::cmd("SET")
             .arg(self.keys.schema())
-            .arg(SCHEMA_VERSION)
+            .arg(version)
             .query_async(&mut conn)
             .await?;
-        Ok(report)
+        Ok(())
+    }
+
+    /// Converts every job record of partition `p`, scanning its keys and
+    /// converting them in batches of [`MIGRATE_BATCH`]; adds what was
+    /// converted and skipped to `report`.
+    async fn migrate_partition(&self, p: u16, report: &mut MigrateReport) -> StoreResult<()> {
+        let mut conn = self.conn.clone();
+        let prefix = self.keys.job_prefix(p);
+        let pattern = format!("{prefix}*");
+        let mut cursor = "0".to_string();
+        loop {
+            let (next, keys) = conn
+                .scan_near(&self.keys.seq(p), &cursor, &pattern, 1000)
+                .await?;
+            for chunk in keys.chunks(MIGRATE_BATCH) {
+                let (converted, skipped) = self.migrate_batch(p, &prefix, chunk).await?;
+                report.converted += converted;
+                report.skipped += skipped;
+            }
+            if next == "0" {
+                return Ok(());
+            }
+            cursor = next;
+        }
+    }
+
+    /// Converts one batch of partition `p`'s job keys to layout 3: the
+    /// layout-1 hashes among them, then the layout-2 strings (each script
+    /// skipping what is not its own). Returns (converted, skipped).
+    async fn migrate_batch(
+        &self,
+        p: u16,
+        prefix: &str,
+        keys: &[String],
+    ) -> StoreResult<(u64, u64)> {
+        let ids = keys.iter().map(|k| arg(&&k[prefix.len()..]));
+        let mut args = vec![arg(&prefix), arg(&self.keys.partition_prefix(p))];
+        args.extend(ids.clone());
+        let (from_hashes, _): (u64, u64) = self
+            .invoke(&scripts::MIGRATE_JOBS, &[&self.keys.seq(p)], &args)
+            .await?;
+        let mut args = vec![arg(&prefix)];
+        args.extend(ids);
+        let (from_strings, left): (u64, u64) = self
+            .invoke(&scripts::MIGRATE_RECORDS, &[&self.keys.stats(p)], &args)
+            .await?;
+        Ok((from_hashes + from_strings, left))
     }
 }
