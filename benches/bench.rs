@@ -1233,7 +1233,7 @@ async fn open_host_backlog(
     cfg.breaker.open_for = Duration::from_secs(600);
     let store = loaded_store(&cfg).await?;
     let url = nginx.url(0, "/open");
-    let host = hookq::hosts::host_key(&url);
+    let host = hookq::job::host_key(&url);
     let opened = store
         .host_failure(
             &host,

@@ -1217,6 +1217,20 @@ impl JobView {
     }
 }
 
+/// The host key of a job's URL, the unit of per-host limits and breakers: `scheme://host:port` (the port always written).
+/// A URL that does not parse is its own key.
+pub fn host_key(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(u) => format!(
+            "{}://{}:{}",
+            u.scheme(),
+            u.host_str().unwrap_or_default(),
+            u.port_or_known_default().unwrap_or_default()
+        ),
+        Err(_) => url.to_string(),
+    }
+}
+
 /// RFC 3339 in UTC with exactly three fractional digits.
 const RFC3339_MILLIS: &[time::format_description::FormatItem<'static>] = time::macros::format_description!(
     "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"

@@ -117,7 +117,7 @@ impl Telemetry {
             .with_attributes([
                 KeyValue::new("hookq.job.id", id.to_string()),
                 KeyValue::new("hookq.topic", spec.topic.clone()),
-                KeyValue::new("server.address", crate::hosts::host_key(&spec.url)),
+                KeyValue::new("server.address", crate::job::host_key(&spec.url)),
                 KeyValue::new("hookq.attempt", i64::from(attempt)),
             ])
             .start_with_context(tracer, &job_context(id, trace));

@@ -1,4 +1,5 @@
-//! Hosts: what a "host" is (`scheme://host:port` of a job's URL), the limits
+//! Hosts: the operator's names for a host (a job's host is
+//! [`crate::job::host_key`], `scheme://host:port` of its URL), the limits
 //! that apply to one (`delivery.per_host_*` and the first matching
 //! `[[hosts]]` rule), and the machinery that holds delivery to those limits:
 //! the in-memory per-host lanes ([`lanes`]), the rate limit shared through
@@ -11,20 +12,7 @@ pub mod rate;
 pub mod view;
 
 use crate::config::{Config, HostPattern, HostRule};
-
-/// The host key of a URL: `scheme://host:port` (the port always written).
-/// A URL that does not parse is its own key.
-pub fn host_key(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(u) => format!(
-            "{}://{}:{}",
-            u.scheme(),
-            u.host_str().unwrap_or_default(),
-            u.port_or_known_default().unwrap_or_default()
-        ),
-        Err(_) => url.to_string(),
-    }
-}
+use crate::job::host_key;
 
 /// Normalises what an operator types for a host (`https://api.example.com`,
 /// `api.example.com`, `api.example.com:8443`, `http://h:80`) to its key.
