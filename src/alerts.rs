@@ -21,13 +21,13 @@ use crate::delivery::{Deliverer, Outcome};
 use crate::job::{format_ms, JobSpec};
 
 /// Events held while the sender is busy or the endpoint is down.
-pub const QUEUE: usize = 10_000;
+pub(crate) const QUEUE: usize = 10_000;
 /// Most events in one POST.
-pub const BATCH_MAX: usize = 100;
+pub(crate) const BATCH_MAX: usize = 100;
 /// How long a batch gathers events after its first.
-pub const BATCH_WAIT: Duration = Duration::from_millis(500);
+pub(crate) const BATCH_WAIT: Duration = Duration::from_millis(500);
 /// Waits before the retries of one batch.
-pub const LADDER: [Duration; 3] = [
+pub(crate) const LADDER: [Duration; 3] = [
     Duration::from_secs(1),
     Duration::from_secs(5),
     Duration::from_secs(30),
@@ -37,14 +37,14 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The sending end: cheap to clone; a no-op when alerts are off.
 #[derive(Clone, Default)]
-pub struct Alerts {
+pub(crate) struct Alerts {
     tx: Option<mpsc::Sender<Value>>,
     clock: RedisClock,
 }
 
 impl Alerts {
     /// Starts the sender when `alerts.url` is set (call within a runtime).
-    pub fn start(
+    pub(crate) fn start(
         config: &Config,
         clock: RedisClock,
         token: CancellationToken,
@@ -75,7 +75,7 @@ impl Alerts {
     }
 
     /// Queues an event of `kind` with `data`; never waits.
-    pub fn emit(&self, kind: &str, data: Value) {
+    pub(crate) fn emit(&self, kind: &str, data: Value) {
         let Some(tx) = &self.tx else {
             return;
         };

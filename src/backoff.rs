@@ -7,7 +7,7 @@ use std::time::Duration;
 
 /// An exponential backoff.
 #[derive(Debug, Clone)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     first: Duration,
     max: Duration,
     current: Duration,
@@ -16,7 +16,7 @@ pub struct Backoff {
 impl Backoff {
     /// A backoff waiting `first`, then twice as long after each failure,
     /// at most `max`.
-    pub fn new(first: Duration, max: Duration) -> Backoff {
+    pub(crate) fn new(first: Duration, max: Duration) -> Backoff {
         Backoff {
             first,
             max,
@@ -25,20 +25,20 @@ impl Backoff {
     }
 
     /// The wait before the next retry.
-    pub fn current(&self) -> Duration {
+    pub(crate) fn current(&self) -> Duration {
         self.current
     }
 
     /// The wait before the next retry; the one after it is twice as long
     /// (at most the cap).
-    pub fn step(&mut self) -> Duration {
+    pub(crate) fn step(&mut self) -> Duration {
         let wait = self.current;
         self.current = (self.current * 2).min(self.max);
         wait
     }
 
     /// Starts over at the first wait (after a success).
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.current = self.first;
     }
 }

@@ -30,10 +30,10 @@ use crate::wake::Signals;
 /// Jobs moved per promotion script call.
 pub const PROMOTE_BATCH: usize = 256;
 /// Expired leases taken back per reclaim script call.
-pub const RECLAIM_BATCH: usize = 256;
+pub(crate) const RECLAIM_BATCH: usize = 256;
 /// Longest sleep without re-reading Redis: a safety net only, timing never
 /// depends on it (wakeups and known due times do).
-pub const MAX_SLEEP: Duration = Duration::from_secs(60);
+pub(crate) const MAX_SLEEP: Duration = Duration::from_secs(60);
 
 /// How far ahead of a known due time (by the daemon's estimate of Redis's
 /// clock) the carrier wakes and starts asking Redis. Timers have millisecond
@@ -42,13 +42,13 @@ pub const MAX_SLEEP: Duration = Duration::from_secs(60);
 /// costs at most one promote call that finds nothing due yet (Redis's
 /// `TIME` decides, so nothing is ever promoted early): after one, the
 /// carrier waits for the due time itself.
-pub const EARLY_WAKE_MS: i64 = 1;
+pub(crate) const EARLY_WAKE_MS: i64 = 1;
 
 /// What a promotion left for the carrier: when work is next due (Redis's
 /// now after a full batch: more may be due already; None: nothing), and
 /// whether the promotion came early for that time (within
 /// [`EARLY_WAKE_MS`]), so that the next one waits for the time itself.
-pub fn after_promotion(promotion: &Promotion) -> (Option<i64>, bool) {
+pub(crate) fn after_promotion(promotion: &Promotion) -> (Option<i64>, bool) {
     let next = if promotion.moved == PROMOTE_BATCH {
         Some(promotion.now)
     } else {

@@ -30,18 +30,18 @@ impl RedisClock {
     }
 
     /// Records that Redis's clock read `redis_ms` just now.
-    pub fn observe(&self, redis_ms: i64) {
+    pub(crate) fn observe(&self, redis_ms: i64) {
         self.offset_ms
             .store(redis_ms - local_ms(), Ordering::Relaxed);
     }
 
     /// Estimated Redis time now, epoch ms.
-    pub fn now_ms(&self) -> i64 {
+    pub(crate) fn now_ms(&self) -> i64 {
         local_ms() + self.offset_ms.load(Ordering::Relaxed)
     }
 
     /// The local instant at which Redis's clock will read `redis_ms`.
-    pub fn instant_at(&self, redis_ms: i64) -> Instant {
+    pub(crate) fn instant_at(&self, redis_ms: i64) -> Instant {
         // Capped at a day: callers sleep far less, and Instant + a huge
         // Duration would overflow.
         let ahead = redis_ms.saturating_sub(self.now_ms()).clamp(0, 86_400_000) as u64;

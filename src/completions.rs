@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::store::{Claimed, Delivery, Store, StoreError, StoreResult};
 
 /// Most jobs recorded by one script call (bounds the script's run time).
-pub const MAX_BATCH: usize = 256;
+pub(crate) const MAX_BATCH: usize = 256;
 
 struct Pending {
     partition: u16,
@@ -32,14 +32,14 @@ struct Pending {
 
 /// The handle attempt tasks record successes through.
 #[derive(Clone)]
-pub struct Completions {
+pub(crate) struct Completions {
     queue: mpsc::UnboundedSender<Pending>,
 }
 
 impl Completions {
     /// Starts the flusher task; it ends once every handle is dropped and the
     /// queue is drained.
-    pub fn start(store: Store) -> Completions {
+    pub(crate) fn start(store: Store) -> Completions {
         let (queue, rx) = mpsc::unbounded_channel();
         tokio::spawn(flush(store, rx));
         Completions { queue }
@@ -48,7 +48,7 @@ impl Completions {
     /// Records a 2xx for `job`; waits until Redis has answered. True when
     /// recorded, false when the lease was stale; a failed call gives every
     /// job of its batch the same error ([`StoreError::Shared`]).
-    pub async fn complete(&self, job: &Claimed, delivery: Delivery) -> StoreResult<bool> {
+    pub(crate) async fn complete(&self, job: &Claimed, delivery: Delivery) -> StoreResult<bool> {
         let (reply, answer) = oneshot::channel();
         let pending = Pending {
             partition: job.partition,

@@ -371,7 +371,7 @@ impl Daemon {
 }
 
 /// Runs the daemon until SIGINT or SIGTERM; a second signal exits at once.
-pub async fn serve(config: Config) -> anyhow::Result<()> {
+pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
     let daemon = Daemon::start(config).await?;
     let token = daemon.token();
     tokio::spawn(async move {

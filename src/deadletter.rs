@@ -36,7 +36,7 @@ pub struct Selection {
 
 impl Selection {
     /// Checks the selection: ids, or `all` (optionally with topic/since).
-    pub fn validate(&self) -> Result<(), FieldError> {
+    pub(crate) fn validate(&self) -> Result<(), FieldError> {
         if self.ids.len() > 10_000 {
             return Err(FieldError::new(
                 "invalid_ids",
@@ -91,7 +91,7 @@ pub struct ReplayReport {
 
 /// Parses `since`: RFC 3339, epoch milliseconds, or a humantime duration
 /// meaning that long ago (`"2h"`).
-pub fn parse_since(text: &str, field: &str) -> Result<i64, FieldError> {
+pub(crate) fn parse_since(text: &str, field: &str) -> Result<i64, FieldError> {
     if let Ok(ms) = text.parse::<i64>() {
         return Ok(ms);
     }
@@ -142,7 +142,7 @@ pub struct Revival {
 impl Revival {
     /// Checks a replay's new `url` and `headers` (fields named as in the
     /// request; the CLI maps them to its flags).
-    pub fn new(
+    pub(crate) fn new(
         url: Option<&str>,
         headers: Option<BTreeMap<String, String>>,
     ) -> Result<Revival, FieldError> {

@@ -30,7 +30,7 @@ pub enum Status {
 
 impl Status {
     /// Short label for tables.
-    pub fn label(&self) -> &'static str {
+    pub(crate) fn label(&self) -> &'static str {
         match self {
             Status::Ok => "ok",
             Status::Warn => "WARN",
@@ -62,7 +62,7 @@ pub struct Report {
 
 impl Report {
     /// No check failed (warnings allowed).
-    pub fn ok(&self) -> bool {
+    pub(crate) fn ok(&self) -> bool {
         self.checks.iter().all(|c| c.status != Status::Fail)
     }
 }

@@ -21,7 +21,7 @@ use crate::store::Store;
 use crate::wake::Signals;
 
 /// Fires due schedules.
-pub struct Firer {
+pub(crate) struct Firer {
     store: Store,
     signals: Arc<Signals>,
     clock: RedisClock,
@@ -30,7 +30,7 @@ pub struct Firer {
 
 impl Firer {
     /// A firer over `store` for the partitions `fleet` deals this daemon.
-    pub fn new(store: Store, signals: Arc<Signals>, clock: RedisClock, fleet: Arc<Fleet>) -> Self {
+    pub(crate) fn new(store: Store, signals: Arc<Signals>, clock: RedisClock, fleet: Arc<Fleet>) -> Self {
         Firer {
             store,
             signals,
@@ -40,7 +40,7 @@ impl Firer {
     }
 
     /// Runs until `token` is cancelled.
-    pub async fn run(self, token: CancellationToken) {
+    pub(crate) async fn run(self, token: CancellationToken) {
         let mut table = Timetable::new(self.store.keys().partitions());
         let mut deal = self.fleet.watch();
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));

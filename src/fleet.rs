@@ -54,7 +54,7 @@ impl Fleet {
     }
 
     /// Whether this daemon has partition `p`.
-    pub fn owns(&self, p: u16) -> bool {
+    pub(crate) fn owns(&self, p: u16) -> bool {
         self.owned
             .borrow()
             .get(p as usize)
@@ -63,13 +63,13 @@ impl Fleet {
     }
 
     /// The partitions this daemon has, as they change.
-    pub fn watch(&self) -> watch::Receiver<Vec<bool>> {
+    pub(crate) fn watch(&self) -> watch::Receiver<Vec<bool>> {
         self.owned.subscribe()
     }
 
     /// Beats once and applies the deal: partitions gained are re-read
     /// (their due and ready work may have waited for an owner).
-    pub async fn beat(&self, store: &Store, signals: &Signals) -> StoreResult<()> {
+    pub(crate) async fn beat(&self, store: &Store, signals: &Signals) -> StoreResult<()> {
         let members = store.fleet_beat(&self.id, MEMBER_TTL).await?;
         let partitions = store.keys().partitions();
         let dealt = deal(&members, &self.id, partitions);
@@ -94,7 +94,7 @@ impl Fleet {
     }
 
     /// Beats every [`BEAT`] until `token` is cancelled, then leaves.
-    pub async fn run(
+    pub(crate) async fn run(
         self: Arc<Self>,
         store: Store,
         signals: Arc<Signals>,
@@ -121,7 +121,7 @@ impl Fleet {
 /// each goes to the member with the highest [`affinity`]. A `me` missing
 /// from `members` (its membership ran out) gets none; with no members at
 /// all, `me` keeps every partition.
-pub fn deal(members: &[String], me: &str, partitions: u16) -> Vec<bool> {
+pub(crate) fn deal(members: &[String], me: &str, partitions: u16) -> Vec<bool> {
     if members.is_empty() {
         return vec![true; partitions as usize];
     }
@@ -138,7 +138,7 @@ pub fn deal(members: &[String], me: &str, partitions: u16) -> Vec<bool> {
 /// The rendezvous score of `member` for partition `p`: FNV-1a over the id
 /// and the partition, then murmur3's 64-bit finaliser (the same on every
 /// build, so daemons of different versions agree).
-pub fn affinity(member: &str, p: u16) -> u64 {
+pub(crate) fn affinity(member: &str, p: u16) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in member.bytes().chain(p.to_le_bytes()) {
         h ^= u64::from(b);

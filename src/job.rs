@@ -17,19 +17,19 @@ use time::OffsetDateTime;
 use crate::config::Config;
 
 /// Topic given to jobs that name none.
-pub const DEFAULT_TOPIC: &str = "default";
+pub(crate) const DEFAULT_TOPIC: &str = "default";
 /// Longest URL accepted, in bytes.
-pub const MAX_URL_LEN: usize = 2048;
+pub(crate) const MAX_URL_LEN: usize = 2048;
 /// How far ahead a due time may lie (about 10 years).
-pub const MAX_AHEAD: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
+pub(crate) const MAX_AHEAD: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
 /// Most extra headers a job may carry.
-pub const MAX_HEADERS: usize = 64;
+pub(crate) const MAX_HEADERS: usize = 64;
 /// Longest header value, in bytes.
-pub const MAX_HEADER_VALUE: usize = 8192;
+pub(crate) const MAX_HEADER_VALUE: usize = 8192;
 /// Longest rung of a job's own retry ladder.
-pub const MAX_RUNG: Duration = Duration::from_secs(30 * 24 * 3600);
+pub(crate) const MAX_RUNG: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Most rungs a job's own retry ladder may have.
-pub const MAX_RUNGS: usize = 64;
+pub(crate) const MAX_RUNGS: usize = 64;
 
 /// Header names a job may not set: hop-by-hop headers, framing, and the
 /// headers hookq itself sends on every attempt.
@@ -76,7 +76,7 @@ impl Method {
     }
 
     /// The name as the API spells it (`POST`, `PUT`, `PATCH`).
-    pub fn as_str(&self) -> &'static str {
+    pub(crate) fn as_str(&self) -> &'static str {
         match self {
             Method::Post => "POST",
             Method::Put => "PUT",
@@ -85,7 +85,7 @@ impl Method {
     }
 
     /// The method for reqwest.
-    pub fn as_http(&self) -> reqwest::Method {
+    pub(crate) fn as_http(&self) -> reqwest::Method {
         match self {
             Method::Post => reqwest::Method::POST,
             Method::Put => reqwest::Method::PUT,
@@ -97,7 +97,7 @@ impl Method {
 /// `given` flag of a due time given as `delay` (see [`JobSpec::given_due`]).
 pub const GIVEN_DELAY: u64 = 1 << 47;
 /// `given` of a job created with neither `run_at` nor `delay` (due now).
-pub const GIVEN_NEITHER: u64 = 1 << 46;
+pub(crate) const GIVEN_NEITHER: u64 = 1 << 46;
 
 /// The stored content of a job (everything but its id and its live state).
 /// Serialized compactly, defaults omitted. When a job is created again with
@@ -169,7 +169,7 @@ impl TraceContext {
     /// hex, trace and parent ids not all zeros): a malformed one is
     /// ignored, never refused, and the job starts a trace of its own. A
     /// `tracestate` longer than 512 bytes or not visible ASCII is dropped.
-    pub fn parse(traceparent: &str, tracestate: Option<&str>) -> Option<TraceContext> {
+    pub(crate) fn parse(traceparent: &str, tracestate: Option<&str>) -> Option<TraceContext> {
         let parts: Vec<&str> = traceparent.trim().split('-').collect();
         let hex = |s: &str, len: usize| {
             s.len() == len
@@ -198,17 +198,17 @@ impl TraceContext {
     }
 
     /// The trace id (32 hex digits).
-    pub fn trace_id(&self) -> &str {
+    pub(crate) fn trace_id(&self) -> &str {
         &self.parent[3..35]
     }
 
     /// The creator's span id (16 hex digits).
-    pub fn parent_id(&self) -> &str {
+    pub(crate) fn parent_id(&self) -> &str {
         &self.parent[36..52]
     }
 
     /// The trace flags (2 hex digits).
-    pub fn flags(&self) -> &str {
+    pub(crate) fn flags(&self) -> &str {
         &self.parent[53..55]
     }
 }
@@ -216,7 +216,7 @@ impl TraceContext {
 /// The trace id of job `id`: its creator's, or, when it came without one,
 /// one derived from the id (the first 16 bytes of SHA-256 of it), so that
 /// every attempt of a job belongs to one trace without storing anything.
-pub fn trace_id_of(id: &str, trace: Option<&TraceContext>) -> String {
+pub(crate) fn trace_id_of(id: &str, trace: Option<&TraceContext>) -> String {
     use sha2::Digest;
     match trace {
         Some(context) => context.trace_id().to_string(),
@@ -229,7 +229,7 @@ pub fn trace_id_of(id: &str, trace: Option<&TraceContext>) -> String {
 
 /// The `traceparent` of one attempt of job `id`: its trace, a fresh span
 /// id, its creator's flags (sampled when it had none).
-pub fn attempt_traceparent(id: &str, trace: Option<&TraceContext>) -> String {
+pub(crate) fn attempt_traceparent(id: &str, trace: Option<&TraceContext>) -> String {
     let span: u64 = rand::random::<u64>().max(1);
     let flags = trace.map_or("01", TraceContext::flags);
     format!("00-{}-{span:016x}-{flags}", trace_id_of(id, trace))
@@ -246,7 +246,7 @@ fn is_default_topic(t: &String) -> bool {
 impl JobSpec {
     /// The JSON a record stores: the canonical JSON without `run_at` and
     /// `delay_ms`, which the record's header keeps as [`JobSpec::given_due`].
-    pub fn stored_json(&self) -> String {
+    pub(crate) fn stored_json(&self) -> String {
         JobSpec {
             run_at: None,
             delay_ms: None,
@@ -258,7 +258,7 @@ impl JobSpec {
     /// The due time as given (`run_at`, `delay_ms` or neither), packed as the
     /// record header's `given` field: `run_at` ms, 2^47 + `delay_ms`, or
     /// 2^46 for neither.
-    pub fn given_due(&self) -> u64 {
+    pub(crate) fn given_due(&self) -> u64 {
         match (self.run_at, self.delay_ms) {
             (Some(ms), _) => ms.max(0) as u64,
             (None, Some(ms)) => GIVEN_DELAY | ms,
@@ -268,7 +268,7 @@ impl JobSpec {
 
     /// Restores `run_at` and `delay_ms` from a record header's `given`
     /// field, where a stored spec leaves them out.
-    pub fn restore_given(&mut self, given: u64) {
+    pub(crate) fn restore_given(&mut self, given: u64) {
         if self.run_at.is_some() || self.delay_ms.is_some() || given == GIVEN_NEITHER {
             return;
         }
@@ -280,7 +280,7 @@ impl JobSpec {
     }
 
     /// The canonical JSON (every field).
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         // A struct of strings, numbers and already-valid raw JSON cannot fail to serialize.
         serde_json::to_string(self).unwrap_or_default()
     }
@@ -288,7 +288,7 @@ impl JobSpec {
     /// Whether `other` means the same job: every field equal, and `body` the
     /// same JSON value whatever its whitespace or key order (`body_text` is
     /// compared byte for byte, as it is sent).
-    pub fn same_content(&self, other: &JobSpec) -> bool {
+    pub(crate) fn same_content(&self, other: &JobSpec) -> bool {
         let body_value = |spec: &JobSpec| {
             spec.body
                 .as_ref()
@@ -310,7 +310,7 @@ impl JobSpec {
     }
 
     /// What a finished job's summary keeps of its spec: the topic alone.
-    pub fn summary_of(topic: String) -> JobSpec {
+    pub(crate) fn summary_of(topic: String) -> JobSpec {
         JobSpec {
             topic,
             url: String::new(),
@@ -336,7 +336,7 @@ impl JobSpec {
     /// job's summary keeps it in place of the spec, so an identical re-create
     /// is still known as one (a finished job's due time is no longer
     /// compared).
-    pub fn content_digest(&self) -> [u8; 8] {
+    pub(crate) fn content_digest(&self) -> [u8; 8] {
         use sha1::Digest;
         let undated = JobSpec {
             run_at: None,
@@ -354,7 +354,7 @@ impl JobSpec {
     /// The spec as the input a client could have sent for it (`run_at` in
     /// epoch ms, durations in humantime), so that a merged change goes
     /// through the very same validation as a create.
-    pub fn to_input(&self, id: Option<String>) -> JobInput {
+    pub(crate) fn to_input(&self, id: Option<String>) -> JobInput {
         let durations = |ms: &[u64]| ms.iter().map(|ms| format_duration_ms(*ms)).collect();
         JobInput {
             id,
@@ -375,7 +375,7 @@ impl JobSpec {
 
     /// The spec as a client would write it, with `run_at` in RFC 3339 and
     /// header values [`REDACTED`]: what a dead letter shows.
-    pub fn to_shown_json(&self) -> serde_json::Value {
+    pub(crate) fn to_shown_json(&self) -> serde_json::Value {
         let mut input = self.to_input(None);
         input.run_at = self.run_at.map(|ms| RunAt::Text(format_ms(ms)));
         if let Some(headers) = &mut input.headers {
@@ -385,7 +385,7 @@ impl JobSpec {
     }
 
     /// The request body of an attempt and its content type.
-    pub fn payload(&self) -> (&[u8], &str) {
+    pub(crate) fn payload(&self) -> (&[u8], &str) {
         match (&self.body, &self.body_text) {
             (Some(raw), _) => (raw.get().as_bytes(), "application/json"),
             (None, Some(text)) => (
@@ -400,13 +400,13 @@ impl JobSpec {
 
     /// The ordering list the job belongs to, `<topic>:<ordering key>`
     /// (ordering keys are per topic), or None without an ordering key.
-    pub fn ordering_list(&self) -> Option<String> {
+    pub(crate) fn ordering_list(&self) -> Option<String> {
         let key = self.ordering_key.as_ref()?;
         Some(format!("{}:{key}", self.topic))
     }
 
     /// The retry ladder that applies to this job.
-    pub fn ladder(&self, config: &Config) -> Vec<Duration> {
+    pub(crate) fn ladder(&self, config: &Config) -> Vec<Duration> {
         match &self.retry_ms {
             Some(ms) => ms.iter().map(|m| Duration::from_millis(*m)).collect(),
             None => config.delivery.retry.clone(),
@@ -414,7 +414,7 @@ impl JobSpec {
     }
 
     /// Attempts allowed in total: one plus a rung per retry.
-    pub fn max_attempts(&self, config: &Config) -> u32 {
+    pub(crate) fn max_attempts(&self, config: &Config) -> u32 {
         let rungs = self
             .retry_ms
             .as_ref()
@@ -423,7 +423,7 @@ impl JobSpec {
     }
 
     /// The attempt timeout that applies to this job.
-    pub fn timeout(&self, config: &Config) -> Duration {
+    pub(crate) fn timeout(&self, config: &Config) -> Duration {
         self.timeout_ms
             .map_or(config.delivery.timeout, Duration::from_millis)
     }
@@ -443,7 +443,7 @@ pub struct FieldError {
 
 impl FieldError {
     /// A refusal of `field` with `code` and `message`.
-    pub fn new(code: &'static str, field: &str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(code: &'static str, field: &str, message: impl Into<String>) -> Self {
         FieldError {
             code,
             message: message.into(),
@@ -595,17 +595,17 @@ pub(crate) fn validate_charset(
 }
 
 /// Checks a job id: `[A-Za-z0-9._:-]{1,128}`.
-pub fn validate_id(id: &str) -> Result<(), FieldError> {
+pub(crate) fn validate_id(id: &str) -> Result<(), FieldError> {
     validate_charset(id, 128, b"._:-", "invalid_id", "id")
 }
 
 /// Checks an ordering key: `[A-Za-z0-9._:-]{1,128}`.
-pub fn validate_ordering_key(key: &str) -> Result<(), FieldError> {
+pub(crate) fn validate_ordering_key(key: &str) -> Result<(), FieldError> {
     validate_charset(key, 128, b"._:-", "invalid_ordering_key", "ordering_key")
 }
 
 /// Checks a topic: `[A-Za-z0-9._-]{1,64}`.
-pub fn validate_topic(topic: &str) -> Result<(), FieldError> {
+pub(crate) fn validate_topic(topic: &str) -> Result<(), FieldError> {
     validate_charset(topic, 64, b"._-", "invalid_topic", "topic")
 }
 
@@ -613,7 +613,7 @@ pub fn validate_topic(topic: &str) -> Result<(), FieldError> {
 /// no control characters (a URL parser drops tabs and newlines silently,
 /// and an escape sequence printed raw by `hookq show` would rewrite the
 /// operator's terminal).
-pub fn validate_url(url: &str, field: &str) -> Result<String, FieldError> {
+pub(crate) fn validate_url(url: &str, field: &str) -> Result<String, FieldError> {
     if url.len() > MAX_URL_LEN {
         return Err(FieldError::new(
             "invalid_url",
@@ -662,7 +662,7 @@ pub fn validate_url(url: &str, field: &str) -> Result<String, FieldError> {
 
 /// Whether two URLs share an origin (scheme, host and port). A URL that
 /// does not parse shares none.
-pub fn same_origin(a: &str, b: &str) -> bool {
+pub(crate) fn same_origin(a: &str, b: &str) -> bool {
     match (url::Url::parse(a), url::Url::parse(b)) {
         (Ok(a), Ok(b)) => a.origin() == b.origin(),
         _ => false,
@@ -672,7 +672,7 @@ pub fn same_origin(a: &str, b: &str) -> bool {
 /// What every view shows in place of a header's value: header values are
 /// write-only (they often hold the receiver's credentials); deliveries send
 /// them, nothing shows them.
-pub const REDACTED: &str = "[redacted]";
+pub(crate) const REDACTED: &str = "[redacted]";
 
 /// Serializes headers as their names, each with the value [`REDACTED`].
 fn serialize_redacted<S: serde::Serializer>(
@@ -693,7 +693,7 @@ pub(crate) fn parse_duration(text: &str, field: &str) -> Result<Duration, FieldE
 }
 
 /// Parses `run_at` into epoch milliseconds.
-pub fn parse_run_at(run_at: &RunAt) -> Result<i64, FieldError> {
+pub(crate) fn parse_run_at(run_at: &RunAt) -> Result<i64, FieldError> {
     let ms = match run_at {
         RunAt::Millis(ms) => *ms,
         RunAt::Text(text) => {
@@ -726,7 +726,7 @@ pub fn parse_run_at(run_at: &RunAt) -> Result<i64, FieldError> {
 }
 
 /// Parses `delay` into milliseconds.
-pub fn parse_delay(text: &str) -> Result<u64, FieldError> {
+pub(crate) fn parse_delay(text: &str) -> Result<u64, FieldError> {
     let d = parse_duration(text, "delay")?;
     if d > MAX_AHEAD {
         return Err(FieldError::new(
@@ -739,7 +739,7 @@ pub fn parse_delay(text: &str) -> Result<u64, FieldError> {
 }
 
 /// Parses a retry ladder override.
-pub fn parse_retry(items: &[String]) -> Result<Vec<u64>, FieldError> {
+pub(crate) fn parse_retry(items: &[String]) -> Result<Vec<u64>, FieldError> {
     if items.len() > MAX_RUNGS {
         return Err(FieldError::new(
             "invalid_retry",
@@ -766,7 +766,7 @@ pub fn parse_retry(items: &[String]) -> Result<Vec<u64>, FieldError> {
 }
 
 /// Parses a per-job timeout, bounded by `delivery.max_timeout`.
-pub fn parse_timeout(text: &str, config: &Config) -> Result<u64, FieldError> {
+pub(crate) fn parse_timeout(text: &str, config: &Config) -> Result<u64, FieldError> {
     let d = parse_duration(text, "timeout")?;
     if d < Duration::from_millis(1) || d > config.delivery.max_timeout {
         return Err(FieldError::new(
@@ -782,7 +782,7 @@ pub fn parse_timeout(text: &str, config: &Config) -> Result<u64, FieldError> {
 }
 
 /// Checks extra headers: valid names and values, none reserved.
-pub fn validate_headers(headers: &BTreeMap<String, String>) -> Result<(), FieldError> {
+pub(crate) fn validate_headers(headers: &BTreeMap<String, String>) -> Result<(), FieldError> {
     if headers.len() > MAX_HEADERS {
         return Err(FieldError::new(
             "invalid_header",
@@ -823,7 +823,7 @@ pub fn validate_headers(headers: &BTreeMap<String, String>) -> Result<(), FieldE
 
 /// Deepest nesting of arrays and objects a JSON body may have (serde_json's
 /// own recursion limit, so every accepted body can be parsed again).
-pub const MAX_BODY_DEPTH: usize = 128;
+pub(crate) const MAX_BODY_DEPTH: usize = 128;
 
 /// Nesting depth of valid JSON text, counting brackets outside strings.
 fn json_depth(text: &str) -> usize {
@@ -1055,7 +1055,7 @@ impl State {
     }
 
     /// The name used in Redis and in the API.
-    pub fn as_str(&self) -> &'static str {
+    pub(crate) fn as_str(&self) -> &'static str {
         match self {
             State::Scheduled => "scheduled",
             State::Ready => "ready",
@@ -1069,7 +1069,7 @@ impl State {
 
 /// A job as `GET /v1/jobs/{id}` and `hookq show` present it.
 #[derive(Debug, Clone, Serialize)]
-pub struct JobView {
+pub(crate) struct JobView {
     /// Job id (also the `webhook-id`).
     pub id: String,
     /// Topic.
@@ -1238,7 +1238,7 @@ const RFC3339_MILLIS: &[time::format_description::FormatItem<'static>] = time::m
 
 /// Formats epoch milliseconds as RFC 3339 in UTC with milliseconds
 /// (`2026-11-23T07:44:17.000Z`): the one time format of every response.
-pub fn format_ms(ms: i64) -> String {
+pub(crate) fn format_ms(ms: i64) -> String {
     OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000)
         .ok()
         .and_then(|t| t.format(RFC3339_MILLIS).ok())
@@ -1246,7 +1246,7 @@ pub fn format_ms(ms: i64) -> String {
 }
 
 /// Formats a duration of milliseconds as humantime (`1m 30s`).
-pub fn format_duration_ms(ms: u64) -> String {
+pub(crate) fn format_duration_ms(ms: u64) -> String {
     humantime::format_duration(Duration::from_millis(ms)).to_string()
 }
 

@@ -23,25 +23,25 @@
 //! one Redis with no lock. Time comes from Redis's clock ([`clock`]).
 #![forbid(unsafe_code)]
 
-pub mod alerts;
+pub(crate) mod alerts;
 pub mod api;
-pub mod backoff;
+pub(crate) mod backoff;
 pub mod carrier;
 pub mod cli;
 pub mod clock;
-pub mod completions;
+pub(crate) mod completions;
 pub mod config;
 pub mod daemon;
 pub mod deadletter;
-pub mod delivery;
+pub(crate) mod delivery;
 pub mod doctor;
-pub mod firer;
+pub(crate) mod firer;
 pub mod fleet;
-pub mod hosts;
+pub(crate) mod hosts;
 pub mod job;
 pub mod retry;
 pub mod schedule;
 pub mod store;
-pub mod telemetry;
+pub(crate) mod telemetry;
 pub mod wake;
 pub mod worker;

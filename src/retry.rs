@@ -15,7 +15,7 @@ pub enum FailAction {
 
 /// How an attempt failed, as far as retrying is concerned.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum FailureKind {
+pub(crate) enum FailureKind {
     /// Worth retrying on the next rung; `retry_after` is what a 429/503 asked for.
     Retryable {
         /// The receiver's `Retry-After`, if it sent one.
@@ -34,7 +34,7 @@ pub enum FailureKind {
 ///   the configured fraction 0..=1 and `unit_sample` a random draw in 0..1.
 /// - A `Retry-After` makes the wait at least that long, capped at the ladder's
 ///   last rung.
-pub fn next_delay(
+pub(crate) fn next_delay(
     ladder: &[Duration],
     attempt: u32,
     failure: FailureKind,

@@ -15,19 +15,19 @@ use crate::config::Config;
 use crate::job::{parse_duration, parse_run_at, FieldError, JobInput, JobSpec, RunAt};
 
 /// Fire times a catch-up (`catch_up = "all"`) creates at most.
-pub const MAX_CATCH_UP: usize = 1000;
+pub(crate) const MAX_CATCH_UP: usize = 1000;
 
 /// How old a fire time may be and still count as on time rather than
 /// missed (for `catch_up = "none"`): a daemon busy for a moment, or a
 /// Redis failover, is not "no daemon ran".
-pub const ON_TIME_GRACE_MS: i64 = 10_000;
+pub(crate) const ON_TIME_GRACE_MS: i64 = 10_000;
 
 /// The shortest `every`.
-pub const MIN_EVERY_MS: u64 = 1000;
+pub(crate) const MIN_EVERY_MS: u64 = 1000;
 
 /// Checks a schedule id: `[A-Za-z0-9._-]{1,100}` (no `:`, which separates
 /// a fired job's id from its fire time).
-pub fn validate_schedule_id(id: &str) -> Result<(), FieldError> {
+pub(crate) fn validate_schedule_id(id: &str) -> Result<(), FieldError> {
     crate::job::validate_charset(id, 100, b"._-", "invalid_id", "id")
 }
 
@@ -47,7 +47,7 @@ pub fn fired_by(job_id: &str) -> Option<(&str, i64)> {
 }
 
 /// The id of the job schedule `schedule` fires at `at_ms`.
-pub fn job_id(schedule: &str, at_ms: i64) -> String {
+pub(crate) fn job_id(schedule: &str, at_ms: i64) -> String {
     format!("{schedule}:{at_ms}")
 }
 
@@ -189,7 +189,7 @@ impl ScheduleInput {
     }
 
     /// The content of this input, validated.
-    pub fn spec(&self, config: &Config) -> Result<ScheduleSpec, FieldError> {
+    pub(crate) fn spec(&self, config: &Config) -> Result<ScheduleSpec, FieldError> {
         let every_ms = self.every_ms()?;
         let timezone = self.timezone.clone().unwrap_or_else(|| "UTC".into());
         parse_timezone(&timezone)?;
@@ -324,7 +324,7 @@ fn parse_catch_up(text: Option<&str>) -> Result<CatchUp, FieldError> {
 /// Parses a cron expression: 5 fields, or 6 with leading seconds; month and
 /// weekday names; `@hourly`, `@daily`, `@weekly`, `@monthly` (and
 /// `@yearly`). The parser's reason is in the message.
-pub fn parse_cron(text: &str) -> Result<croner::Cron, FieldError> {
+pub(crate) fn parse_cron(text: &str) -> Result<croner::Cron, FieldError> {
     croner::parser::CronParser::builder()
         .seconds(croner::parser::Seconds::Optional)
         .build()
@@ -339,7 +339,7 @@ pub fn parse_cron(text: &str) -> Result<croner::Cron, FieldError> {
 }
 
 /// Parses an IANA time zone name.
-pub fn parse_timezone(name: &str) -> Result<Tz, FieldError> {
+pub(crate) fn parse_timezone(name: &str) -> Result<Tz, FieldError> {
     Tz::from_str(name).map_err(|_| {
         FieldError::new(
             "invalid_timezone",
@@ -366,7 +366,7 @@ pub enum Rule {
 /// The fire times due at a firing, as the schedule's catch-up rule picks
 /// them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Due {
+pub(crate) struct Due {
     /// Fire times to create a job for, oldest first.
     pub fire: Vec<i64>,
     /// Fire times passed over (missed and not caught up), oldest first, at
@@ -379,7 +379,7 @@ pub struct Due {
 impl ScheduleSpec {
     /// Whether `other` is the same schedule (its template compared as
     /// [`JobSpec::same_content`] compares jobs).
-    pub fn same_content(&self, other: &ScheduleSpec) -> bool {
+    pub(crate) fn same_content(&self, other: &ScheduleSpec) -> bool {
         self.timing == other.timing
             && self.overlap == other.overlap
             && self.job.same_content(&other.job)
@@ -422,7 +422,7 @@ impl Timing {
     }
 
     /// The next `n` fire times strictly after `after_ms`.
-    pub fn next_runs(&self, rule: &Rule, after_ms: i64, n: usize) -> Vec<i64> {
+    pub(crate) fn next_runs(&self, rule: &Rule, after_ms: i64, n: usize) -> Vec<i64> {
         let mut runs = Vec::with_capacity(n);
         let mut at = after_ms;
         while runs.len() < n {
@@ -444,7 +444,7 @@ impl Timing {
     /// time). Older ones were missed while no daemon ran, and the catch-up
     /// rule picks: `all` fires them (the newest [`MAX_CATCH_UP`]), `latest`
     /// the newest of them, `none` none.
-    pub fn due(&self, rule: &Rule, first: i64, now_ms: i64) -> Due {
+    pub(crate) fn due(&self, rule: &Rule, first: i64, now_ms: i64) -> Due {
         let mut times = std::collections::VecDeque::new();
         times.push_back(first);
         let mut at = first;
@@ -483,7 +483,7 @@ impl Timing {
 
 impl Rule {
     /// The first time of this rule strictly after `after_ms`.
-    pub fn next_after(&self, after_ms: i64) -> Option<i64> {
+    pub(crate) fn next_after(&self, after_ms: i64) -> Option<i64> {
         match self {
             Rule::Every { every_ms, anchor } => {
                 let k = if after_ms < *anchor {
@@ -504,7 +504,7 @@ impl Rule {
 /// time becomes an instant: a wall time that occurs twice (the clock set
 /// back) fires once, at its first occurrence; one that does not occur (the
 /// clock set forward) fires at the first instant after the gap.
-pub fn cron_next(cron: &croner::Cron, tz: Tz, after_ms: i64) -> Option<i64> {
+pub(crate) fn cron_next(cron: &croner::Cron, tz: Tz, after_ms: i64) -> Option<i64> {
     let after = Utc.timestamp_millis_opt(after_ms).single()?;
     let mut wall = after.with_timezone(&tz).naive_local();
     // A wall time is matched at most a few times before it maps past

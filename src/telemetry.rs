@@ -31,14 +31,14 @@ const EXPORT_EVERY: Duration = Duration::from_secs(1);
 const QUEUE: usize = 8192;
 
 /// The span exporter of one daemon, or nothing when export is off.
-pub struct Telemetry {
+pub(crate) struct Telemetry {
     provider: Option<SdkTracerProvider>,
     tracer: Option<opentelemetry_sdk::trace::SdkTracer>,
 }
 
 impl Telemetry {
     /// No export.
-    pub fn off() -> Telemetry {
+    pub(crate) fn off() -> Telemetry {
         Telemetry {
             provider: None,
             tracer: None,
@@ -47,7 +47,7 @@ impl Telemetry {
 
     /// The exporter `telemetry.otlp_endpoint` asks for (off when empty):
     /// spans are POSTed to `<endpoint>/v1/traces` as OTLP protobuf.
-    pub fn start(config: &Config) -> anyhow::Result<Telemetry> {
+    pub(crate) fn start(config: &Config) -> anyhow::Result<Telemetry> {
         let endpoint = config.telemetry.otlp_endpoint.trim_end_matches('/');
         if endpoint.is_empty() {
             return Ok(Telemetry::off());
@@ -88,7 +88,7 @@ impl Telemetry {
     }
 
     /// Records the creation of job `id` (a span that ends at once).
-    pub fn ingest(&self, id: &str, topic: &str, trace: Option<&TraceContext>) {
+    pub(crate) fn ingest(&self, id: &str, topic: &str, trace: Option<&TraceContext>) {
         let Some(tracer) = &self.tracer else { return };
         let mut span = tracer
             .span_builder("hookq.ingest")
@@ -103,7 +103,7 @@ impl Telemetry {
 
     /// Opens the span of one attempt; its `traceparent` goes with the
     /// request, and [`AttemptSpan::finish`] records how it went.
-    pub fn attempt(&self, id: &str, spec: &JobSpec, attempt: u32) -> AttemptSpan {
+    pub(crate) fn attempt(&self, id: &str, spec: &JobSpec, attempt: u32) -> AttemptSpan {
         let trace = spec.trace.as_ref();
         let Some(tracer) = &self.tracer else {
             return AttemptSpan {
@@ -135,7 +135,7 @@ impl Telemetry {
     }
 
     /// Sends what is queued (waits for at most the export timeout).
-    pub fn shutdown(&self) {
+    pub(crate) fn shutdown(&self) {
         if let Some(provider) = &self.provider {
             if let Err(err) = provider.shutdown() {
                 tracing::debug!(cause = %err, "span export at shutdown");
@@ -145,20 +145,20 @@ impl Telemetry {
 }
 
 /// The span of one attempt while it runs.
-pub struct AttemptSpan {
+pub(crate) struct AttemptSpan {
     span: Option<opentelemetry_sdk::trace::Span>,
     traceparent: String,
 }
 
 impl AttemptSpan {
     /// The `traceparent` the attempt sends.
-    pub fn traceparent(&self) -> &str {
+    pub(crate) fn traceparent(&self) -> &str {
         &self.traceparent
     }
 
     /// Ends the span with the answer's status (if any) and the outcome
     /// (`delivered` or `failed`, with the error kind).
-    pub fn finish(self, status: Option<u16>, error: Option<&str>) {
+    pub(crate) fn finish(self, status: Option<u16>, error: Option<&str>) {
         let Some(mut span) = self.span else { return };
         if let Some(status) = status {
             span.set_attribute(KeyValue::new(

@@ -29,9 +29,9 @@ use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 /// How often the subscriber pings its connection.
-pub const WATCHDOG_INTERVAL: Duration = Duration::from_secs(3);
+pub(crate) const WATCHDOG_INTERVAL: Duration = Duration::from_secs(3);
 /// How long a ping may take before the connection is considered dead.
-pub const WATCHDOG_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const WATCHDOG_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// In-process wake signals, one set per daemon.
 pub struct Signals {
@@ -82,7 +82,7 @@ impl Signals {
     }
 
     /// Announces that partition `p` has a job due at `due_ms`.
-    pub fn due(&self, p: u16, due_ms: i64) {
+    pub(crate) fn due(&self, p: u16, due_ms: i64) {
         if let Some(hint) = self.due_hints.get(p as usize) {
             hint.fetch_min(due_ms, Ordering::AcqRel);
             self.carrier.notify_one();
@@ -90,7 +90,7 @@ impl Signals {
     }
 
     /// Announces that partition `p` has a schedule to fire at `at_ms`.
-    pub fn fire(&self, p: u16, at_ms: i64) {
+    pub(crate) fn fire(&self, p: u16, at_ms: i64) {
         if let Some(hint) = self.fire_hints.get(p as usize) {
             hint.fetch_min(at_ms, Ordering::AcqRel);
             self.firer.notify_one();
@@ -98,7 +98,7 @@ impl Signals {
     }
 
     /// Takes the pending fire hint of partition `p`.
-    pub fn take_fire_hint(&self, p: u16) -> Option<i64> {
+    pub(crate) fn take_fire_hint(&self, p: u16) -> Option<i64> {
         let hint = self
             .fire_hints
             .get(p as usize)?
@@ -107,7 +107,7 @@ impl Signals {
     }
 
     /// Takes the pending due hint of partition `p`.
-    pub fn take_due_hint(&self, p: u16) -> Option<i64> {
+    pub(crate) fn take_due_hint(&self, p: u16) -> Option<i64> {
         let hint = self
             .due_hints
             .get(p as usize)?
@@ -116,14 +116,14 @@ impl Signals {
     }
 
     /// Announces that partition `p` has ready work.
-    pub fn ready(&self, p: u16) {
+    pub(crate) fn ready(&self, p: u16) {
         if let Some(n) = self.ready.get(p as usize) {
             n.notify_one();
         }
     }
 
     /// Partition `p`'s claim loop says whether it waits with room to claim.
-    pub fn set_claim_idle(&self, p: u16, idle: bool) {
+    pub(crate) fn set_claim_idle(&self, p: u16, idle: bool) {
         if let Some(flag) = self.claim_idle.get(p as usize) {
             flag.store(idle, Ordering::Release);
         }
@@ -132,7 +132,7 @@ impl Signals {
     /// Hands partition `p`'s due promotion to its claim loop if that waits
     /// with room (true: it will promote, claim and report through
     /// [`Signals::promoted`]); false: the caller promotes.
-    pub fn hand_promotion(&self, p: u16) -> bool {
+    pub(crate) fn hand_promotion(&self, p: u16) -> bool {
         let idle = self
             .claim_idle
             .get(p as usize)
@@ -148,7 +148,7 @@ impl Signals {
     }
 
     /// Takes a promotion handed to partition `p`'s claim loop.
-    pub fn take_promotion(&self, p: u16) -> bool {
+    pub(crate) fn take_promotion(&self, p: u16) -> bool {
         self.promotion_asked
             .get(p as usize)
             .is_some_and(|f| f.swap(false, Ordering::AcqRel))
@@ -156,7 +156,7 @@ impl Signals {
 
     /// The claim loop of partition `p` promoted: work is left from
     /// `next_due` (None: none), and whether it came before that time.
-    pub fn promoted(&self, p: u16, next_due: Option<i64>, came_early: bool) {
+    pub(crate) fn promoted(&self, p: u16, next_due: Option<i64>, came_early: bool) {
         if let Some(flag) = self.came_early.get(p as usize) {
             flag.store(came_early, Ordering::Release);
         }
@@ -167,19 +167,19 @@ impl Signals {
 
     /// Takes whether the last promotion the claim loop of `p` reported came
     /// early.
-    pub fn take_came_early(&self, p: u16) -> bool {
+    pub(crate) fn take_came_early(&self, p: u16) -> bool {
         self.came_early
             .get(p as usize)
             .is_some_and(|f| f.swap(false, Ordering::AcqRel))
     }
 
     /// The notifier of partition `p`'s claim loop.
-    pub fn ready_notify(&self, p: u16) -> Option<&Notify> {
+    pub(crate) fn ready_notify(&self, p: u16) -> Option<&Notify> {
         self.ready.get(p as usize)
     }
 
     /// Announces that the leased job `id` was cancelled.
-    pub fn cancelled(&self, id: &str) {
+    pub(crate) fn cancelled(&self, id: &str) {
         match self.cancelled.lock() {
             Ok(mut ids) => ids.push(id.to_string()),
             Err(poisoned) => poisoned.into_inner().push(id.to_string()),
@@ -188,7 +188,7 @@ impl Signals {
     }
 
     /// Takes the ids announced cancelled so far.
-    pub fn take_cancelled(&self) -> Vec<String> {
+    pub(crate) fn take_cancelled(&self) -> Vec<String> {
         match self.cancelled.lock() {
             Ok(mut ids) => std::mem::take(&mut *ids),
             Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
@@ -196,7 +196,7 @@ impl Signals {
     }
 
     /// Tells everyone to re-read Redis (after a reconnect, messages may be lost).
-    pub fn everything(&self) {
+    pub(crate) fn everything(&self) {
         for p in 0..self.ready.len() {
             self.due(p as u16, 0);
             self.ready(p as u16);
@@ -206,7 +206,7 @@ impl Signals {
     }
 
     /// Applies one message of the wake channel.
-    pub fn apply(&self, message: &str) {
+    pub(crate) fn apply(&self, message: &str) {
         if let Some(rest) = message.strip_prefix('d') {
             if let Some((p, ms)) = rest.split_once(':') {
                 if let (Ok(p), Ok(ms)) = (p.parse(), ms.parse()) {
@@ -233,7 +233,7 @@ impl Signals {
 
 /// The channels a daemon listens on: everyone's, and one per partition
 /// (indexed by partition) of which it hears those dealt to it.
-pub struct Channels {
+pub(crate) struct Channels {
     /// `<ns>:wake`.
     pub common: String,
     /// `<ns>:wake:<p>` for every partition p.
@@ -260,7 +260,7 @@ impl Channels {
 /// dealt to this daemon). With several `clients` (the seed nodes of a Redis
 /// Cluster, where a `PUBLISH` reaches every node) a failed connection moves
 /// on to the next one, so a dead node does not stop wakeups.
-pub async fn run_subscriber(
+pub(crate) async fn run_subscriber(
     clients: Vec<redis::Client>,
     channels: Channels,
     mut owned: watch::Receiver<Vec<bool>>,

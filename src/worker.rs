@@ -41,11 +41,11 @@ use crate::store::{Claimed, Failure, Promotion, Store, StoreError};
 use crate::wake::Signals;
 
 /// Claimed jobs held in memory per worker (in flight or waiting for a host).
-pub const HELD_PER_WORKER: usize = 2;
+pub(crate) const HELD_PER_WORKER: usize = 2;
 
 /// How long an idle claim loop waits before looking at its ready list even
 /// without a signal (a safety net for lost pub/sub messages).
-pub const IDLE_RECHECK: Duration = Duration::from_secs(5);
+pub(crate) const IDLE_RECHECK: Duration = Duration::from_secs(5);
 
 /// Most distinct topics that get a metrics label of their own (per
 /// process): a client chooses topics, and every label value is a series
@@ -54,7 +54,7 @@ pub const METRIC_TOPICS_MAX: usize = 100;
 
 /// The `topic` label for `topic`: itself while fewer than
 /// [`METRIC_TOPICS_MAX`] topics have a label, else `other`.
-pub fn topic_label(topic: &str) -> String {
+pub(crate) fn topic_label(topic: &str) -> String {
     static LABELED: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<String>>> =
         std::sync::OnceLock::new();
     let labeled = LABELED.get_or_init(Default::default);
@@ -77,7 +77,7 @@ const EVICT_EVERY: Duration = Duration::from_millis(100);
 
 /// When and where a pool claims: the wake signals, and the partitions the
 /// fleet dealt to this daemon.
-pub struct Cues {
+pub(crate) struct Cues {
     /// Wake signals of this daemon.
     pub signals: Arc<Signals>,
     /// The partitions this daemon claims from.
@@ -85,7 +85,7 @@ pub struct Cues {
 }
 
 /// The attempt runners of one daemon.
-pub struct WorkerPool {
+pub(crate) struct WorkerPool {
     store: Store,
     deliverer: Deliverer,
     config: Arc<Config>,
@@ -109,7 +109,7 @@ pub struct WorkerPool {
 impl WorkerPool {
     /// A pool with `delivery.workers` permits (call within a Tokio runtime:
     /// it starts the completion flusher).
-    pub fn new(
+    pub(crate) fn new(
         store: Store,
         deliverer: Deliverer,
         config: Arc<Config>,
@@ -142,7 +142,7 @@ impl WorkerPool {
     /// Claims and runs attempts until `token` is cancelled, then gives back
     /// the jobs still waiting for their host and waits up to
     /// `delivery.shutdown_grace` for the attempts in flight.
-    pub async fn run(self, token: CancellationToken) {
+    pub(crate) async fn run(self, token: CancellationToken) {
         metrics::gauge!("hookq_workers").set(self.config.delivery.workers as f64);
         let pool = Arc::new(self);
         let loops = TaskTracker::new();

@@ -17,7 +17,7 @@ const APP_CSS: &str = include_str!("console/app.css");
 
 /// The console's Content-Security-Policy: its own script, style and API
 /// only; no inline script or style, no frames, no forms posted elsewhere.
-pub const CONSOLE_CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+pub(crate) const CONSOLE_CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
      connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; \
      frame-ancestors 'none'";
 

@@ -19,7 +19,7 @@ use crate::store::listing::{Cursor, CursorKind};
 use crate::store::{CancelOutcome, EnqueueOutcome, JobRecord, Reschedule, RescheduleOutcome};
 
 /// Most jobs in one batch.
-pub const MAX_BATCH: usize = 1000;
+pub(crate) const MAX_BATCH: usize = 1000;
 
 fn conflict(id: &str) -> ApiError {
     ApiError {
@@ -47,7 +47,7 @@ fn trace_of(headers: &HeaderMap) -> Option<TraceContext> {
 
 /// Creates one job (with the request's trace context); 201 new, 200
 /// identical re-create, 409 conflicting re-create.
-pub async fn create_one(
+pub(crate) async fn create_one(
     state: &AppState,
     input: JobInput,
     trace: Option<TraceContext>,

@@ -11,7 +11,7 @@ mod jobs;
 mod schedules;
 mod server;
 
-pub use server::serve;
+pub(crate) use server::serve;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -46,7 +46,7 @@ pub struct ApiError {
 
 impl ApiError {
     /// An error without a field.
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             status,
             code,
@@ -172,7 +172,7 @@ impl From<BytesRejection> for ApiError {
 
 /// State shared by the handlers.
 #[derive(Clone)]
-pub struct AppState {
+pub(crate) struct AppState {
     /// The job store.
     pub store: Store,
     /// The configuration.
@@ -192,7 +192,7 @@ pub struct AppState {
 }
 
 /// The router of the whole API.
-pub fn router(state: AppState) -> Router {
+pub(crate) fn router(state: AppState) -> Router {
     let max_body = state.config.api.max_body as usize;
     let max_batch_body = state.config.api.max_batch_body as usize;
     let batch = Router::new()
@@ -266,7 +266,7 @@ pub fn router(state: AppState) -> Router {
 
 /// The digests of the configured bearer tokens, each with its scopes:
 /// `api.tokens` have every scope, `[[api.keys]]` their own.
-pub struct Credentials {
+pub(crate) struct Credentials {
     known: Vec<Known>,
 }
 
@@ -281,7 +281,7 @@ struct Known {
 /// Who sent a `/v1` request (a request extension set by the scope check;
 /// absent when the API is open).
 #[derive(Debug, Clone)]
-pub struct Caller {
+pub(crate) struct Caller {
     /// The key's name (`api.tokens` for a token of that list).
     pub name: String,
     /// What the key may do.
@@ -290,7 +290,7 @@ pub struct Caller {
 
 impl Credentials {
     /// The credentials `api` configures (none: the API is open).
-    pub fn new(api: &crate::config::ApiConfig) -> Credentials {
+    pub(crate) fn new(api: &crate::config::ApiConfig) -> Credentials {
         use sha2::Digest;
         let tokens = api.tokens.iter().map(|t| Known {
             digest: sha2::Sha256::digest(t.as_bytes()).into(),
@@ -313,7 +313,7 @@ impl Credentials {
     /// SHA-256 digest is compared with every known digest in constant time
     /// and without an early exit, so neither the bytes nor the length of a
     /// token leak through timing.
-    pub fn caller(&self, presented: &str) -> Option<Caller> {
+    pub(crate) fn caller(&self, presented: &str) -> Option<Caller> {
         use sha2::Digest;
         use subtle::ConstantTimeEq;
         let presented = sha2::Sha256::digest(presented.as_bytes());
@@ -335,7 +335,7 @@ impl Credentials {
 /// may ask what it may do), `read` for GET (and HEAD), `admin` for
 /// replaying or deleting dead letters and pausing or resuming hosts,
 /// `write` for every other change (create, patch, cancel).
-pub fn required_scope(method: &axum::http::Method, path: &str) -> Option<Scope> {
+pub(crate) fn required_scope(method: &axum::http::Method, path: &str) -> Option<Scope> {
     use axum::http::Method;
     if path == "/v1/whoami" {
         None
@@ -590,14 +590,14 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 }
 
 /// The OpenAPI document of this API (also `openapi.json` in the repository).
-pub const OPENAPI: &str = include_str!("../../openapi.json");
+pub(crate) const OPENAPI: &str = include_str!("../../openapi.json");
 
 async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
 /// Parses a query string into pairs, refusing parameters not in `allowed`.
-pub fn parse_query(raw: Option<&str>, allowed: &[&str]) -> Result<Vec<(String, String)>, ApiError> {
+pub(crate) fn parse_query(raw: Option<&str>, allowed: &[&str]) -> Result<Vec<(String, String)>, ApiError> {
     let pairs: Vec<(String, String)> = url::form_urlencoded::parse(raw.unwrap_or("").as_bytes())
         .into_owned()
         .collect();
@@ -618,7 +618,7 @@ pub fn parse_query(raw: Option<&str>, allowed: &[&str]) -> Result<Vec<(String, S
 }
 
 /// Parses the `limit` query parameter: 1..=1000, default 100.
-pub fn parse_limit(value: Option<&str>) -> Result<usize, ApiError> {
+pub(crate) fn parse_limit(value: Option<&str>) -> Result<usize, ApiError> {
     match value {
         None => Ok(100),
         Some(v) => match v.parse::<usize>() {
@@ -674,7 +674,7 @@ async fn metrics_text(State(state): State<AppState>) -> Response {
 
 /// Longest the `hookq_jobs` gauges go without a read from Redis while
 /// `/metrics` is scraped.
-pub const STATS_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+pub(crate) const STATS_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Whether the job gauges should be read from Redis again (true at most
 /// once per [`STATS_EVERY`] in this process).

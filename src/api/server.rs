@@ -37,7 +37,7 @@ const DRAIN: Duration = Duration::from_secs(10);
 
 /// Serves `app` on `listener` with `limits` until `stop` is cancelled,
 /// then lets the requests in progress finish (for at most 10 s).
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     app: Router,
     limits: &ApiConfig,

@@ -5,7 +5,7 @@
 /// A `[[hosts]]` `match` pattern: an exact name or `*.suffix` (subdomains of
 /// `suffix`, not `suffix` itself), optionally restricted to a scheme and/or port.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostPattern {
+pub(crate) struct HostPattern {
     scheme: Option<String>,
     name: NamePattern,
     port: Option<u16>,
@@ -20,7 +20,7 @@ enum NamePattern {
 impl HostPattern {
     /// Parses `api.example.com`, `*.example.com`, `127.0.0.1:8080`,
     /// `https://*.example.com:443`.
-    pub fn parse(text: &str) -> Result<HostPattern, String> {
+    pub(crate) fn parse(text: &str) -> Result<HostPattern, String> {
         let (scheme, rest) = match text.split_once("://") {
             Some((s, rest)) if s == "http" || s == "https" => (Some(s.to_string()), rest),
             Some((s, _)) => return Err(format!("`{text}`: scheme `{s}` is not http or https")),
@@ -66,7 +66,7 @@ impl HostPattern {
     }
 
     /// Whether the host `key` (`scheme://host:port`) matches.
-    pub fn matches(&self, key: &str) -> bool {
+    pub(crate) fn matches(&self, key: &str) -> bool {
         let Some((scheme, rest)) = key.split_once("://") else {
             return false;
         };

@@ -14,9 +14,9 @@ use anyhow::{bail, Context};
 use serde::{Deserialize, Deserializer};
 
 mod host_pattern;
-pub mod secret;
+pub(crate) mod secret;
 
-pub use host_pattern::HostPattern;
+pub(crate) use host_pattern::HostPattern;
 
 /// The whole daemon configuration, one struct per TOML section.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -118,7 +118,7 @@ pub struct RedisConfig {
 }
 
 /// Default `redis.wheel_bucket`: 2^16 ms (about 65 s).
-pub const DEFAULT_WHEEL_BUCKET: Duration = Duration::from_millis(65_536);
+pub(crate) const DEFAULT_WHEEL_BUCKET: Duration = Duration::from_millis(65_536);
 
 /// `[api]` section.
 #[derive(Debug, Clone, Deserialize)]
@@ -182,15 +182,15 @@ pub enum Scope {
 
 impl Scope {
     /// Every scope (what an `api.tokens` token may do).
-    pub const ALL: [Scope; 3] = [Scope::Read, Scope::Write, Scope::Admin];
+    pub(crate) const ALL: [Scope; 3] = [Scope::Read, Scope::Write, Scope::Admin];
 
     /// The scope named `name` as configured (`read`, `write`, `admin`).
-    pub fn parse(name: &str) -> Option<Scope> {
+    pub(crate) fn parse(name: &str) -> Option<Scope> {
         Scope::ALL.into_iter().find(|s| s.as_str() == name)
     }
 
     /// The scope's name as configured.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Scope::Read => "read",
             Scope::Write => "write",
@@ -215,7 +215,7 @@ pub struct ApiKey {
 
 impl ApiKey {
     /// Whether `name` may name a key: 1-64 characters of A-Z a-z 0-9 . _ -.
-    pub fn name_is_valid(name: &str) -> bool {
+    pub(crate) fn name_is_valid(name: &str) -> bool {
         (1..=64).contains(&name.len())
             && name
                 .bytes()
@@ -223,7 +223,7 @@ impl ApiKey {
     }
 
     /// The token's digest as bytes (None unless 64 hex digits).
-    pub fn digest(&self) -> Option<[u8; 32]> {
+    pub(crate) fn digest(&self) -> Option<[u8; 32]> {
         let hex = self.token_sha256.as_bytes();
         if hex.len() != 64 {
             return None;
@@ -240,7 +240,7 @@ impl ApiKey {
 impl ApiConfig {
     /// True when neither `tokens` nor `keys` is set: the API asks for no
     /// authentication.
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         self.tokens.is_empty() && self.keys.is_empty()
     }
 }
@@ -344,7 +344,7 @@ impl Default for ApiConfig {
 }
 
 /// The default retry ladder of SPEC §4: 15s, 3m, 10m, 30m, 1h, 2h, 6h, 15h.
-pub fn default_ladder() -> Vec<Duration> {
+pub(crate) fn default_ladder() -> Vec<Duration> {
     [15, 180, 600, 1800, 3600, 7200, 21600, 54000]
         .into_iter()
         .map(Duration::from_secs)
@@ -403,7 +403,7 @@ impl Default for LogConfig {
 }
 
 /// Prefix of the environment variables that override config keys.
-pub const ENV_PREFIX: &str = "HOOKQ_";
+pub(crate) const ENV_PREFIX: &str = "HOOKQ_";
 
 impl Config {
     /// Loads defaults, then `file` (if any), then `HOOKQ_<SECTION>__<KEY>`
@@ -444,7 +444,7 @@ impl Config {
     }
 
     /// Loads from a file and the process environment.
-    pub fn from_process(file: Option<&Path>) -> anyhow::Result<Config> {
+    pub(crate) fn from_process(file: Option<&Path>) -> anyhow::Result<Config> {
         Config::load(file, std::env::vars())
     }
 
@@ -471,7 +471,7 @@ impl Config {
     }
 
     /// The lease (TTR) of an attempt with the given timeout.
-    pub fn lease_for(&self, timeout: Duration) -> Duration {
+    pub(crate) fn lease_for(&self, timeout: Duration) -> Duration {
         timeout + self.delivery.lease_margin
     }
 }
@@ -773,7 +773,7 @@ where
 }
 
 /// Parses a size like `1MiB`, `512KiB`, `16MB`, `1024` (bytes).
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
@@ -825,7 +825,7 @@ mod humantime_serde {
     use serde::{Deserialize, Deserializer};
     use std::time::Duration;
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let s = String::deserialize(d)?;
         humantime::parse_duration(&s)
             .map_err(|e| serde::de::Error::custom(format!("`{s}` is not a duration like 10s: {e}")))
@@ -844,7 +844,7 @@ fn is_secret_key(path: &str) -> bool {
 /// printing (`redis://:secret@host:6379/0` → `redis://***@host:6379/0`);
 /// the text between `://` and the last `@` before the path, even when the
 /// URL does not parse.
-pub fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     let Some(start) = url.find("://").map(|i| i + 3) else {
         return url.to_string();
     };

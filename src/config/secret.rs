@@ -8,7 +8,7 @@ use base64::engine::DecodePaddingMode;
 use base64::Engine;
 
 /// Prefix of a Standard Webhooks signing secret.
-pub const SECRET_PREFIX: &str = "whsec_";
+pub(crate) const SECRET_PREFIX: &str = "whsec_";
 
 /// Standard base64 that accepts the key with or without `=` padding.
 const SECRET_BASE64: GeneralPurpose = GeneralPurpose::new(
@@ -18,7 +18,7 @@ const SECRET_BASE64: GeneralPurpose = GeneralPurpose::new(
 
 /// Why a signing secret was refused. The messages never contain the secret.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum SecretError {
+pub(crate) enum SecretError {
     /// The secret does not start with `whsec_`.
     #[error("signing secret must start with `whsec_`")]
     MissingPrefix,
@@ -38,11 +38,11 @@ pub enum SecretError {
 
 /// The shortest key a signing secret may hold, in bytes (Standard Webhooks
 /// secrets are 24 to 64 bytes).
-pub const MIN_KEY_BYTES: usize = 24;
+pub(crate) const MIN_KEY_BYTES: usize = 24;
 
 /// The key of secret `text` (`whsec_<base64>`, padding optional, at least
 /// [`MIN_KEY_BYTES`] bytes).
-pub fn secret_key(text: &str) -> Result<Vec<u8>, SecretError> {
+pub(crate) fn secret_key(text: &str) -> Result<Vec<u8>, SecretError> {
     let encoded = text
         .strip_prefix(SECRET_PREFIX)
         .ok_or(SecretError::MissingPrefix)?;

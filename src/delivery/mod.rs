@@ -3,8 +3,8 @@
 //! (keep-alive, no redirects, SSRF-guarded resolver), the signer, and the
 //! attempt record written to the job's history. Touches no Redis state.
 
-pub mod signing;
-pub mod ssrf;
+pub(crate) mod signing;
+pub(crate) mod ssrf;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,14 +21,14 @@ use crate::telemetry::Telemetry;
 use ssrf::{AddressPolicy, GuardedResolver};
 
 /// Bytes of a response body kept in the attempt history.
-pub const RESPONSE_BODY_CAP: usize = 1024;
+pub(crate) const RESPONSE_BODY_CAP: usize = 1024;
 /// The `user-agent` of every attempt.
-pub const USER_AGENT: &str = concat!("hookq/", env!("CARGO_PKG_VERSION"));
+pub(crate) const USER_AGENT: &str = concat!("hookq/", env!("CARGO_PKG_VERSION"));
 
 /// Why an attempt failed, as recorded in the history (`error` field).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ErrorKind {
+pub(crate) enum ErrorKind {
     /// The receiver answered a non-2xx status.
     HttpStatus,
     /// The receiver answered a 3xx (redirects are not followed).
@@ -47,7 +47,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// The snake_case name.
-    pub fn as_str(&self) -> &'static str {
+    pub(crate) fn as_str(&self) -> &'static str {
         match self {
             ErrorKind::HttpStatus => "http_status",
             ErrorKind::Redirect => "redirect",
@@ -62,7 +62,7 @@ impl ErrorKind {
 
 /// What an attempt amounted to.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// A 2xx: the job is delivered.
     Delivered,
     /// Anything else.
@@ -71,7 +71,7 @@ pub enum Outcome {
 
 /// One attempt as it is kept in the job's history (JSON).
 #[derive(Debug, Clone, Serialize)]
-pub struct AttemptRecord {
+pub(crate) struct AttemptRecord {
     /// Attempt number (1-based).
     pub attempt: u32,
     /// Start, epoch ms on Redis's clock.
@@ -97,7 +97,7 @@ pub struct AttemptRecord {
 
 impl AttemptRecord {
     /// `kind: message` for the dead-letter entry's `last_error`.
-    pub fn last_error(&self) -> String {
+    pub(crate) fn last_error(&self) -> String {
         match (&self.error, &self.message) {
             (Some(kind), Some(msg)) => format!("{}: {msg}", kind.as_str()),
             (Some(kind), None) => kind.as_str().to_string(),
@@ -106,14 +106,14 @@ impl AttemptRecord {
     }
 
     /// The record as JSON.
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
     }
 }
 
 /// The result of one attempt.
 #[derive(Debug, Clone)]
-pub struct AttemptReport {
+pub(crate) struct AttemptReport {
     /// Delivered or how it failed.
     pub outcome: Outcome,
     /// The history record.
@@ -122,7 +122,7 @@ pub struct AttemptReport {
 
 /// Makes attempts. Cheap to clone; one shared connection pool.
 #[derive(Clone)]
-pub struct Deliverer {
+pub(crate) struct Deliverer {
     client: reqwest::Client,
     signer: Arc<Signer>,
     policy: Arc<AddressPolicy>,
@@ -132,7 +132,7 @@ pub struct Deliverer {
 
 impl Deliverer {
     /// Builds the client from `[delivery]`.
-    pub fn new(config: &Config) -> anyhow::Result<Deliverer> {
+    pub(crate) fn new(config: &Config) -> anyhow::Result<Deliverer> {
         let d = &config.delivery;
         let cidrs = d
             .allow_cidrs
@@ -160,13 +160,13 @@ impl Deliverer {
     }
 
     /// The same, with each attempt's span exported through `telemetry`.
-    pub fn with_telemetry(mut self, telemetry: Arc<Telemetry>) -> Deliverer {
+    pub(crate) fn with_telemetry(mut self, telemetry: Arc<Telemetry>) -> Deliverer {
         self.telemetry = telemetry;
         self
     }
 
     /// Sends attempt `attempt` of job `id`; `started_at` is Redis-clock ms.
-    pub async fn attempt(
+    pub(crate) async fn attempt(
         &self,
         id: &str,
         attempt: u32,
@@ -333,7 +333,7 @@ fn with_job_and_trace_headers(
 
 /// Longest `Location` kept from an answer, in bytes: it is stored with the
 /// attempt (and in its error text), and a receiver chooses its size.
-pub const LOCATION_CAP: usize = 1024;
+pub(crate) const LOCATION_CAP: usize = 1024;
 
 /// `text` cut to at most `cap` bytes (on a character boundary), with `…`
 /// when cut.
@@ -398,7 +398,7 @@ async fn read_prefix(response: reqwest::Response) -> String {
 }
 
 /// Parses `Retry-After`: delay-seconds or an HTTP date.
-pub fn parse_retry_after(value: &str) -> Option<Duration> {
+pub(crate) fn parse_retry_after(value: &str) -> Option<Duration> {
     let value = value.trim();
     if let Ok(secs) = value.parse::<u64>() {
         return Some(Duration::from_secs(secs));

@@ -20,7 +20,7 @@ type HmacSha256 = Hmac<Sha256>;
 
 /// A signing key parsed from `whsec_<base64>`. Its `Debug` never shows the key.
 #[derive(Clone)]
-pub struct SigningSecret {
+pub(crate) struct SigningSecret {
     /// HMAC state already keyed with the secret; cloned for every signature.
     mac: HmacSha256,
 }
@@ -33,7 +33,7 @@ impl std::fmt::Debug for SigningSecret {
 
 impl SigningSecret {
     /// Parses `whsec_<base64>` (padding optional) into a secret.
-    pub fn parse(text: &str) -> Result<Self, SecretError> {
+    pub(crate) fn parse(text: &str) -> Result<Self, SecretError> {
         let key = secret_key(text)?;
         let mac = HmacSha256::new_from_slice(&key).map_err(|_| SecretError::InvalidKey)?;
         Ok(SigningSecret { mac })
@@ -41,7 +41,7 @@ impl SigningSecret {
 
     /// A fresh secret, `whsec_` and 32 random bytes in base64, for
     /// `delivery.signing_secrets` (`hookq new-secret` prints one).
-    pub fn generate() -> String {
+    pub(crate) fn generate() -> String {
         let key: [u8; 32] = rand::random();
         format!("{SECRET_PREFIX}{}", STANDARD.encode(key))
     }
@@ -58,7 +58,7 @@ impl SigningSecret {
     }
 }
 
-pub use crate::config::SigningMode;
+pub(crate) use crate::config::SigningMode;
 
 /// The text a per-origin key is derived from, before the origin.
 const PER_ORIGIN_LABEL: &[u8] = b"hookq/per-origin/v1 ";
@@ -78,7 +78,7 @@ impl SigningSecret {
 /// The origin a per-origin secret belongs to, as browsers write origins
 /// (`https://shop.example`, `http://127.0.0.1:8080`); None for a URL that
 /// does not parse or has no host.
-pub fn origin_of(url: &str) -> Option<String> {
+pub(crate) fn origin_of(url: &str) -> Option<String> {
     origin_of_url(&url::Url::parse(url).ok()?)
 }
 
@@ -91,7 +91,7 @@ fn origin_of_url(url: &url::Url) -> Option<String> {
 /// Signs attempts with every configured secret (several = key rotation),
 /// or with each one's per-origin secret.
 #[derive(Debug, Default)]
-pub struct Signer {
+pub(crate) struct Signer {
     secrets: Vec<SigningSecret>,
     mode: SigningMode,
     /// Per-origin secrets already derived, by origin (at most
@@ -105,7 +105,7 @@ const DERIVED_CACHE: usize = 4096;
 /// What a receiver at a URL verifies with (`GET /v1/signing-secret`,
 /// `hookq signing-secret`).
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct ReceiverSecrets {
+pub(crate) struct ReceiverSecrets {
     /// The receiver's origin, as its secrets are derived for it.
     pub origin: Option<String>,
     /// Its `whsec_` secrets, one per configured secret, the newest first.
@@ -114,7 +114,7 @@ pub struct ReceiverSecrets {
 
 /// Why there are no receiver secrets to show.
 #[derive(Debug, thiserror::Error)]
-pub enum NoReceiverSecrets {
+pub(crate) enum NoReceiverSecrets {
     /// The configured secrets cannot be read.
     #[error("delivery.signing_secrets: {0}")]
     Config(SecretError),
@@ -131,7 +131,7 @@ pub enum NoReceiverSecrets {
 
 /// The secrets a receiver at (validated) `url` verifies with under
 /// `delivery`'s signing settings, or why there are none to show.
-pub fn receiver_secrets_for(
+pub(crate) fn receiver_secrets_for(
     delivery: &crate::config::DeliveryConfig,
     url: &str,
 ) -> Result<ReceiverSecrets, NoReceiverSecrets> {
@@ -151,7 +151,7 @@ pub fn receiver_secrets_for(
 impl Signer {
     /// The signer `[delivery]` configures (`signing_secrets`,
     /// `signing_mode`).
-    pub fn from_config(delivery: &crate::config::DeliveryConfig) -> Result<Signer, SecretError> {
+    pub(crate) fn from_config(delivery: &crate::config::DeliveryConfig) -> Result<Signer, SecretError> {
         let secrets = delivery
             .signing_secrets
             .iter()
@@ -161,7 +161,7 @@ impl Signer {
     }
 
     /// A signer over `secrets` in `mode`; with none, attempts are not signed.
-    pub fn new(secrets: Vec<SigningSecret>, mode: SigningMode) -> Self {
+    pub(crate) fn new(secrets: Vec<SigningSecret>, mode: SigningMode) -> Self {
         Signer {
             secrets,
             mode,
@@ -194,7 +194,7 @@ impl Signer {
     }
 
     /// Whether no secret is configured.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.secrets.is_empty()
     }
 
@@ -203,7 +203,7 @@ impl Signer {
     /// configured secret (per-origin: per secret derived for `url`'s
     /// origin), separated by a single space. `None` when no secret is
     /// configured, or per-origin for a URL without an origin.
-    pub fn signature_header(
+    pub(crate) fn signature_header(
         &self,
         msg_id: &str,
         timestamp_secs: i64,
@@ -233,7 +233,7 @@ impl Signer {
     /// the ones derived for its origin; shared, None (the receiver's
     /// secrets are `delivery.signing_secrets` themselves, which this never
     /// prints). None for a URL without an origin.
-    pub fn receiver_secrets(&self, url: &str) -> Option<Vec<String>> {
+    pub(crate) fn receiver_secrets(&self, url: &str) -> Option<Vec<String>> {
         if self.mode != SigningMode::PerOrigin {
             return None;
         }

@@ -54,14 +54,14 @@ use ipnet::IpNet;
 /// Which addresses deliveries may connect to (`delivery.allow_private`,
 /// `delivery.allow_cidrs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AddressPolicy {
+pub(crate) struct AddressPolicy {
     allow_private: bool,
     allow_cidrs: Vec<IpNet>,
 }
 
 /// A refused address and the class that refused it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Blocked {
+pub(crate) struct Blocked {
     /// The refused address, as it was checked.
     pub ip: IpAddr,
     /// Why it was refused: `loopback`, `private`, `link-local`, ...
@@ -85,7 +85,7 @@ impl AddressPolicy {
     /// A policy. `allow_private` turns the guard off entirely; otherwise an
     /// address in one of `allow_cidrs` is allowed even if its class is
     /// refused.
-    pub fn new(allow_private: bool, allow_cidrs: Vec<IpNet>) -> Self {
+    pub(crate) fn new(allow_private: bool, allow_cidrs: Vec<IpNet>) -> Self {
         AddressPolicy {
             allow_private,
             allow_cidrs,
@@ -93,7 +93,7 @@ impl AddressPolicy {
     }
 
     /// Whether a delivery may connect to `ip`.
-    pub fn check(&self, ip: IpAddr) -> Result<(), Blocked> {
+    pub(crate) fn check(&self, ip: IpAddr) -> Result<(), Blocked> {
         if self.allow_private {
             return Ok(());
         }
@@ -106,7 +106,7 @@ impl AddressPolicy {
     /// Checks the host of `url` if it is an IP literal (`1.2.3.4` or
     /// `[::1]`); hostnames pass here, as [`GuardedResolver`] checks the
     /// addresses they resolve to.
-    pub fn check_url_host(&self, url: &reqwest::Url) -> Result<(), Blocked> {
+    pub(crate) fn check_url_host(&self, url: &reqwest::Url) -> Result<(), Blocked> {
         let Some(host) = url.host_str() else {
             return Ok(());
         };
@@ -209,13 +209,13 @@ fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
 /// allows. When a name has addresses but all of them are refused, resolution
 /// fails with a boxed [`Blocked`] (find it with [`find_blocked`]).
 #[derive(Debug, Clone)]
-pub struct GuardedResolver {
+pub(crate) struct GuardedResolver {
     policy: Arc<AddressPolicy>,
 }
 
 impl GuardedResolver {
     /// A resolver enforcing `policy`.
-    pub fn new(policy: Arc<AddressPolicy>) -> Self {
+    pub(crate) fn new(policy: Arc<AddressPolicy>) -> Self {
         GuardedResolver { policy }
     }
 }
@@ -248,7 +248,7 @@ impl reqwest::dns::Resolve for GuardedResolver {
 /// Finds the [`Blocked`] refusal in `err` or its `source()` chain (reqwest
 /// wraps the resolver's error a few levels deep). Also looks inside
 /// `std::io::Error` wrappers, whose `source()` skips their own payload.
-pub fn find_blocked<'a>(err: &'a (dyn Error + 'static)) -> Option<&'a Blocked> {
+pub(crate) fn find_blocked<'a>(err: &'a (dyn Error + 'static)) -> Option<&'a Blocked> {
     let mut current = Some(err);
     while let Some(e) = current {
         if let Some(blocked) = e.downcast_ref::<Blocked>() {

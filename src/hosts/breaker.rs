@@ -35,7 +35,7 @@ use crate::wake::Signals;
 /// Longest the refresher waits without a signal: a safety net only (state
 /// changes are announced on the wake channel, and it wakes at the earliest
 /// time a blocked host needs acting on).
-pub const REFRESH_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const REFRESH_EVERY: Duration = Duration::from_secs(5);
 /// Most blocked hosts read per refresh.
 const BLOCKED_READ: usize = 1000;
 /// A drain round's turn; also the pace of rounds while a drain goes on.
@@ -53,7 +53,7 @@ struct Refresh {
 
 /// What an attempt says about its host.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// The host answered (a 2xx, or a status that is the job's problem).
     Answered,
     /// The host failed (connection error, timeout, 5xx, 429): the reason.
@@ -62,7 +62,7 @@ pub enum Verdict {
 
 impl Verdict {
     /// Classifies an attempt's outcome, error kind and status.
-    pub fn of(outcome: &Outcome, error: Option<ErrorKind>, status: Option<u16>) -> Verdict {
+    pub(crate) fn of(outcome: &Outcome, error: Option<ErrorKind>, status: Option<u16>) -> Verdict {
         if matches!(outcome, Outcome::Delivered) {
             return Verdict::Answered;
         }
@@ -77,7 +77,7 @@ impl Verdict {
 }
 
 /// This daemon's view of the shared breaker.
-pub struct Breaker {
+pub(crate) struct Breaker {
     store: Store,
     clock: RedisClock,
     config: Arc<Config>,
@@ -94,7 +94,7 @@ pub struct Breaker {
 
 impl Breaker {
     /// A breaker view over `store`.
-    pub fn new(
+    pub(crate) fn new(
         store: Store,
         clock: RedisClock,
         config: Arc<Config>,
@@ -115,7 +115,7 @@ impl Breaker {
     }
 
     /// The state of `host` as last read.
-    pub fn state(&self, host: &str) -> HostState {
+    pub(crate) fn state(&self, host: &str) -> HostState {
         let blocked = match self.blocked.read() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -125,7 +125,7 @@ impl Breaker {
 
     /// Records `state` for `host` in this daemon's view at once (after a
     /// change this daemon made; the others learn it from the wake channel).
-    pub fn set_state(&self, host: &str, state: HostState) {
+    pub(crate) fn set_state(&self, host: &str, state: HostState) {
         let mut blocked = match self.blocked.write() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -160,12 +160,12 @@ impl Breaker {
     }
 
     /// Where operational events go.
-    pub fn alerts(&self) -> &Alerts {
+    pub(crate) fn alerts(&self) -> &Alerts {
         &self.alerts
     }
 
     /// An operator's pause (`until_ms` 0: until resumed), applied here at once.
-    pub async fn pause(&self, host: &str) -> crate::store::StoreResult<()> {
+    pub(crate) async fn pause(&self, host: &str) -> crate::store::StoreResult<()> {
         if self.store.host_pause(host, 0, "operator").await? {
             self.alerts.emit(
                 "host.paused",
@@ -177,7 +177,7 @@ impl Breaker {
     }
 
     /// An operator's resume, applied here at once.
-    pub async fn resume(&self, host: &str) -> crate::store::StoreResult<()> {
+    pub(crate) async fn resume(&self, host: &str) -> crate::store::StoreResult<()> {
         if self.store.host_resume(host, "operator").await? {
             self.alerts
                 .emit("host.closed", json!({"host": host, "reason": "operator"}));
@@ -192,7 +192,7 @@ impl Breaker {
     }
 
     /// Asks to run a claimed job of a half-open host as its probe.
-    pub async fn take_probe(&self, host: &str) -> bool {
+    pub(crate) async fn take_probe(&self, host: &str) -> bool {
         match self
             .store
             .host_probe(host, "take", self.probe_lease())
@@ -209,7 +209,7 @@ impl Breaker {
     /// Records what an attempt said about its host: failures count towards
     /// opening it, a `Retry-After` on 429/503 pauses it, an answer ends a
     /// run of failures (and closes the host after a probe).
-    pub async fn record(
+    pub(crate) async fn record(
         &self,
         host: &str,
         verdict: &Verdict,
@@ -306,7 +306,7 @@ impl Breaker {
 
     /// Refreshes the blocked hosts and acts on those due, until `token` is
     /// cancelled.
-    pub async fn run(self: Arc<Self>, token: CancellationToken) {
+    pub(crate) async fn run(self: Arc<Self>, token: CancellationToken) {
         loop {
             let safety_net = tokio::time::Instant::now() + REFRESH_EVERY;
             let wake_at = match self.refresh().await {

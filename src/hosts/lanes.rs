@@ -34,10 +34,10 @@ use crate::store::hosts::HostState;
 use crate::store::{Claimed, Store};
 
 /// How much work, in time at the host's pace, a lane keeps waiting in memory.
-pub const WAIT_TARGET: Duration = Duration::from_secs(1);
+pub(crate) const WAIT_TARGET: Duration = Duration::from_secs(1);
 /// The same for a host with a rate limit (within the claim budget, and
 /// within half the lease margin, after which a waiting job is given back).
-pub const RATE_HORIZON: Duration = Duration::from_secs(5);
+pub(crate) const RATE_HORIZON: Duration = Duration::from_secs(5);
 /// An idle runner stops after this long; an idle lane is forgotten after
 /// [`LANE_FORGET`].
 const RUNNER_IDLE: Duration = Duration::from_secs(5);
@@ -47,7 +47,7 @@ const BOOK_MIN: Duration = Duration::from_millis(100);
 const BOOK_MAX: Duration = Duration::from_secs(60);
 
 /// A claimed job waiting for its host.
-pub struct Entry {
+pub(crate) struct Entry {
     /// The claim (lease, fencing token).
     pub job: Claimed,
     /// Its parsed spec.
@@ -65,7 +65,7 @@ pub struct Entry {
 
 /// The clearance of one attempt: it holds a host slot and a worker permit
 /// until dropped, and the drop records the attempt's duration.
-pub struct Ticket {
+pub(crate) struct Ticket {
     lane: Arc<Lane>,
     started: Instant,
     _slot: OwnedSemaphorePermit,
@@ -79,7 +79,7 @@ impl Drop for Ticket {
 }
 
 /// Where a pushed job went.
-pub enum Push {
+pub(crate) enum Push {
     /// Queued; the lane's runner is running.
     Queued,
     /// Queued; the caller must start the lane's runner ([`Lane::next`] in a loop).
@@ -89,7 +89,7 @@ pub enum Push {
 }
 
 /// One host's lane.
-pub struct Lane {
+pub(crate) struct Lane {
     key: String,
     limits: Limits,
     slots: Arc<Semaphore>,
@@ -139,22 +139,22 @@ impl Lane {
     }
 
     /// The host key.
-    pub fn key(&self) -> &str {
+    pub(crate) fn key(&self) -> &str {
         &self.key
     }
 
     /// The limits the lane runs under.
-    pub fn limits(&self) -> Limits {
+    pub(crate) fn limits(&self) -> Limits {
         self.limits
     }
 
     /// Attempts running now.
-    pub fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::Acquire)
     }
 
     /// Jobs waiting in memory.
-    pub fn waiting(&self) -> usize {
+    pub(crate) fn waiting(&self) -> usize {
         self.lock().queue.len()
     }
 
@@ -229,7 +229,7 @@ impl Lane {
     /// token and a worker permit, and returns the job with its clearance. None when
     /// the lane has been idle for a while (the runner stops; a later push
     /// starts a new one) or `token` is cancelled.
-    pub async fn next(
+    pub(crate) async fn next(
         self: &Arc<Self>,
         workers: &Arc<Semaphore>,
         rate: &mut Option<RateLimiter>,
@@ -339,7 +339,7 @@ impl Lane {
 
 /// What [`Lanes::evict`] took out.
 #[derive(Default)]
-pub struct Evicted {
+pub(crate) struct Evicted {
     /// Jobs to give back to the due set, each after its delay.
     pub give_back: Vec<(Entry, Duration)>,
     /// Jobs of hosts that are open or paused, to park.
@@ -347,7 +347,7 @@ pub struct Evicted {
 }
 
 /// Every lane of this daemon.
-pub struct Lanes {
+pub(crate) struct Lanes {
     rules: HostRules,
     budget: usize,
     lanes: Mutex<HashMap<String, Arc<Lane>>>,
@@ -355,7 +355,7 @@ pub struct Lanes {
 
 impl Lanes {
     /// Lanes under `rules`, sharing a claim budget of `budget` jobs.
-    pub fn new(rules: HostRules, budget: usize) -> Self {
+    pub(crate) fn new(rules: HostRules, budget: usize) -> Self {
         Lanes {
             rules,
             budget: budget.max(1),
@@ -371,7 +371,7 @@ impl Lanes {
     }
 
     /// The lane of host `key`, created on first use.
-    pub fn lane(&self, key: &str) -> Arc<Lane> {
+    pub(crate) fn lane(&self, key: &str) -> Arc<Lane> {
         let mut map = self.map();
         if let Some(lane) = map.get(key) {
             return lane.clone();
@@ -383,7 +383,7 @@ impl Lanes {
 
     /// Queues a claimed job on its host's lane, or tells the caller to give
     /// it back when the lane holds its share already.
-    pub fn push(&self, entry: Entry) -> Push {
+    pub(crate) fn push(&self, entry: Entry) -> Push {
         let lane = self.lane(&entry.host);
         let start = {
             let mut st = lane.lock();
@@ -408,7 +408,7 @@ impl Lanes {
     /// host that is not closed (to park, except its probe), and those past
     /// their deadline or beyond their lane's share (newest first), each with
     /// the delay it is booked for. Also forgets idle lanes.
-    pub fn evict(&self, breaker: &Breaker) -> Evicted {
+    pub(crate) fn evict(&self, breaker: &Breaker) -> Evicted {
         let now = Instant::now();
         let mut out = Evicted::default();
         let mut map = self.map();
@@ -446,7 +446,7 @@ impl Lanes {
 
     /// Drops the waiting jobs among `ids` (cancelled meanwhile: their leases
     /// are gone); the number dropped.
-    pub fn remove(&self, ids: &std::collections::HashSet<String>) -> usize {
+    pub(crate) fn remove(&self, ids: &std::collections::HashSet<String>) -> usize {
         let map = self.map();
         let mut dropped = 0;
         for lane in map.values() {
@@ -459,7 +459,7 @@ impl Lanes {
     }
 
     /// The earliest due time (epoch ms) among the waiting jobs.
-    pub fn oldest_due(&self) -> Option<i64> {
+    pub(crate) fn oldest_due(&self) -> Option<i64> {
         self.map()
             .values()
             .filter_map(|lane| lane.lock().queue.iter().map(|e| e.job.due).min())
@@ -467,7 +467,7 @@ impl Lanes {
     }
 
     /// Takes out every waiting job (at shutdown, to give them back at once).
-    pub fn drain(&self) -> Vec<Entry> {
+    pub(crate) fn drain(&self) -> Vec<Entry> {
         let map = self.map();
         map.values()
             .flat_map(|lane| lane.lock().queue.drain(..).collect::<Vec<_>>())
@@ -475,17 +475,17 @@ impl Lanes {
     }
 
     /// The limits every lane runs under.
-    pub fn rules(&self) -> &HostRules {
+    pub(crate) fn rules(&self) -> &HostRules {
         &self.rules
     }
 
     /// The hosts with a lane now.
-    pub fn hosts(&self) -> Vec<String> {
+    pub(crate) fn hosts(&self) -> Vec<String> {
         self.map().keys().cloned().collect()
     }
 
     /// (in flight, waiting) of `host`'s lane, if it has one (none is made).
-    pub fn figures(&self, host: &str) -> Option<(usize, usize)> {
+    pub(crate) fn figures(&self, host: &str) -> Option<(usize, usize)> {
         let lane = self.map().get(host).cloned()?;
         Some((lane.in_flight(), lane.waiting()))
     }

@@ -6,10 +6,10 @@
 //! Redis ([`rate`]) and the circuit breaker
 //! every daemon shares ([`breaker`]).
 
-pub mod breaker;
-pub mod lanes;
-pub mod rate;
-pub mod view;
+pub(crate) mod breaker;
+pub(crate) mod lanes;
+pub(crate) mod rate;
+pub(crate) mod view;
 
 use crate::config::{Config, HostPattern, HostRule};
 use crate::job::host_key;
@@ -17,7 +17,7 @@ use crate::job::host_key;
 /// Normalises what an operator types for a host (`https://api.example.com`,
 /// `api.example.com`, `api.example.com:8443`, `http://h:80`) to its key.
 /// Without a scheme, `https` is assumed; without a port, the scheme's default.
-pub fn parse_host(text: &str) -> Result<String, String> {
+pub(crate) fn parse_host(text: &str) -> Result<String, String> {
     let text = text.trim();
     if let Some((scheme, rest)) = text.split_once("://") {
         if rest.trim_end_matches('/').is_empty() {
@@ -100,7 +100,7 @@ fn numeric_label(label: &str) -> bool {
 
 /// The limits one host is delivered under.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Concurrent attempts (in this daemon).
     pub concurrency: usize,
     /// Requests per second across all daemons, 0 = unlimited.
@@ -109,14 +109,14 @@ pub struct Limits {
 
 /// The defaults and the `[[hosts]]` rules, resolved per host.
 #[derive(Debug, Clone)]
-pub struct HostRules {
+pub(crate) struct HostRules {
     default: Limits,
     rules: Vec<(HostPattern, HostRule)>,
 }
 
 impl HostRules {
     /// The rules of `config` (validated: a bad pattern was refused at load).
-    pub fn new(config: &Config) -> Self {
+    pub(crate) fn new(config: &Config) -> Self {
         HostRules {
             default: Limits {
                 concurrency: config.delivery.per_host_concurrency.max(1),
@@ -131,7 +131,7 @@ impl HostRules {
     }
 
     /// The limits of host `key`: the first matching rule's, else the defaults.
-    pub fn limits(&self, key: &str) -> Limits {
+    pub(crate) fn limits(&self, key: &str) -> Limits {
         match self.rules.iter().find(|(p, _)| p.matches(key)) {
             Some((_, rule)) => Limits {
                 concurrency: rule.concurrency.unwrap_or(self.default.concurrency).max(1),

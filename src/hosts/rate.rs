@@ -25,7 +25,7 @@ const BURST_TOLERANCE: Duration = Duration::from_millis(10);
 
 /// The shape of one rate: window length and requests per window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Window {
+pub(crate) struct Window {
     /// Window length in ms.
     pub ms: u64,
     /// Requests allowed in one window, all daemons together.
@@ -36,7 +36,7 @@ impl Window {
     /// The window for `rate` requests per second (`rate > 0`): 1 s from
     /// 10/s up, otherwise long enough to hold 10 requests, so that the budget
     /// is a whole number within 10% of the rate.
-    pub fn for_rate(rate: f64) -> Window {
+    pub(crate) fn for_rate(rate: f64) -> Window {
         let seconds = if rate >= 10.0 {
             1.0
         } else {
@@ -49,13 +49,13 @@ impl Window {
     }
 
     /// Tokens asked for at once.
-    pub fn chunk(&self) -> u64 {
+    pub(crate) fn chunk(&self) -> u64 {
         self.budget.div_ceil(CHUNKS_PER_WINDOW).max(1)
     }
 }
 
 /// One host's limiter in one daemon (owned by its lane's runner).
-pub struct RateLimiter {
+pub(crate) struct RateLimiter {
     host: String,
     window: Window,
     spacing: Duration,
@@ -66,7 +66,7 @@ pub struct RateLimiter {
 
 impl RateLimiter {
     /// A limiter for `host` at `rate` requests per second (`rate > 0`).
-    pub fn new(host: &str, rate: f64) -> Self {
+    pub(crate) fn new(host: &str, rate: f64) -> Self {
         let now = Instant::now();
         RateLimiter {
             host: host.to_string(),
@@ -81,7 +81,7 @@ impl RateLimiter {
     /// Waits until one more request to the host is allowed, and takes it.
     /// While Redis cannot be reached, waits and asks again (no request goes
     /// out unaccounted).
-    pub async fn acquire(&mut self, store: &Store, clock: &RedisClock) {
+    pub(crate) async fn acquire(&mut self, store: &Store, clock: &RedisClock) {
         loop {
             let now = Instant::now();
             if self.tokens > 0 && now < self.valid_until {

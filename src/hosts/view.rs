@@ -13,7 +13,7 @@ use crate::store::{Store, StoreResult};
 
 /// One host as listed.
 #[derive(Debug, Clone, Serialize)]
-pub struct HostView {
+pub(crate) struct HostView {
     /// `scheme://host:port`.
     pub host: String,
     /// closed, open, half_open or paused.
@@ -38,7 +38,7 @@ pub struct HostView {
 }
 
 /// Builds the view of `host`.
-pub async fn view(
+pub(crate) async fn view(
     store: &Store,
     rules: &HostRules,
     lanes: Option<&Lanes>,
@@ -69,7 +69,7 @@ pub async fn view(
 
 /// One page of hosts (by name, after `cursor`): those with a breaker record
 /// and those the answering daemon is delivering to; `state` filters.
-pub async fn list(
+pub(crate) async fn list(
     store: &Store,
     rules: &HostRules,
     lanes: Option<&Lanes>,

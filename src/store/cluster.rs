@@ -23,12 +23,12 @@ use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, Valu
 /// The shortest time between two rebuilds, so a burst of failing calls
 /// causes one rebuild, and a failover still in progress is looked at again
 /// soon after.
-pub const REBUILD_INTERVAL: Duration = Duration::from_millis(500);
+pub(crate) const REBUILD_INTERVAL: Duration = Duration::from_millis(500);
 
 /// A self-healing connection to a Redis Cluster. Cheap to clone; clones share
 /// the current connection.
 #[derive(Clone)]
-pub struct ClusterConn {
+pub(crate) struct ClusterConn {
     client: Arc<ClusterClient>,
     shared: Arc<Shared>,
 }
@@ -41,7 +41,7 @@ struct Shared {
 
 impl ClusterConn {
     /// Connects through `client`'s seed nodes.
-    pub async fn connect(client: ClusterClient) -> RedisResult<ClusterConn> {
+    pub(crate) async fn connect(client: ClusterClient) -> RedisResult<ClusterConn> {
         let conn = client.get_async_connection().await?;
         Ok(ClusterConn {
             client: Arc::new(client),
@@ -116,7 +116,7 @@ fn signals_topology_change(err: &RedisError) -> bool {
 impl ClusterConn {
     /// Sends `cmd` to the master serving the slot of `key` (for commands
     /// such as SCAN that name no key but must reach that node).
-    pub async fn on_master_of(&self, key: &str, cmd: &Cmd) -> RedisResult<Value> {
+    pub(crate) async fn on_master_of(&self, key: &str, cmd: &Cmd) -> RedisResult<Value> {
         let mut conn = self.current();
         let slot: u16 = redis::cmd("CLUSTER")
             .arg("KEYSLOT")

@@ -26,13 +26,13 @@ pub enum HostState {
 
 impl HostState {
     /// Parses a record's `state` (absent or unknown: closed).
-    pub fn parse(text: Option<&str>) -> HostState {
+    pub(crate) fn parse(text: Option<&str>) -> HostState {
         text.and_then(HostState::named).unwrap_or(HostState::Closed)
     }
 
     /// The state called `name` (`closed`, `open`, `half_open`, `paused`),
     /// as a filter names it; None for anything else.
-    pub fn named(name: &str) -> Option<HostState> {
+    pub(crate) fn named(name: &str) -> Option<HostState> {
         match name {
             "closed" => Some(HostState::Closed),
             "open" => Some(HostState::Open),
@@ -43,7 +43,7 @@ impl HostState {
     }
 
     /// The snake_case name.
-    pub fn as_str(&self) -> &'static str {
+    pub(crate) fn as_str(&self) -> &'static str {
         match self {
             HostState::Closed => "closed",
             HostState::Open => "open",
@@ -167,7 +167,7 @@ impl Store {
     }
 
     /// Pauses `host` until `until_ms` (0: until resumed); whether it changed.
-    pub async fn host_pause(&self, host: &str, until_ms: i64, reason: &str) -> StoreResult<bool> {
+    pub(crate) async fn host_pause(&self, host: &str, until_ms: i64, reason: &str) -> StoreResult<bool> {
         let code: Code = self
             .invoke_host(
                 &scripts::HOST_PAUSE,
@@ -198,7 +198,7 @@ impl Store {
 
     /// A turn at draining `host` (`take`, for `lease`), its end (`done`), or
     /// a note that jobs were just parked for it (`note`); whether granted.
-    pub async fn host_drain(&self, host: &str, step: &str, lease: Duration) -> StoreResult<bool> {
+    pub(crate) async fn host_drain(&self, host: &str, step: &str, lease: Duration) -> StoreResult<bool> {
         let code: Code = self
             .invoke_host(
                 &scripts::HOST_DRAIN,
@@ -278,7 +278,7 @@ impl Store {
 
     /// Hosts some daemon must act on, with when (epoch ms; `i64::MAX` for a
     /// pause without end), earliest first, at most `limit`.
-    pub async fn blocked_hosts(&self, limit: usize) -> StoreResult<Vec<(String, i64)>> {
+    pub(crate) async fn blocked_hosts(&self, limit: usize) -> StoreResult<Vec<(String, i64)>> {
         let mut conn = self.conn.clone();
         let raw: Vec<(String, f64)> = conn
             .zrange_withscores(self.keys.hosts_blocked(), 0, limit as isize - 1)
@@ -290,7 +290,7 @@ impl Store {
     }
 
     /// Hosts with a breaker record (unordered).
-    pub async fn known_hosts(&self) -> StoreResult<Vec<String>> {
+    pub(crate) async fn known_hosts(&self) -> StoreResult<Vec<String>> {
         let mut conn = self.conn.clone();
         Ok(conn.zrange(self.keys.hosts_known(), 0, -1).await?)
     }

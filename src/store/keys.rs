@@ -10,7 +10,7 @@ pub const JOB_SHARDS: u32 = 64;
 
 /// The record hash of job `id` (the prelude's `job_shard`): a polynomial of
 /// its last four bytes, where ids differ most.
-pub fn job_shard_of(id: &str) -> u32 {
+pub(crate) fn job_shard_of(id: &str) -> u32 {
     let bytes = id.as_bytes();
     bytes[bytes.len().saturating_sub(4)..]
         .iter()
@@ -64,7 +64,7 @@ impl Keys {
     /// ordering list's unfinished jobs in creation order; only the head is
     /// scheduled, ready or in flight, the others are held (see
     /// `lua/prelude.lua`).
-    pub fn order_list(&self, p: u16, order: &str) -> String {
+    pub(crate) fn order_list(&self, p: u16, order: &str) -> String {
         format!("{}order:{order}", self.prefix(p))
     }
 
@@ -91,12 +91,12 @@ impl Keys {
 
     /// ZSET `<ns>:{p}:schedules`: every schedule of partition `p` (score
     /// 0, so ordered by id for paging).
-    pub fn schedules(&self, p: u16) -> String {
+    pub(crate) fn schedules(&self, p: u16) -> String {
         format!("{}schedules", self.prefix(p))
     }
 
     /// `<ns>:{p}:`, the start of every key of partition `p`.
-    pub fn partition_prefix(&self, p: u16) -> String {
+    pub(crate) fn partition_prefix(&self, p: u16) -> String {
         self.prefix(p)
     }
 
@@ -122,7 +122,7 @@ impl Keys {
 
     /// Prefix of kept (finished, whole) job records in partition `p`
     /// (scripts append the id; they derive the partition's other keys from it).
-    pub fn job_prefix(&self, p: u16) -> String {
+    pub(crate) fn job_prefix(&self, p: u16) -> String {
         format!("{}job:", self.prefix(p))
     }
 
@@ -132,7 +132,7 @@ impl Keys {
     }
 
     /// Prefix of history lists in partition `p` (scripts append the id).
-    pub fn history_prefix(&self, p: u16) -> String {
+    pub(crate) fn history_prefix(&self, p: u16) -> String {
         format!("{}hist:", self.prefix(p))
     }
 
@@ -180,7 +180,7 @@ impl Keys {
 
     /// HASH `<ns>:{p}:done`: the index of finished-job summary buckets,
     /// `<start ms>` -> `<shards>:<count>:<expires ms>` (see `lua/prelude.lua`).
-    pub fn done(&self, p: u16) -> String {
+    pub(crate) fn done(&self, p: u16) -> String {
         format!("{}done", self.prefix(p))
     }
 
@@ -200,18 +200,18 @@ impl Keys {
     /// 0 = none), `probe_until`, `reason`, `ut`). Every host record shares
     /// the hash tag `{hosts}` with the two sets below, so one script updates
     /// a record and its set entries atomically.
-    pub fn host(&self, host: &str) -> String {
+    pub(crate) fn host(&self, host: &str) -> String {
         format!("{}:{{hosts}}:host:{host}", self.namespace)
     }
 
     /// ZSET `<ns>:{hosts}:blocked`: hosts some daemon must act on (open,
     /// half-open, paused, or closed with parked jobs to drain), score = when.
-    pub fn hosts_blocked(&self) -> String {
+    pub(crate) fn hosts_blocked(&self) -> String {
         format!("{}:{{hosts}}:blocked", self.namespace)
     }
 
     /// ZSET `<ns>:{hosts}:known`: hosts with a breaker record, score = last change.
-    pub fn hosts_known(&self) -> String {
+    pub(crate) fn hosts_known(&self) -> String {
         format!("{}:{{hosts}}:known", self.namespace)
     }
 
@@ -229,32 +229,32 @@ impl Keys {
 
     /// HASH `<ns>:rate:{<host>}`: the host's shared request budget of the
     /// current rate window (`w` window number, `n` requests taken).
-    pub fn rate(&self, host: &str) -> String {
+    pub(crate) fn rate(&self, host: &str) -> String {
         format!("{}:rate:{{{host}}}", self.namespace)
     }
 
     /// STRING `<ns>:schema`: the layout version of this namespace's data
     /// (`3`; `<from>>3` while a migration runs or after one was interrupted).
-    pub fn schema(&self) -> String {
+    pub(crate) fn schema(&self) -> String {
         format!("{}:schema", self.namespace)
     }
 
     /// Pub/sub channel `<ns>:wake`, for every daemon: `x<id>` when a leased
     /// job was cancelled, `h<host>` when a host's breaker state changed.
-    pub fn wake_channel(&self) -> String {
+    pub(crate) fn wake_channel(&self) -> String {
         format!("{}:wake", self.namespace)
     }
 
     /// Pub/sub channel `<ns>:wake:<p>`, for the daemon that has partition
     /// `p` (see [`crate::fleet`]): `d<p>:<ms>` when a job becomes the
     /// earliest of its due set, `r<p>` when its ready list stops being empty.
-    pub fn partition_wake_channel(&self, p: u16) -> String {
+    pub(crate) fn partition_wake_channel(&self, p: u16) -> String {
         format!("{}:wake:{p}", self.namespace)
     }
 
     /// Sorted set `<ns>:fleet`: the live daemons sharing the partitions,
     /// each scored by when its membership runs out.
-    pub fn fleet(&self) -> String {
+    pub(crate) fn fleet(&self) -> String {
         format!("{}:fleet", self.namespace)
     }
 }

@@ -27,7 +27,7 @@ const MAX_SHARDS_PER_PAGE: u32 = 64;
 /// Bytes of stored jobs (or dead letters) one page reads from Redis before
 /// it ends early with a cursor, once it holds at least one item: a page over
 /// large jobs stays small in time and memory however high its `limit`.
-pub const PAGE_READ_BYTES: usize = 8 << 20;
+pub(crate) const PAGE_READ_BYTES: usize = 8 << 20;
 
 /// Most records one Redis call of a listing reads.
 const MAX_READ_BATCH: usize = 100;
@@ -756,7 +756,7 @@ impl Store {
 
     /// Pages through dead letters, oldest first per partition, optionally of
     /// one topic and dead-lettered at or after `since_ms`.
-    pub async fn list_dead(
+    pub(crate) async fn list_dead(
         &self,
         topic: Option<&str>,
         since_ms: Option<i64>,
@@ -845,7 +845,7 @@ impl Store {
     }
 
     /// Deletes job `id`'s newest dead letter; false when it has none.
-    pub async fn drop_dead(&self, id: &str) -> StoreResult<bool> {
+    pub(crate) async fn drop_dead(&self, id: &str) -> StoreResult<bool> {
         let Some(dead) = self.find_dead(id).await? else {
             return Ok(false);
         };
@@ -865,7 +865,7 @@ impl Store {
     /// stream once, oldest first; the number of entries indexed. An empty
     /// stream costs two reads and writes nothing. Safe to run beside live
     /// traffic and from several daemons at once.
-    pub async fn index_dead_letters(&self) -> StoreResult<u64> {
+    pub(crate) async fn index_dead_letters(&self) -> StoreResult<u64> {
         let mut indexed = 0;
         let mut conn = self.conn.clone();
         for p in 0..self.keys.partitions() {

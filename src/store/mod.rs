@@ -7,17 +7,17 @@
 //! the `due` zset, the `ready` list, the
 //! `inflight` zset of leases, the `dead` stream and the `seq` counter.
 
-pub mod cluster;
+pub(crate) mod cluster;
 pub mod hosts;
 pub mod keys;
 pub mod listing;
-pub mod placement;
+pub(crate) mod placement;
 pub mod record;
 mod reply;
 pub mod schedules;
-pub mod schema;
-pub mod scripts;
-pub mod summary;
+pub(crate) mod schema;
+pub(crate) mod scripts;
+pub(crate) mod summary;
 
 use std::time::Duration;
 
@@ -28,9 +28,9 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::job::{Due, JobSpec, NewJob, State};
 use crate::retry::FailAction;
-pub use cluster::ClusterConn;
+pub(crate) use cluster::ClusterConn;
 pub use keys::Keys;
-pub use record::JobRecord;
+pub(crate) use record::JobRecord;
 use reply::EnqueuedJob;
 use scripts::{Code, ScriptDef, Scripts};
 pub use summary::{Delivery, Kept, Summary};
@@ -96,7 +96,7 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// A connection to a single Redis or to a Redis Cluster; both reconnect by
 /// themselves.
 #[derive(Clone)]
-pub enum RedisConn {
+pub(crate) enum RedisConn {
     /// One Redis server (auto-reconnecting, multiplexed).
     Single(ConnectionManager),
     /// A Redis Cluster (follows MOVED/ASK, rebuilds itself after a failover).
@@ -134,7 +134,7 @@ impl ConnectionLike for RedisConn {
 impl RedisConn {
     /// One `SCAN` step over the keys matching `pattern` on the node holding
     /// `key`'s slot (on a single Redis, the one server): (next cursor, keys).
-    pub async fn scan_near(
+    pub(crate) async fn scan_near(
         &mut self,
         key: &str,
         cursor: &str,
@@ -156,14 +156,14 @@ impl RedisConn {
 }
 
 /// How long one Redis command may take before it counts as failed.
-pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How many times the cluster client itself retries a call (after MOVED,
 /// ASK, TRYAGAIN or a lost connection) before the caller sees the error.
-pub const CLUSTER_RETRIES: u32 = 3;
+pub(crate) const CLUSTER_RETRIES: u32 = 3;
 /// Bounds of the cluster client's wait before such a retry, in ms.
-pub const CLUSTER_RETRY_WAIT_MS: (u64, u64) = (10, 200);
+pub(crate) const CLUSTER_RETRY_WAIT_MS: (u64, u64) = (10, 200);
 /// How long connecting to Redis may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// What `enqueue` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -413,7 +413,7 @@ impl Store {
 
     /// Connects whatever the layout of the data in Redis (for `hookq
     /// migrate` and `hookq doctor`).
-    pub async fn connect_unchecked(config: &Config) -> StoreResult<Store> {
+    pub(crate) async fn connect_unchecked(config: &Config) -> StoreResult<Store> {
         let conn = Store::open(config, RESPONSE_TIMEOUT).await?;
         let mut store = Store::with_conn(conn, config);
         if config.redis.ack_replicas > 0 {
@@ -453,7 +453,7 @@ impl Store {
     }
 
     /// A store over an existing connection.
-    pub fn with_conn(conn: RedisConn, config: &Config) -> Store {
+    pub(crate) fn with_conn(conn: RedisConn, config: &Config) -> Store {
         let in_cluster = matches!(conn, RedisConn::Cluster(_));
         let keys = Keys::new(&config.redis.namespace, config.redis.partitions);
         let channel = keys.wake_channel();
@@ -483,7 +483,7 @@ impl Store {
     }
 
     /// A clone of the underlying connection, for commands outside the scripts.
-    pub fn conn(&self) -> RedisConn {
+    pub(crate) fn conn(&self) -> RedisConn {
         self.conn.clone()
     }
 
@@ -499,7 +499,7 @@ impl Store {
 
     /// Whether Redis answers: PING on a single Redis; on a cluster, a read
     /// in every partition (so every master holding one must answer).
-    pub async fn ping(&self) -> StoreResult<()> {
+    pub(crate) async fn ping(&self) -> StoreResult<()> {
         let mut conn = self.conn.clone();
         match conn {
             RedisConn::Single(_) => {
@@ -537,7 +537,7 @@ impl Store {
 
     /// Beats for daemon `id` in the fleet, its membership lasting `ttl` (zero:
     /// leaves); answers the live members' ids, sorted.
-    pub async fn fleet_beat(&self, id: &str, ttl: Duration) -> StoreResult<Vec<String>> {
+    pub(crate) async fn fleet_beat(&self, id: &str, ttl: Duration) -> StoreResult<Vec<String>> {
         let mut members: Vec<String> = self
             .invoke(
                 &scripts::FLEET_BEAT,
@@ -550,7 +550,7 @@ impl Store {
     }
 
     /// The live members of the fleet (read only; ids sorted).
-    pub async fn fleet_members(&self) -> StoreResult<Vec<String>> {
+    pub(crate) async fn fleet_members(&self) -> StoreResult<Vec<String>> {
         let now = self.redis_time_ms().await?;
         let mut conn = self.conn.clone();
         let mut members: Vec<String> = redis::cmd("ZRANGE")
@@ -989,7 +989,7 @@ impl Store {
 
     /// Promotes up to `promote` due jobs of partition `p` (none when 0), then
     /// claims up to `max` ready jobs, in one call.
-    pub async fn claim_promoting(
+    pub(crate) async fn claim_promoting(
         &self,
         p: u16,
         max: usize,
@@ -1090,7 +1090,7 @@ impl Store {
     /// Prepares a 2xx attempt of the job with `spec` for [`Store::complete`]:
     /// what this store's retention mode keeps, the attempt record JSON
     /// (`record`, built only then) or the summary tail.
-    pub fn delivery(
+    pub(crate) fn delivery(
         &self,
         spec: &JobSpec,
         record: impl FnOnce() -> String,
@@ -1178,7 +1178,7 @@ impl Store {
     /// Takes up to `want` tokens of `host`'s shared request budget of the
     /// current window (`window_ms` long, `budget` requests in all): the
     /// tokens granted and the window's end (epoch ms, Redis clock).
-    pub async fn take_rate(
+    pub(crate) async fn take_rate(
         &self,
         host: &str,
         window_ms: u64,
@@ -1346,7 +1346,7 @@ impl Store {
 
     /// Reads the header of job `id`'s record in partition `p` (live, or a
     /// finished one kept whole); None if there is no record.
-    pub async fn record_header(
+    pub(crate) async fn record_header(
         &self,
         p: u16,
         id: &str,
@@ -1365,7 +1365,7 @@ impl Store {
 
     /// The partition job `id` lives in: its id's, unless a placement
     /// pointer there names another (see [`Keys::placed`]).
-    pub async fn home_of(&self, id: &str) -> StoreResult<u16> {
+    pub(crate) async fn home_of(&self, id: &str) -> StoreResult<u16> {
         let own = self.keys.partition_of(id);
         let mut conn = self.conn.clone();
         let at = self.keys.live_records(own, id);
@@ -1487,7 +1487,7 @@ impl Store {
 
     /// The newest summary of finished job `id` of partition `p`: one read of
     /// the partition's bucket index, then one HGET per bucket, pipelined.
-    pub async fn find_summary(&self, p: u16, id: &str) -> StoreResult<Option<Summary>> {
+    pub(crate) async fn find_summary(&self, p: u16, id: &str) -> StoreResult<Option<Summary>> {
         let buckets = self.summary_buckets(p).await?;
         if buckets.is_empty() {
             return Ok(None);

@@ -14,7 +14,7 @@ const SWEEP_BATCH: usize = 200;
 
 /// What one sweep of a partition did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Sweep {
+pub(crate) struct Sweep {
     /// Pointers whose check time had come.
     pub checked: usize,
     /// Pointers dropped (their jobs are gone).
@@ -24,14 +24,14 @@ pub struct Sweep {
 impl Store {
     /// How often the daemon sweeps its partitions' placement pointers:
     /// half the time a pointer waits for its check, at most a minute.
-    pub fn placement_sweep_every(&self) -> std::time::Duration {
+    pub(crate) fn placement_sweep_every(&self) -> std::time::Duration {
         std::time::Duration::from_millis((self.pointer_check_ms() / 2).clamp(500, 60_000))
     }
 
     /// Sweeps the placement pointers of the partitions this daemon
     /// carries (`owns`), every [`Store::placement_sweep_every`], until
     /// `token` is cancelled.
-    pub async fn run_placement_sweep(
+    pub(crate) async fn run_placement_sweep(
         self,
         owns: impl Fn(u16) -> bool,
         token: tokio_util::sync::CancellationToken,
@@ -66,7 +66,7 @@ impl Store {
     /// looked for in the partition it points to (its record, kept record,
     /// summary or dead letter); the pointers of jobs gone are dropped, the
     /// others checked again later.
-    pub async fn sweep_placed(&self, p: u16) -> StoreResult<Sweep> {
+    pub(crate) async fn sweep_placed(&self, p: u16) -> StoreResult<Sweep> {
         let mut sweep = Sweep::default();
         loop {
             let now = self.redis_time_ms().await?;

@@ -9,12 +9,12 @@ use super::{StoreError, StoreResult};
 use crate::job::{JobSpec, JobView, State, ViewFacts};
 
 /// Bytes of the header before the spec JSON.
-pub const HEADER_LEN: usize = 39;
+pub(crate) const HEADER_LEN: usize = 39;
 
 /// The partition a placement pointer names (a live-record value
 /// `@<partition>` standing for a job that lives in another partition, see
 /// [`super::Keys::placed`]), or None when `value` is not one.
-pub fn pointer_of(value: &[u8]) -> Option<u16> {
+pub(crate) fn pointer_of(value: &[u8]) -> Option<u16> {
     let digits = value.strip_prefix(b"@")?;
     if value.len() >= HEADER_LEN || digits.is_empty() {
         return None;
@@ -135,7 +135,7 @@ pub struct JobRecord {
 impl JobRecord {
     /// Decodes a stored record (header and spec); None when there is none
     /// (an empty value: the key does not exist; or a placement pointer).
-    pub fn decode(id: &str, value: &[u8], history: Vec<String>) -> StoreResult<Option<JobRecord>> {
+    pub(crate) fn decode(id: &str, value: &[u8], history: Vec<String>) -> StoreResult<Option<JobRecord>> {
         if value.is_empty() || pointer_of(value).is_some() {
             return Ok(None);
         }
@@ -166,7 +166,7 @@ impl JobRecord {
     }
 
     /// The API view of this record.
-    pub fn view(self) -> JobView {
+    pub(crate) fn view(self) -> JobView {
         let facts = ViewFacts {
             state: self.state,
             attempts: self.attempts,

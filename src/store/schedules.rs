@@ -23,7 +23,7 @@ const FIRE_BATCH: usize = 200;
 
 /// A schedule as read from Redis.
 #[derive(Debug, Clone)]
-pub struct ScheduleRecord {
+pub(crate) struct ScheduleRecord {
     /// Its id.
     pub id: String,
     /// Its content.
@@ -46,7 +46,7 @@ pub struct ScheduleRecord {
 
 /// One recorded fire time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LastRun {
+pub(crate) struct LastRun {
     /// The fire time (ms).
     pub at: i64,
     /// A job was created (else the time was skipped).
@@ -139,7 +139,7 @@ enum Put {
 
 /// What one firing round of a partition did.
 #[derive(Debug, Clone, Default)]
-pub struct FireRound {
+pub(crate) struct FireRound {
     /// Jobs created: (job id, lateness ms = created − fire time).
     pub fired: Vec<(String, i64)>,
     /// Fire times passed over (overlap, or missed and not caught up).
@@ -219,7 +219,7 @@ fn spec_of(rule_json: &str, template: &str) -> Result<ScheduleSpec, serde_json::
 
 /// One recorded fire time, as a view shows it.
 #[derive(Debug, Serialize)]
-pub struct RunView {
+pub(crate) struct RunView {
     /// The fire time.
     pub at: String,
     /// The job it fired (or would have).
@@ -230,7 +230,7 @@ pub struct RunView {
 
 /// A schedule as the API and `hookq schedules show` present it.
 #[derive(Debug, Serialize)]
-pub struct ScheduleView {
+pub(crate) struct ScheduleView {
     /// Its id.
     pub id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -267,7 +267,7 @@ pub struct ScheduleView {
 
 impl ScheduleView {
     /// When it fires, in words: `cron <expr> (<zone>)` or `every <interval>`.
-    pub fn when(&self) -> String {
+    pub(crate) fn when(&self) -> String {
         match (&self.cron, &self.every) {
             (Some(cron), _) => format!("cron {cron} ({})", self.timezone),
             (None, Some(every)) => format!("every {every}"),
@@ -278,7 +278,7 @@ impl ScheduleView {
 
 impl ScheduleRecord {
     /// The API view of this schedule.
-    pub fn view(self) -> ScheduleView {
+    pub(crate) fn view(self) -> ScheduleView {
         let record = self;
         let spec = &record.spec;
         let state = if record.paused {
@@ -331,7 +331,7 @@ impl Store {
     /// Pauses or resumes schedule `id` (resumed, it fires from its next
     /// fire time after now: times while paused are skipped, never caught
     /// up); None if there is no such schedule.
-    pub async fn set_schedule_paused(
+    pub(crate) async fn set_schedule_paused(
         &self,
         config: &Config,
         id: &str,
@@ -377,7 +377,7 @@ impl Store {
 
     /// The partition schedule `id` lives in: its id's, unless a stub
     /// there names its ordering key's (see `lua/place_schedule.lua`).
-    pub async fn schedule_home(&self, id: &str) -> StoreResult<u16> {
+    pub(crate) async fn schedule_home(&self, id: &str) -> StoreResult<u16> {
         let own = self.keys.partition_of(id);
         let mut conn = self.conn.clone();
         let at: Option<u16> = redis::cmd("HGET")
@@ -506,7 +506,7 @@ impl Store {
     }
 
     /// Reads schedule `id`; None if there is none.
-    pub async fn get_schedule(&self, id: &str) -> StoreResult<Option<ScheduleRecord>> {
+    pub(crate) async fn get_schedule(&self, id: &str) -> StoreResult<Option<ScheduleRecord>> {
         let own = self.keys.partition_of(id);
         let mut conn = self.conn.clone();
         let fields: Vec<(String, String)> = redis::cmd("HGETALL")
@@ -530,7 +530,7 @@ impl Store {
 
     /// Deletes schedule `id` (the jobs it fired stay), and its stub if it
     /// has one; false if there was none.
-    pub async fn drop_schedule(&self, id: &str) -> StoreResult<bool> {
+    pub(crate) async fn drop_schedule(&self, id: &str) -> StoreResult<bool> {
         let own = self.keys.partition_of(id);
         let home = self.schedule_home(id).await?;
         let code: Code = self
@@ -557,7 +557,7 @@ impl Store {
 
     /// A page of schedules in id order per partition, from `after`
     /// (partition, last id shown), and where the next page starts.
-    pub async fn list_schedules(
+    pub(crate) async fn list_schedules(
         &self,
         limit: usize,
         after: Option<(u16, String)>,
@@ -604,7 +604,7 @@ impl Store {
 
     /// Fires the due schedules of partition `p`, a batch at a time until
     /// none is due, and answers the partition's next fire time.
-    pub async fn fire_due(&self, p: u16) -> StoreResult<FireRound> {
+    pub(crate) async fn fire_due(&self, p: u16) -> StoreResult<FireRound> {
         let mut round = FireRound::default();
         let mut conn = self.conn.clone();
         loop {

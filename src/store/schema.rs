@@ -14,7 +14,7 @@
 use super::{arg, scripts, Store, StoreError, StoreResult};
 
 /// The layout this hookq reads and writes.
-pub const SCHEMA_VERSION: &str = "3";
+pub(crate) const SCHEMA_VERSION: &str = "3";
 /// Versions a migration starts from: layouts 1 and 2, and migrations that
 /// were interrupted (`1>2` was written by the hookq of layout 2).
 const MIGRATES_FROM: &[&str] = &["1", "2", "1>2", "1>3", "2>3"];
@@ -23,7 +23,7 @@ const MIGRATE_BATCH: usize = 200;
 
 /// What a migration did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MigrateReport {
+pub(crate) struct MigrateReport {
     /// Job records converted.
     pub converted: u64,
     /// Records that were in the new layout already (an earlier, interrupted run).
@@ -34,7 +34,7 @@ impl Store {
     /// The version of the data in Redis: the schema key, or `1` when it is
     /// absent but layout-1 data is there, or None for a Redis without hookq
     /// data in this namespace.
-    pub async fn schema_version(&self) -> StoreResult<Option<String>> {
+    pub(crate) async fn schema_version(&self) -> StoreResult<Option<String>> {
         let mut conn = self.conn.clone();
         let version: Option<String> = redis::cmd("GET")
             .arg(self.keys.schema())
@@ -68,7 +68,7 @@ impl Store {
     /// Checks that Redis holds data of this hookq's layout, writing the
     /// version on a Redis without hookq data; an error naming `hookq
     /// migrate` otherwise.
-    pub async fn check_schema(&self) -> StoreResult<()> {
+    pub(crate) async fn check_schema(&self) -> StoreResult<()> {
         match self.schema_version().await?.as_deref() {
             Some(SCHEMA_VERSION) => Ok(()),
             None => {
@@ -91,7 +91,7 @@ impl Store {
     /// `progress` after each partition. Refuses while a daemon is
     /// subscribed to the wake channel (every daemon is), since a daemon of
     /// the old layout would keep writing it.
-    pub async fn migrate(
+    pub(crate) async fn migrate(
         &self,
         mut progress: impl FnMut(u16, MigrateReport),
     ) -> StoreResult<MigrateReport> {

@@ -12,7 +12,7 @@ use super::{StoreError, StoreResult};
 /// The outcome codes of the scripts that change one job or host, the same
 /// in every script (`lua/prelude.lua` names them in capitals).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Code {
+pub(crate) enum Code {
     /// The change was made.
     Done,
     /// (`fail_job`) the job's last attempt failed: it is dead.
@@ -54,7 +54,7 @@ impl Code {
 }
 
 /// One script and the shape of its inputs.
-pub struct ScriptDef {
+pub(crate) struct ScriptDef {
     /// File name in `lua/` without the extension.
     pub name: &'static str,
     /// The Lua source.
@@ -91,80 +91,80 @@ macro_rules! script {
 
 /// `enqueue_jobs`: create jobs of one partition (each idempotent by id),
 /// nine ARGV per job.
-pub const ENQUEUE_JOBS: ScriptDef = script!("enqueue_jobs", 3, 3, repeat 9);
+pub(crate) const ENQUEUE_JOBS: ScriptDef = script!("enqueue_jobs", 3, 3, repeat 9);
 /// `place_jobs`: point ids at the partition their jobs live in, three ARGV
 /// per job.
-pub const PLACE_JOBS: ScriptDef = script!("place_jobs", 1, 3, repeat 3);
+pub(crate) const PLACE_JOBS: ScriptDef = script!("place_jobs", 1, 3, repeat 3);
 /// `unplace_jobs`: drop the pointers of jobs gone, three ARGV per pointer.
-pub const UNPLACE_JOBS: ScriptDef = script!("unplace_jobs", 1, 2, repeat 3);
+pub(crate) const UNPLACE_JOBS: ScriptDef = script!("unplace_jobs", 1, 2, repeat 3);
 /// `fleet_beat`: a daemon's heartbeat; answers the live daemons.
-pub const FLEET_BEAT: ScriptDef = script!("fleet_beat", 1, 2);
+pub(crate) const FLEET_BEAT: ScriptDef = script!("fleet_beat", 1, 2);
 /// `put_schedule`: create or change a schedule.
-pub const PUT_SCHEDULE: ScriptDef = script!("put_schedule", 2, 16);
+pub(crate) const PUT_SCHEDULE: ScriptDef = script!("put_schedule", 2, 16);
 /// `place_schedule`: a stub naming the partition a schedule lives in.
-pub const PLACE_SCHEDULE: ScriptDef = script!("place_schedule", 1, 3);
+pub(crate) const PLACE_SCHEDULE: ScriptDef = script!("place_schedule", 1, 3);
 /// `drop_schedule`: delete a schedule.
-pub const DROP_SCHEDULE: ScriptDef = script!("drop_schedule", 3, 1);
+pub(crate) const DROP_SCHEDULE: ScriptDef = script!("drop_schedule", 3, 1);
 /// `fire_schedules`: fire due schedules of one partition, six ARGV per
 /// schedule.
-pub const FIRE_SCHEDULES: ScriptDef = script!("fire_schedules", 4, 3, repeat 6);
+pub(crate) const FIRE_SCHEDULES: ScriptDef = script!("fire_schedules", 4, 3, repeat 6);
 /// `promote_due`: move due jobs to the ready list.
-pub const PROMOTE_DUE: ScriptDef = script!("promote_due", 3, 1);
+pub(crate) const PROMOTE_DUE: ScriptDef = script!("promote_due", 3, 1);
 /// `claim_ready`: lease ready jobs to workers.
-pub const CLAIM_READY: ScriptDef = script!("claim_ready", 4, 4);
+pub(crate) const CLAIM_READY: ScriptDef = script!("claim_ready", 4, 4);
 /// `complete_jobs`: record 2xx attempts of one partition, four ARGV per job.
-pub const COMPLETE_JOBS: ScriptDef = script!("complete_jobs", 2, 6, repeat 4);
+pub(crate) const COMPLETE_JOBS: ScriptDef = script!("complete_jobs", 2, 6, repeat 4);
 /// `fail_job`: record a failure (next rung or dead letter).
-pub const FAIL_JOB: ScriptDef = script!("fail_job", 8, 11);
+pub(crate) const FAIL_JOB: ScriptDef = script!("fail_job", 8, 11);
 /// `reclaim_expired`: take back attempts whose lease expired.
-pub const RECLAIM_EXPIRED: ScriptDef = script!("reclaim_expired", 5, 7);
+pub(crate) const RECLAIM_EXPIRED: ScriptDef = script!("reclaim_expired", 5, 7);
 /// `cancel_job`: cancel an unfinished job.
-pub const CANCEL_JOB: ScriptDef = script!("cancel_job", 4, 7);
+pub(crate) const CANCEL_JOB: ScriptDef = script!("cancel_job", 4, 7);
 /// `reschedule_job`: change a scheduled job.
-pub const RESCHEDULE_JOB: ScriptDef = script!("reschedule_job", 4, 10);
+pub(crate) const RESCHEDULE_JOB: ScriptDef = script!("reschedule_job", 4, 10);
 
 /// `replay_dead`: revive a dead letter.
-pub const REPLAY_DEAD: ScriptDef = script!("replay_dead", 5, 7);
+pub(crate) const REPLAY_DEAD: ScriptDef = script!("replay_dead", 5, 7);
 /// `drop_dead`: delete a dead letter and its index pointer.
-pub const DROP_DEAD: ScriptDef = script!("drop_dead", 2, 2);
+pub(crate) const DROP_DEAD: ScriptDef = script!("drop_dead", 2, 2);
 /// `index_dead`: index dead letters made before the index, two ARGV per
 /// entry.
-pub const INDEX_DEAD: ScriptDef = script!("index_dead", 2, 1, repeat 2);
+pub(crate) const INDEX_DEAD: ScriptDef = script!("index_dead", 2, 1, repeat 2);
 
 /// `defer_jobs`: give claimed jobs of one partition back unattempted, three
 /// ARGV per job.
-pub const DEFER_JOBS: ScriptDef = script!("defer_jobs", 3, 3, repeat 3);
+pub(crate) const DEFER_JOBS: ScriptDef = script!("defer_jobs", 3, 3, repeat 3);
 
 /// `take_rate`: take tokens of a host's shared per-window request budget.
-pub const TAKE_RATE: ScriptDef = script!("take_rate", 1, 3);
+pub(crate) const TAKE_RATE: ScriptDef = script!("take_rate", 1, 3);
 
 /// `park_jobs`: hold claimed jobs of one partition for their blocked host,
 /// two ARGV per job.
-pub const PARK_JOBS: ScriptDef = script!("park_jobs", 4, 2, repeat 2);
+pub(crate) const PARK_JOBS: ScriptDef = script!("park_jobs", 4, 2, repeat 2);
 /// `unpark_jobs`: drain a host's parking in one partition.
-pub const UNPARK_JOBS: ScriptDef = script!("unpark_jobs", 4, 5);
+pub(crate) const UNPARK_JOBS: ScriptDef = script!("unpark_jobs", 4, 5);
 /// `host_failure`: count a failed attempt against its host (breaker).
-pub const HOST_FAILURE: ScriptDef = script!("host_failure", 3, 7);
+pub(crate) const HOST_FAILURE: ScriptDef = script!("host_failure", 3, 7);
 /// `host_success`: end a host's run of failures; close it after a probe.
-pub const HOST_SUCCESS: ScriptDef = script!("host_success", 3, 3);
+pub(crate) const HOST_SUCCESS: ScriptDef = script!("host_success", 3, 3);
 /// `host_probe`: begin or take the half-open probe.
-pub const HOST_PROBE: ScriptDef = script!("host_probe", 2, 4);
+pub(crate) const HOST_PROBE: ScriptDef = script!("host_probe", 2, 4);
 /// `host_pause`: pause a host (operator, Retry-After).
-pub const HOST_PAUSE: ScriptDef = script!("host_pause", 3, 4);
+pub(crate) const HOST_PAUSE: ScriptDef = script!("host_pause", 3, 4);
 /// `host_resume`: close a paused or open host.
-pub const HOST_RESUME: ScriptDef = script!("host_resume", 3, 3);
+pub(crate) const HOST_RESUME: ScriptDef = script!("host_resume", 3, 3);
 /// `host_drain`: turns at draining a closed host's parked jobs.
-pub const HOST_DRAIN: ScriptDef = script!("host_drain", 2, 3);
+pub(crate) const HOST_DRAIN: ScriptDef = script!("host_drain", 2, 3);
 
 /// `migrate_jobs`: convert job records of one partition from layout 1 to
 /// layout 3, one ARGV per job.
-pub const MIGRATE_JOBS: ScriptDef = script!("migrate_jobs", 1, 2, repeat 1);
+pub(crate) const MIGRATE_JOBS: ScriptDef = script!("migrate_jobs", 1, 2, repeat 1);
 /// `migrate_records`: convert job records of one partition from layout 2 to
 /// layout 3, one ARGV per job.
-pub const MIGRATE_RECORDS: ScriptDef = script!("migrate_records", 1, 1, repeat 1);
+pub(crate) const MIGRATE_RECORDS: ScriptDef = script!("migrate_records", 1, 1, repeat 1);
 
 /// Every script, for loading at start-up and for the header check.
-pub const ALL: &[&ScriptDef] = &[
+pub(crate) const ALL: &[&ScriptDef] = &[
     &FLEET_BEAT,
     &ENQUEUE_JOBS,
     &PLACE_JOBS,
@@ -199,7 +199,7 @@ pub const ALL: &[&ScriptDef] = &[
 
 /// Shared Lua helpers prepended to every script (`slot_moving`, `try_again`:
 /// how a script gives up unchanged during a cluster slot migration).
-pub const PRELUDE: &str = include_str!("../../lua/prelude.lua");
+pub(crate) const PRELUDE: &str = include_str!("../../lua/prelude.lua");
 
 /// The prelude cut into its top-level definitions (`local function f`,
 /// `local NAME = ...`), so that a script is compiled with only those it uses,
@@ -307,7 +307,7 @@ fn identifiers(code: &str) -> std::collections::HashSet<&str> {
 }
 
 /// The compiled scripts (with their SHA1s), built once per store.
-pub struct Scripts {
+pub(crate) struct Scripts {
     /// Indexed like [`ALL`].
     compiled: Vec<Script>,
 }
@@ -318,7 +318,7 @@ impl Scripts {
     /// migrations) or a single Redis (where no slot ever moves, so the guard's
     /// extra reads are skipped), with the timing wheel's finest buckets
     /// `wheel_bucket_ms` wide.
-    pub fn new(in_cluster: bool, wheel_bucket_ms: u64) -> Self {
+    pub(crate) fn new(in_cluster: bool, wheel_bucket_ms: u64) -> Self {
         let prelude = Prelude::parse(PRELUDE);
         Scripts {
             compiled: ALL
@@ -336,7 +336,7 @@ impl Scripts {
 
     /// The compiled form of `def`; an error naming it when it is not one
     /// of [`ALL`] (a script added without being listed there).
-    pub fn get(&self, def: &ScriptDef) -> StoreResult<&Script> {
+    pub(crate) fn get(&self, def: &ScriptDef) -> StoreResult<&Script> {
         ALL.iter()
             .position(|d| d.name == def.name)
             .and_then(|index| self.compiled.get(index))
@@ -349,7 +349,7 @@ impl Scripts {
     }
 
     /// All compiled scripts with their definitions.
-    pub fn iter(&self) -> impl Iterator<Item = (&'static ScriptDef, &Script)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&'static ScriptDef, &Script)> {
         ALL.iter().copied().zip(self.compiled.iter())
     }
 }

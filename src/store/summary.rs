@@ -11,7 +11,7 @@ use crate::job::{JobSpec, State};
 
 /// Most bytes of a summary: what keeps its hash in the listpack encoding
 /// under Redis's stock `hash-max-listpack-value`.
-pub const SUMMARY_MAX: usize = 64;
+pub(crate) const SUMMARY_MAX: usize = 64;
 
 /// Bytes of the head the scripts write (state, attempts, max, created,
 /// finished).
@@ -24,7 +24,7 @@ const TAIL_FIXED: usize = 21;
 /// prelude's `id_hash`): a polynomial over its last 8 bytes, then one round
 /// of murmur3's finaliser, so ids differing only in their last characters
 /// spread evenly. Cheap, since the scripts compute it in Lua.
-pub fn id_hash(id: &str) -> u32 {
+pub(crate) fn id_hash(id: &str) -> u32 {
     let bytes = id.as_bytes();
     let tail = &bytes[bytes.len().saturating_sub(8)..];
     let mut h = tail.iter().fold(0u64, |h, b| h * 31 + u64::from(*b)) as u32;
@@ -34,7 +34,7 @@ pub fn id_hash(id: &str) -> u32 {
 
 /// The shard of hash `h` in a bucket of `shards` shards (linear hashing;
 /// the prelude's `summary_shard`).
-pub fn shard_of(h: u32, shards: u32) -> u32 {
+pub(crate) fn shard_of(h: u32, shards: u32) -> u32 {
     let shards = shards.max(1);
     let base = 1u32 << (31 - shards.leading_zeros());
     let a = h % (base * 2);
@@ -60,7 +60,7 @@ pub struct Bucket {
 
 impl Bucket {
     /// Parses one index entry: field `<start>`, value `<shards>:<count>:<expires>`.
-    pub fn parse(start: &str, value: &str) -> Option<Bucket> {
+    pub(crate) fn parse(start: &str, value: &str) -> Option<Bucket> {
         let mut parts = value.split(':');
         let bucket = Bucket {
             start: start.to_string(),
@@ -73,14 +73,14 @@ impl Bucket {
     }
 
     /// The bucket's start as a number (for ordering).
-    pub fn start_ms(&self) -> i64 {
+    pub(crate) fn start_ms(&self) -> i64 {
         self.start.parse().unwrap_or_default()
     }
 }
 
 /// The last attempt a summary keeps.
 #[derive(Debug, Clone, Copy)]
-pub struct LastAttempt<'a> {
+pub(crate) struct LastAttempt<'a> {
     /// Attempt start, epoch ms.
     pub at: i64,
     /// Its duration in ms.
@@ -94,7 +94,7 @@ pub struct LastAttempt<'a> {
 /// The tail of a summary the daemon supplies when it records a delivery:
 /// the content digest, the last attempt and the topic, then as much of the
 /// error text as fits in [`SUMMARY_MAX`].
-pub fn summary_tail(digest: [u8; 8], topic: &str, last: &LastAttempt<'_>) -> Vec<u8> {
+pub(crate) fn summary_tail(digest: [u8; 8], topic: &str, last: &LastAttempt<'_>) -> Vec<u8> {
     let topic = &topic.as_bytes()[..topic.len().min(255)];
     let mut tail = Vec::with_capacity(SUMMARY_MAX - HEAD_LEN);
     tail.extend_from_slice(&digest);
@@ -145,7 +145,7 @@ impl Delivery {
     /// A delivery of the job with `spec`: under `keep_bodies` its attempt
     /// record JSON (`record`, built only then), else its summary tail from
     /// the attempt's summary fields.
-    pub fn new(
+    pub(crate) fn new(
         keep_bodies: bool,
         spec: &JobSpec,
         record: impl FnOnce() -> String,
@@ -164,7 +164,7 @@ impl Delivery {
 
     /// A delivery read from a stored spec JSON and an attempt record JSON
     /// (fields it lacks count as absent).
-    pub fn from_json(keep_bodies: bool, spec_json: &str, record: &str) -> Delivery {
+    pub(crate) fn from_json(keep_bodies: bool, spec_json: &str, record: &str) -> Delivery {
         let spec = serde_json::from_str::<JobSpec>(spec_json)
             .unwrap_or_else(|_| JobSpec::summary_of(crate::job::DEFAULT_TOPIC.into()));
         let attempt: serde_json::Value = serde_json::from_str(record).unwrap_or_default();
@@ -218,7 +218,7 @@ pub struct Summary {
 
 impl Summary {
     /// Decodes a stored summary; None when it is not one hookq wrote.
-    pub fn parse(value: &[u8]) -> Option<Summary> {
+    pub(crate) fn parse(value: &[u8]) -> Option<Summary> {
         if value.len() < HEAD_LEN + TAIL_FIXED {
             return None;
         }
@@ -249,7 +249,7 @@ impl Summary {
 
     /// The summary as a job record: its topic, counts and times, and its
     /// last attempt as the history (no url, headers or body).
-    pub fn into_record(self, id: &str) -> JobRecord {
+    pub(crate) fn into_record(self, id: &str) -> JobRecord {
         let mut history = Vec::new();
         if self.last_at > 0 {
             let mut attempt = serde_json::json!({
