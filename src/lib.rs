@@ -21,6 +21,9 @@
 //!
 //! Every state change is one Lua script (`lua/`), so several daemons can share
 //! one Redis with no lock. Time comes from Redis's clock ([`clock`]).
+//!
+//! Items are `pub(crate)` unless the binary, the integration tests or the
+//! benchmark use them. `ARCHITECTURE.md` maps the modules, keys and scripts.
 #![forbid(unsafe_code)]
 
 pub(crate) mod alerts;
