@@ -875,28 +875,7 @@ impl Store {
         p: u16,
         jobs: &[(&NewJob, bool)],
     ) -> StoreResult<Vec<Placed>> {
-        let mut args = Vec::with_capacity(3 + 9 * jobs.len());
-        args.push(arg(&self.keys.job_prefix(p)));
-        args.push(arg(&*self.channel));
-        args.push(arg(&p));
-        for (job, compare_only) in jobs {
-            let (at, delay) = match job.due {
-                Due::At(ms) => (ms.to_string(), 0u64),
-                Due::After(ms) => (String::new(), ms),
-            };
-            args.push(arg(&job.id));
-            args.push(arg(&job.spec_json));
-            args.push(arg(&at));
-            args.push(arg(&delay));
-            args.push(arg(&job.max_attempts));
-            args.push(arg(&job
-                .lease_ms
-                .map(|l| l.to_string())
-                .unwrap_or_default()));
-            args.push(arg(&job.given));
-            args.push(arg(&job.order.as_deref().unwrap_or_default()));
-            args.push(arg(&if *compare_only { "c" } else { "" }));
-        }
+        let args = self.enqueue_args(p, jobs);
         let reply: reply::EnqueueReply = self
             .invoke_acked(
                 &scripts::ENQUEUE_JOBS,
@@ -955,6 +934,34 @@ impl Store {
             }
         }
         Ok(outcomes)
+    }
+
+    /// The arguments of one `enqueue_jobs` call in partition `p`: the
+    /// partition's, then nine per job (see the script's header).
+    fn enqueue_args(&self, p: u16, jobs: &[(&NewJob, bool)]) -> Vec<Vec<u8>> {
+        let mut args = Vec::with_capacity(3 + 9 * jobs.len());
+        args.push(arg(&self.keys.job_prefix(p)));
+        args.push(arg(&*self.channel));
+        args.push(arg(&p));
+        for (job, compare_only) in jobs {
+            let (at, delay) = match job.due {
+                Due::At(ms) => (ms.to_string(), 0u64),
+                Due::After(ms) => (String::new(), ms),
+            };
+            args.push(arg(&job.id));
+            args.push(arg(&job.spec_json));
+            args.push(arg(&at));
+            args.push(arg(&delay));
+            args.push(arg(&job.max_attempts));
+            args.push(arg(&job
+                .lease_ms
+                .map(|l| l.to_string())
+                .unwrap_or_default()));
+            args.push(arg(&job.given));
+            args.push(arg(&job.order.as_deref().unwrap_or_default()));
+            args.push(arg(&if *compare_only { "c" } else { "" }));
+        }
+        args
     }
 
     /// Whether `job` means the same as the stored job of its id, though its
