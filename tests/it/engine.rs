@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use hookq::carrier::Carrier;
 use hookq::clock::RedisClock;
@@ -17,20 +17,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::support::receiver::{Receiver, Recorded, Reply};
 use crate::support::redis::RedisServer;
-use crate::support::wait_until;
+use crate::support::{rfc3339_ms, wait_until};
 use crate::{get_json, post_json, start_daemon, test_config, wait_until_idle};
-
-fn epoch_ms(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH)
-        .expect("after 1970")
-        .as_millis() as i64
-}
-
-fn parse_rfc3339_ms(text: &str) -> i64 {
-    let t = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
-        .expect("RFC 3339 time");
-    (t.unix_timestamp_nanos() / 1_000_000) as i64
-}
 
 async fn job_state(base: &str, id: &str) -> String {
     let (_, view) = get_json(&format!("{base}/v1/jobs/{id}")).await;
@@ -99,7 +87,7 @@ async fn delayed_jobs_are_never_early() {
         assert_eq!(view["state"], "scheduled");
         due_by_id.insert(
             id,
-            parse_rfc3339_ms(view["next_attempt_at"].as_str().expect("due")),
+            rfc3339_ms(view["next_attempt_at"].as_str().expect("due")),
         );
     }
     let got = receiver.wait_for_count(20, Duration::from_secs(15)).await;
@@ -107,7 +95,7 @@ async fn delayed_jobs_are_never_early() {
     for request in &got {
         let id = request.headers["webhook-id"].to_str().expect("ascii");
         let due = due_by_id[id];
-        let received = epoch_ms(request.received_at);
+        let received = request.received_ms();
         assert!(received >= due, "{id} arrived {}ms early", due - received);
         lateness.push(received - due);
     }
@@ -560,7 +548,7 @@ async fn an_earlier_job_wakes_a_sleeping_carrier() {
     };
     let got = receiver.wait_for_count(1, Duration::from_secs(10)).await;
     assert_eq!(got[0].path, "/near");
-    let late = epoch_ms(got[0].received_at) - due;
+    let late = got[0].received_ms() - due;
     assert!(late >= 0, "delivered {}ms early", -late);
     // Without a wakeup the carrier would sleep until the hour-away job (or its
     // 60 s safety re-read); anything near the due time proves the wakeup.
@@ -586,8 +574,8 @@ async fn a_job_due_in_a_year_waits_in_the_timing_wheel() {
     .await;
     assert_eq!(status, 201, "{view}");
     assert_eq!(view["state"], "scheduled");
-    let due = parse_rfc3339_ms(view["next_attempt_at"].as_str().expect("due"));
-    let created = parse_rfc3339_ms(view["created_at"].as_str().expect("created"));
+    let due = rfc3339_ms(view["next_attempt_at"].as_str().expect("due"));
+    let created = rfc3339_ms(view["created_at"].as_str().expect("created"));
     assert_eq!(due - created, 365 * 86_400_000);
 
     // Not in the due set: in the coarsest wheel bucket holding its due time,

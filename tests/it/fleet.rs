@@ -4,7 +4,7 @@
 //! daemon that joins takes a share of the work.
 
 use std::collections::HashMap;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use redis::AsyncCommands;
 use serde_json::{json, Value};
@@ -47,11 +47,7 @@ fn arrivals(receiver: &Receiver) -> HashMap<String, (usize, i64)> {
         let Some(id) = r.header("webhook-id") else {
             continue;
         };
-        let at = r
-            .received_at
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
+        let at = r.received_ms();
         let entry = seen.entry(id.to_string()).or_insert((0, at));
         entry.0 += 1;
         entry.1 = entry.1.min(at);
