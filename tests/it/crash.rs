@@ -54,11 +54,8 @@ async fn kill_9_during_a_run_loses_no_job() {
     let redis = RedisServer::start();
     // A receiver that takes a few ms per request, so kills catch attempts
     // in flight.
-    let receiver = Receiver::start(Arc::new(|_: &Recorded| Reply {
-        status: 200,
-        headers: Vec::new(),
-        body: Vec::new(),
-        delay: Some(Duration::from_millis(rand::rng().random_range(1..15))),
+    let receiver = Receiver::start(Arc::new(|_: &Recorded| {
+        Reply::status(200).with_delay(Duration::from_millis(rand::rng().random_range(1..15)))
     }))
     .await;
     let env = chaos_env();

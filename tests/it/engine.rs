@@ -2,7 +2,6 @@
 //! letters, lease recovery, concurrent carriers and wakeups.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 use std::time::Duration;
 
 use hookq::carrier::Carrier;
@@ -15,7 +14,7 @@ use redis::AsyncCommands;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::receiver::{Receiver, Recorded, Reply};
+use crate::support::receiver::Receiver;
 use crate::support::redis::RedisServer;
 use crate::support::{rfc3339_ms, wait_until};
 use crate::{get_json, post_json, start_daemon, test_config, wait_until_idle};
@@ -266,10 +265,7 @@ async fn an_expired_lease_returns_the_job_and_fences_the_late_outcome() {
 #[tokio::test]
 async fn a_stale_outcome_is_discarded_while_the_next_attempt_is_in_flight() {
     let redis = RedisServer::start();
-    let receiver = Receiver::start(Arc::new(|_: &Recorded| {
-        Reply::status(200).with_delay(Duration::from_secs(3))
-    }))
-    .await;
+    let receiver = Receiver::slow(200, Duration::from_secs(3)).await;
     let mut config = test_config(&redis);
     config.delivery.timeout = Duration::from_secs(5);
     // The whole history stays (not only the last attempt's summary).

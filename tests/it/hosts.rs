@@ -31,10 +31,7 @@ async fn create_batch(base: &str, jobs: Vec<Value>) {
 #[tokio::test]
 async fn jobs_for_a_busy_host_wait_in_memory_not_in_redis() {
     let redis = RedisServer::start();
-    let slow = Receiver::start(Arc::new(|_: &Recorded| {
-        Reply::status(204).with_delay(Duration::from_millis(20))
-    }))
-    .await;
+    let slow = Receiver::slow(204, Duration::from_millis(20)).await;
     let mut config = test_config(&redis);
     config.delivery.per_host_concurrency = 2;
     // Leases long enough that no job has to be given back while it waits.

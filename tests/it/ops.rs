@@ -506,13 +506,7 @@ async fn an_interrupted_replay_never_makes_two_live_jobs() {
 #[tokio::test]
 async fn sigterm_lets_slow_attempts_finish_and_exits_zero() {
     let redis = RedisServer::start();
-    let slow = Receiver::start(Arc::new(|_: &Recorded| Reply {
-        status: 200,
-        headers: Vec::new(),
-        body: Vec::new(),
-        delay: Some(Duration::from_millis(1500)),
-    }))
-    .await;
+    let slow = Receiver::slow(200, Duration::from_millis(1500)).await;
     let port = free_port();
     let mut child = spawn_serve(&redis, port, &[("HOOKQ_DELIVERY__SHUTDOWN_GRACE", "10s")]);
     wait_ready(port).await;
@@ -548,10 +542,8 @@ async fn sigterm_lets_slow_attempts_finish_and_exits_zero() {
 async fn attempts_cut_off_by_the_grace_are_recovered_by_their_leases() {
     let redis = RedisServer::start();
     let slow = Receiver::start(Arc::new(|r: &Recorded| Reply {
-        status: 200,
-        headers: Vec::new(),
-        body: Vec::new(),
         delay: (r.headers["hookq-attempt"] == "1").then_some(Duration::from_secs(5)),
+        ..Reply::status(200)
     }))
     .await;
     let port = free_port();
@@ -688,9 +680,11 @@ async fn metrics_move_when_their_events_happen() {
     let ok = Receiver::ok().await;
     // Held long enough that the ready lag is seen although the job gauges
     // are read from Redis only every `STATS_EVERY` (2 s).
-    let hold =
-        || Arc::new(|_: &Recorded| Reply::status(200).with_delay(Duration::from_millis(4500)));
-    let (slow_a, slow_b) = (Receiver::start(hold()).await, Receiver::start(hold()).await);
+    let hold = Duration::from_millis(4500);
+    let (slow_a, slow_b) = (
+        Receiver::slow(200, hold).await,
+        Receiver::slow(200, hold).await,
+    );
     let port = free_port();
     let env = [
         ("HOOKQ_DELIVERY__WORKERS", "2"),
@@ -898,10 +892,7 @@ async fn show_spells_the_method_as_the_api_does_and_new_secret_makes_a_usable_se
 #[tokio::test]
 async fn lateness_and_duration_are_measured_in_seconds() {
     let redis = RedisServer::start();
-    let slow = Receiver::start(Arc::new(|_: &Recorded| {
-        Reply::status(200).with_delay(Duration::from_millis(1500))
-    }))
-    .await;
+    let slow = Receiver::slow(200, Duration::from_millis(1500)).await;
     let port = free_port();
     let _daemon = spawn_serve(&redis, port, &[]);
     wait_ready(port).await;

@@ -4,14 +4,13 @@
 //! a receiver that hangs, pause and resume, PATCH, and bad input.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::api::send;
 use crate::ops::{free_port, spawn_ready, spawn_serve, wait_ready};
-use crate::support::receiver::{Receiver, Recorded, Reply};
+use crate::support::receiver::Receiver;
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
 use crate::{get_json, post_json, start_daemon, test_config};
@@ -294,10 +293,7 @@ async fn catch_up_rules_after_every_daemon_was_down() {
 #[tokio::test]
 async fn overlap_skip_fires_nothing_while_the_last_job_is_unfinished() {
     let redis = RedisServer::start();
-    let receiver = Receiver::start(Arc::new(|_: &Recorded| {
-        Reply::status(200).with_delay(Duration::from_millis(2500))
-    }))
-    .await;
+    let receiver = Receiver::slow(200, Duration::from_millis(2500)).await;
     let mut config = test_config(&redis);
     config.delivery.timeout = Duration::from_secs(5);
     config.validate().expect("config");
@@ -623,10 +619,7 @@ async fn schedules_on_a_cluster_fire_each_time_once() {
 #[tokio::test]
 async fn an_ordered_schedules_jobs_wait_in_line() {
     let redis = RedisServer::start();
-    let receiver = Receiver::start(Arc::new(|_: &Recorded| {
-        Reply::status(200).with_delay(Duration::from_millis(1500))
-    }))
-    .await;
+    let receiver = Receiver::slow(200, Duration::from_millis(1500)).await;
     let mut config = test_config(&redis);
     config.delivery.timeout = Duration::from_secs(5);
     config.validate().expect("config");

@@ -184,6 +184,15 @@ impl Receiver {
         Receiver::start(Arc::new(move |_: &Recorded| Reply::status(status))).await
     }
 
+    /// A receiver that answers `status` to everything, each only after
+    /// `delay` (a slow or hanging endpoint).
+    pub async fn slow(status: u16, delay: Duration) -> Receiver {
+        Receiver::start(Arc::new(move |_: &Recorded| {
+            Reply::status(status).with_delay(delay)
+        }))
+        .await
+    }
+
     /// `http://127.0.0.1:PORT{path}` (`path` should start with `/`).
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
