@@ -343,11 +343,7 @@ async fn daemons_with_skewed_clocks_are_never_early_nor_double() {
     receiver.wait_for_count(jobs, Duration::from_secs(30)).await;
     // Every job finished in Redis, then both daemons gone: no attempt can
     // arrive after the count below, so a late duplicate cannot slip past.
-    crate::wait_until_idle(
-        &format!("http://127.0.0.1:{}", ports[0]),
-        Duration::from_secs(30),
-    )
-    .await;
+    crate::wait_until_idle(&crate::ops::base_url(ports[0]), Duration::from_secs(30)).await;
     drop((ahead, behind));
     let survivors = processes_marked(&format!("HOOKQ_TEST_MARK={}", skew_mark()));
     assert!(

@@ -9,7 +9,7 @@ use std::time::Duration;
 use rand::Rng;
 use serde_json::{json, Value};
 
-use crate::ops::{free_port, spawn_ready, spawn_serve};
+use crate::ops::{base_url, free_port, spawn_ready, spawn_serve};
 use crate::support::receiver::{Receiver, Recorded, Reply};
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
@@ -68,7 +68,7 @@ async fn kill_9_during_a_run_loses_no_job() {
             .iter()
             .map(|i| json!({"id": format!("k-{i}"), "url": receiver.url("/"), "delay": format!("{}ms", (*i as u64 * 7919) % spread_ms)}))
             .collect();
-        let base = format!("http://127.0.0.1:{}", ports[n % 2]);
+        let base = base_url(ports[n % 2]);
         let (status, answer) =
             post_json(&format!("{base}/v1/jobs/batch"), json!({"jobs": batch})).await;
         assert_eq!(status, 200, "{answer}");

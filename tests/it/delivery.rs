@@ -657,10 +657,7 @@ async fn proxy_variables_in_the_environment_are_ignored() {
         ("no_proxy", ""),
         ("HOOKQ_DELIVERY__TIMEOUT", "2s"),
     ];
-    let port = crate::ops::free_port();
-    let _serve = crate::ops::spawn_serve(&redis, port, &env);
-    crate::ops::wait_ready(port).await;
-    let base = format!("http://127.0.0.1:{port}");
+    let (_serve, base) = crate::ops::serve_ready(&redis, &env).await;
     post_created(
         &format!("{base}/v1/jobs"),
         json!({"id": "direct", "url": receiver.url("/direct")}),

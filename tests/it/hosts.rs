@@ -148,7 +148,6 @@ async fn the_breaker_opens_probes_closes_and_jobs_keep_their_attempts() {
         })
     }))
     .await;
-    let port = crate::ops::free_port();
     let env = [
         ("HOOKQ_BREAKER__FAILURES", "3"),
         ("HOOKQ_BREAKER__OPEN_FOR", "300ms"),
@@ -159,9 +158,7 @@ async fn the_breaker_opens_probes_closes_and_jobs_keep_their_attempts() {
         ),
         ("HOOKQ_DELIVERY__TIMEOUT", "2s"),
     ];
-    let serve = crate::ops::spawn_serve(&redis, port, &env);
-    crate::ops::wait_ready(port).await;
-    let base = format!("http://127.0.0.1:{port}");
+    let (serve, base) = crate::ops::serve_ready(&redis, &env).await;
     let jobs: Vec<Value> = (0..10)
         .map(|i| json!({"id": format!("brk-{i}"), "url": receiver.url("/b")}))
         .collect();
@@ -188,10 +185,7 @@ async fn the_breaker_opens_probes_closes_and_jobs_keep_their_attempts() {
 
     // kill -9 while open, a new daemon, and the host recovers.
     drop(serve);
-    let port = crate::ops::free_port();
-    let _serve = crate::ops::spawn_serve(&redis, port, &env);
-    crate::ops::wait_ready(port).await;
-    let base = format!("http://127.0.0.1:{port}");
+    let (_serve, base) = crate::ops::serve_ready(&redis, &env).await;
     failing.store(false, Ordering::SeqCst);
     let view = |id: String| {
         let base = base.clone();

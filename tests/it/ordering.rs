@@ -11,7 +11,7 @@ use std::time::Duration;
 use rand::Rng;
 use serde_json::{json, Value};
 
-use crate::ops::{free_port, spawn_ready, spawn_serve, wait_ready};
+use crate::ops::{base_url, free_port, spawn_ready, spawn_serve, wait_ready};
 use crate::support::cluster::RedisCluster;
 use crate::support::receiver::{Receiver, Recorded, Reply};
 use crate::support::redis::RedisServer;
@@ -164,10 +164,7 @@ async fn keys_deliver_in_creation_order_through_failures_and_kill_9() {
         ("HOOKQ_BREAKER__MAX_OPEN", "200ms"),
     ];
     let (mut daemons, mut ports) = spawn_ready(&redis, 2, &env).await;
-    let bases: Vec<String> = ports
-        .iter()
-        .map(|p| format!("http://127.0.0.1:{p}"))
-        .collect();
+    let bases: Vec<String> = ports.iter().map(|&p| base_url(p)).collect();
     create_ordered(&bases, keys, per_key, &receiver.url("/")).await;
 
     let t = std::time::Instant::now();
@@ -182,7 +179,7 @@ async fn keys_deliver_in_creation_order_through_failures_and_kill_9() {
     eprintln!("kills done at {:?}", t.elapsed());
     assert_delivered_in_order(&log, keys, per_key).await;
     eprintln!("delivered at {:?}", t.elapsed());
-    let base = format!("http://127.0.0.1:{}", ports[0]);
+    let base = base_url(ports[0]);
     wait_ready(ports[0]).await;
     crate::wait_until_idle(&base, Duration::from_secs(30)).await;
     let (_, stats) = get_json(&format!("{base}/v1/stats")).await;
@@ -576,10 +573,7 @@ async fn keys_deliver_in_order_on_a_cluster_through_kill_9_and_a_slot_migration(
         ("HOOKQ_BREAKER__FAILURES", "0"),
     ];
     let (mut daemons, mut ports) = spawn_ready(&cluster.nodes[0], 2, &env).await;
-    let bases: Vec<String> = ports
-        .iter()
-        .map(|p| format!("http://127.0.0.1:{p}"))
-        .collect();
+    let bases: Vec<String> = ports.iter().map(|&p| base_url(p)).collect();
 
     let masters = cluster.master_ports();
     let (from, to) = (masters[0], masters[1]);

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::api::send;
-use crate::ops::{free_port, spawn_ready, spawn_serve, wait_ready};
+use crate::ops::{base_url, free_port, spawn_ready, spawn_serve, wait_ready};
 use crate::support::receiver::Receiver;
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
@@ -126,7 +126,7 @@ async fn two_daemons_and_a_kill_9_neither_skip_nor_double_a_firing() {
         ("HOOKQ_DELIVERY__LEASE_MARGIN", "300ms"),
     ];
     let (mut daemons, mut ports) = spawn_ready(&redis, 2, &env).await;
-    let base = format!("http://127.0.0.1:{}", ports[0]);
+    let base = base_url(ports[0]);
     // Several schedules, so some live in partitions of each daemon.
     let ids: Vec<String> = (0..6).map(|i| format!("s{i}")).collect();
     for id in &ids {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::abuse::rss_kib;
-use crate::ops::{free_port, hookq, spawn_serve, wait_ready};
+use crate::ops::{hookq, serve_ready};
 use crate::support::receiver::Receiver;
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
@@ -170,10 +170,7 @@ const LARGE_BODY: usize = 900_000;
 #[tokio::test]
 async fn a_list_over_large_jobs_stays_small_in_bytes_and_memory() {
     let redis = RedisServer::start();
-    let port = free_port();
-    let daemon = spawn_serve(&redis, port, &[]);
-    wait_ready(port).await;
-    let base = format!("http://127.0.0.1:{port}");
+    let (daemon, base) = serve_ready(&redis, &[]).await;
     let jobs = 40;
     let blob = "x".repeat(LARGE_BODY);
     for i in 0..jobs {
