@@ -18,6 +18,21 @@ use crate::support::redis::RedisServer;
 use crate::support::wait_until;
 use crate::{get_json, post_json, start_daemon, test_config};
 
+/// The delivery settings of the ordering runs that kill a daemon: 64
+/// workers, 1 s attempts and short leases, and a dozen 20 ms retries, so a
+/// key's line moves on quickly through failures and kills.
+const ORDERED_RUN_ENV: [(&str, &str); 5] = [
+    ("HOOKQ_DELIVERY__WORKERS", "64"),
+    ("HOOKQ_DELIVERY__TIMEOUT", "1s"),
+    // A probe lost with a killed daemon is taken again after this.
+    ("HOOKQ_DELIVERY__MAX_TIMEOUT", "2s"),
+    ("HOOKQ_DELIVERY__LEASE_MARGIN", "300ms"),
+    (
+        "HOOKQ_DELIVERY__RETRY",
+        r#"["20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms"]"#,
+    ),
+];
+
 /// What an ordering receiver saw: every attempt's (key, n) in arrival
 /// order, and the (key, n) it answered 2xx.
 #[derive(Default)]
@@ -150,19 +165,14 @@ async fn keys_deliver_in_creation_order_through_failures_and_kill_9() {
     let redis = RedisServer::start();
     let (receiver, log) = ordering_receiver(0.15).await;
     let env = [
-        ("HOOKQ_DELIVERY__WORKERS", "64"),
-        ("HOOKQ_DELIVERY__TIMEOUT", "1s"),
-        // A probe lost with a killed daemon is taken again after this.
-        ("HOOKQ_DELIVERY__MAX_TIMEOUT", "2s"),
-        ("HOOKQ_DELIVERY__LEASE_MARGIN", "300ms"),
-        (
-            "HOOKQ_DELIVERY__RETRY",
-            r#"["20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms"]"#,
-        ),
-        ("HOOKQ_BREAKER__FAILURES", "6"),
-        ("HOOKQ_BREAKER__OPEN_FOR", "50ms"),
-        ("HOOKQ_BREAKER__MAX_OPEN", "200ms"),
-    ];
+        ORDERED_RUN_ENV.as_slice(),
+        &[
+            ("HOOKQ_BREAKER__FAILURES", "6"),
+            ("HOOKQ_BREAKER__OPEN_FOR", "50ms"),
+            ("HOOKQ_BREAKER__MAX_OPEN", "200ms"),
+        ],
+    ]
+    .concat();
     let (mut daemons, mut ports) = spawn_ready(&redis, 2, &env).await;
     let bases: Vec<String> = ports.iter().map(|&p| base_url(p)).collect();
     create_ordered(&bases, keys, per_key, &receiver.url("/")).await;
@@ -560,18 +570,14 @@ async fn keys_deliver_in_order_on_a_cluster_through_kill_9_and_a_slot_migration(
     let (receiver, log) = ordering_receiver(0.15).await;
     let seeds = serde_json::to_string(&cluster.seeds()).expect("seeds as JSON");
     let env = [
-        ("HOOKQ_REDIS__CLUSTER_NODES", seeds.as_str()),
-        ("HOOKQ_REDIS__PARTITIONS", "16"),
-        ("HOOKQ_DELIVERY__WORKERS", "64"),
-        ("HOOKQ_DELIVERY__TIMEOUT", "1s"),
-        ("HOOKQ_DELIVERY__MAX_TIMEOUT", "2s"),
-        ("HOOKQ_DELIVERY__LEASE_MARGIN", "300ms"),
-        (
-            "HOOKQ_DELIVERY__RETRY",
-            r#"["20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms"]"#,
-        ),
-        ("HOOKQ_BREAKER__FAILURES", "0"),
-    ];
+        &[
+            ("HOOKQ_REDIS__CLUSTER_NODES", seeds.as_str()),
+            ("HOOKQ_REDIS__PARTITIONS", "16"),
+        ],
+        ORDERED_RUN_ENV.as_slice(),
+        &[("HOOKQ_BREAKER__FAILURES", "0")],
+    ]
+    .concat();
     let (mut daemons, mut ports) = spawn_ready(&cluster.nodes[0], 2, &env).await;
     let bases: Vec<String> = ports.iter().map(|&p| base_url(p)).collect();
 
