@@ -563,7 +563,7 @@ async fn jobs_placed_by_their_key_are_found_by_id_and_pointers_are_swept() {
 /// lost.
 #[tokio::test]
 async fn keys_deliver_in_order_on_a_cluster_through_kill_9_and_a_slot_migration() {
-    use crate::support::cluster::{keyslot, migrate_slot, slot_owner};
+    use crate::support::cluster::{migrate_slots_in_background, slot_owner, slots_served_by};
     let keys = crate::env_count("HOOKQ_CLUSTER_ORDER_KEYS", 200) as u64;
     let per_key = 10;
     let cluster = RedisCluster::start();
@@ -583,18 +583,17 @@ async fn keys_deliver_in_order_on_a_cluster_through_kill_9_and_a_slot_migration(
 
     let masters = cluster.master_ports();
     let (from, to) = (masters[0], masters[1]);
-    let slots: Vec<u16> = (0..16)
-        .map(|p| keyslot(from, &format!("hookq:{{{p}}}:due")))
-        .filter(|slot| slot_owner(from, *slot) == from)
-        .collect();
+    let due_keys = (0..16).map(|p| format!("hookq:{{{p}}}:due"));
+    let slots = slots_served_by(from, due_keys);
     assert!(!slots.is_empty(), "the first master serves some partition");
-    let migrated = slots.clone();
-    let migration = tokio::task::spawn_blocking(move || {
-        migrated
-            .iter()
-            .map(|slot| migrate_slot(&masters, *slot, from, to, 10, Duration::from_millis(5)))
-            .sum::<usize>()
-    });
+    let migration = migrate_slots_in_background(
+        masters,
+        slots.clone(),
+        from,
+        to,
+        10,
+        Duration::from_millis(5),
+    );
     create_ordered(&bases, keys, per_key, &receiver.url("/")).await;
     daemons[1].kill_9().await;
     ports[1] = free_port();

@@ -527,7 +527,9 @@ async fn the_cli_lists_shows_pauses_resumes_and_deletes_schedules() {
 /// time.
 #[tokio::test]
 async fn schedules_on_a_cluster_fire_each_time_once() {
-    use crate::support::cluster::{keyslot, migrate_slot, slot_owner, RedisCluster};
+    use crate::support::cluster::{
+        keyslot, migrate_slots_in_background, slot_owner, slots_served_by, RedisCluster,
+    };
     let cluster = RedisCluster::start();
     let receiver = Receiver::ok().await;
     let mut config = test_config(&cluster.nodes[0]);
@@ -562,19 +564,16 @@ async fn schedules_on_a_cluster_fire_each_time_once() {
     .await;
     let all_masters = cluster.master_ports();
     let (from, to) = (all_masters[0], all_masters[1]);
-    let slots: Vec<u16> = (0..config.redis.partitions)
-        .map(|p| keyslot(from, &keys.fires(p)))
-        .filter(|slot| slot_owner(from, *slot) == from)
-        .collect();
-    let migrated = slots.clone();
-    let moved = tokio::task::spawn_blocking(move || {
-        migrated
-            .iter()
-            .map(|slot| migrate_slot(&all_masters, *slot, from, to, 5, Duration::from_millis(20)))
-            .sum::<usize>()
-    })
-    .await
-    .expect("the migration completes");
+    let slots = slots_served_by(from, (0..config.redis.partitions).map(|p| keys.fires(p)));
+    let migration = migrate_slots_in_background(
+        all_masters,
+        slots.clone(),
+        from,
+        to,
+        5,
+        Duration::from_millis(20),
+    );
+    let moved = migration.await.expect("the migration completes");
     assert!(moved > 0);
     for slot in &slots {
         assert_eq!(slot_owner(from, *slot), to, "slot {slot} moved");

@@ -289,6 +289,35 @@ pub fn migrate_slot(
     moved
 }
 
+/// The slots of `keys` that the master on `port` serves (as it sees them),
+/// in the order of `keys`.
+pub fn slots_served_by(port: u16, keys: impl IntoIterator<Item = String>) -> Vec<u16> {
+    keys.into_iter()
+        .map(|key| keyslot(port, &key))
+        .filter(|slot| slot_owner(port, *slot) == port)
+        .collect()
+}
+
+/// Moves each of `slots` from the master on `from` to the master on `to` with
+/// [`migrate_slot`] (`batch` keys at a time, `pause` between batches) on a
+/// blocking thread, while the test goes on; the task answers the number of
+/// keys moved.
+pub fn migrate_slots_in_background(
+    masters: Vec<u16>,
+    slots: Vec<u16>,
+    from: u16,
+    to: u16,
+    batch: usize,
+    pause: Duration,
+) -> tokio::task::JoinHandle<usize> {
+    tokio::task::spawn_blocking(move || {
+        slots
+            .iter()
+            .map(|slot| migrate_slot(&masters, *slot, from, to, batch, pause))
+            .sum::<usize>()
+    })
+}
+
 /// Every key of `slot` on the nodes `ports`, with its DUMP and whether it has
 /// a TTL: two snapshots are equal when nothing in the slot changed.
 pub async fn slot_snapshot(
