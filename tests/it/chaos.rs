@@ -18,7 +18,7 @@ use crate::support::process::OwnedProcess;
 use crate::support::receiver::Receiver;
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
-use crate::{get_json, post_json, start_daemon, test_config};
+use crate::{get_json, job_view, post_json, start_daemon, test_config};
 
 /// What the chaos receiver does with one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -184,7 +184,7 @@ async fn a_chaotic_endpoint_ends_every_job_delivered_or_dead() {
         *outcomes.entry(state).or_default() += 1;
     }
     for i in (0..jobs).step_by(37) {
-        let (_, view) = get_json(&format!("{base}/v1/jobs/fine-{i}")).await;
+        let view = job_view(&base, &format!("fine-{i}")).await;
         assert_eq!(view["state"], "delivered", "{view}");
     }
     eprintln!(

@@ -13,7 +13,7 @@ use crate::ops::{base_url, free_port, spawn_ready, spawn_serve};
 use crate::support::receiver::{Receiver, Recorded, Reply};
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
-use crate::{get_json, post_json, start_daemon, test_config};
+use crate::{job_view, post_json, start_daemon, test_config};
 
 /// Partitions of the daemons these tests spawn (`spawn_serve` sets 4).
 const PARTITIONS: u16 = 4;
@@ -354,7 +354,7 @@ async fn redis_at_maxmemory_answers_503_and_resumes() {
     wait_until(
         "the early jobs are recorded delivered",
         Duration::from_secs(10),
-        || async { get_json(&format!("{base}/v1/jobs/soon-0")).await.1["state"] == "delivered" },
+        || async { job_view(&base, "soon-0").await["state"] == "delivered" },
     )
     .await;
     daemon.stop().await.expect("clean stop");

@@ -17,10 +17,10 @@ use tokio_util::sync::CancellationToken;
 use crate::support::receiver::Receiver;
 use crate::support::redis::RedisServer;
 use crate::support::{rfc3339_ms, wait_until};
-use crate::{get_json, post_json, start_daemon, test_config, wait_until_idle};
+use crate::{get_json, job_view, post_json, start_daemon, test_config, wait_until_idle};
 
 async fn job_state(base: &str, id: &str) -> String {
-    let (_, view) = get_json(&format!("{base}/v1/jobs/{id}")).await;
+    let view = job_view(base, id).await;
     view["state"].as_str().unwrap_or_default().to_string()
 }
 
@@ -60,7 +60,7 @@ async fn due_now_job_is_delivered_with_its_headers() {
         job_state(&base, "pay-1").await == "delivered"
     })
     .await;
-    let (_, view) = get_json(&format!("{base}/v1/jobs/pay-1")).await;
+    let view = job_view(&base, "pay-1").await;
     assert_eq!(view["attempts"], 1);
     assert_eq!(view["history"][0]["status"], 200);
     daemon.stop().await.expect("clean stop");
@@ -158,7 +158,7 @@ async fn failures_climb_the_whole_ladder_then_dead_letter() {
     // No fifth attempt: the ladder is exhausted.
     assert_eq!(receiver.count(), 4);
 
-    let (_, view) = get_json(&format!("{base}/v1/jobs/ladder-1")).await;
+    let view = job_view(&base, "ladder-1").await;
     assert_eq!(view["attempts"], 4);
     assert_eq!(view["history"].as_array().map(Vec::len), Some(4));
     assert_eq!(view["history"][0]["error"], "http_status");
@@ -227,7 +227,7 @@ async fn an_expired_lease_returns_the_job_and_fences_the_late_outcome() {
         job_state(&base, "crash-1").await == "delivered"
     })
     .await;
-    let (_, view) = get_json(&format!("{base}/v1/jobs/crash-1")).await;
+    let view = job_view(&base, "crash-1").await;
     let errors: Vec<&str> = view["history"]
         .as_array()
         .expect("history")
@@ -327,7 +327,7 @@ async fn a_stale_outcome_is_discarded_while_the_next_attempt_is_in_flight() {
         job_state(&base, "fence-1").await == "delivered"
     })
     .await;
-    let (_, view) = get_json(&format!("{base}/v1/jobs/fence-1")).await;
+    let view = job_view(&base, "fence-1").await;
     assert_eq!(view["attempts"], 2, "{view}");
     assert_eq!(view["history"][0]["status"], 200, "{view}");
     assert_eq!(view["history"][1]["error"], "lease_expired", "{view}");
@@ -367,7 +367,7 @@ async fn a_lease_lost_on_the_last_attempt_dead_letters_the_job() {
         job_state(&base, "last-1").await == "dead"
     })
     .await;
-    let (_, view) = get_json(&format!("{base}/v1/jobs/last-1")).await;
+    let view = job_view(&base, "last-1").await;
     assert_eq!(view["attempts"], 1, "{view}");
     assert_eq!(view["history"][0]["error"], "lease_expired", "{view}");
     let keys = store.keys().clone();

@@ -13,7 +13,7 @@ use crate::support::receiver::{Receiver, Recorded, Reply};
 use crate::support::redis::RedisServer;
 use crate::support::store::complete_claimed;
 use crate::support::{rfc3339_ms, wait_until};
-use crate::{get_json, post_created, start_daemon, test_config};
+use crate::{get_json, job_view, post_created, start_daemon, test_config};
 
 async fn send(method: reqwest::Method, url: &str, body: Option<serde_json::Value>) -> u16 {
     let mut request = reqwest::Client::new().request(method, url);
@@ -99,7 +99,7 @@ async fn far_jobs_cascade_through_the_wheel_and_arrive_once_on_time() {
         )
         .await;
         assert_eq!(status, 200, "PATCH {id}");
-        let (_, view) = get_json(&format!("{base}/v1/jobs/{id}")).await;
+        let view = job_view(&base, id).await;
         due_at.insert(
             id.to_string(),
             view["next_attempt_at"].as_str().expect("due").into(),
@@ -130,7 +130,7 @@ async fn far_jobs_cascade_through_the_wheel_and_arrive_once_on_time() {
             assert!(late >= 0, "{id} delivered {}ms early", -late);
         }
     }
-    let (_, retried) = get_json(&format!("{base}/v1/jobs/retry")).await;
+    let retried = job_view(&base, "retry").await;
     assert_eq!(
         (retried["state"].as_str(), retried["attempts"].as_u64()),
         (Some("delivered"), Some(2))
@@ -200,7 +200,7 @@ async fn finished_jobs_leave_summaries_that_still_answer() {
     wait_until(
         "sum-cancel failed once",
         Duration::from_secs(10),
-        || async { get_json(&format!("{base}/v1/jobs/sum-cancel")).await.1["attempts"] == 1 },
+        || async { job_view(&base, "sum-cancel").await["attempts"] == 1 },
     )
     .await;
     let url = format!("{base}/v1/jobs/sum-cancel");

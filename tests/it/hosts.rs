@@ -189,7 +189,7 @@ async fn the_breaker_opens_probes_closes_and_jobs_keep_their_attempts() {
     failing.store(false, Ordering::SeqCst);
     let view = |id: String| {
         let base = base.clone();
-        async move { crate::get_json(&format!("{base}/v1/jobs/{id}")).await.1 }
+        async move { crate::job_view(&base, &id).await }
     };
     crate::support::wait_until(
         "every job is delivered",
@@ -338,9 +338,9 @@ async fn pause_and_resume_hold_and_release_a_host() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("closed"));
     receiver.wait_for_count(5, Duration::from_secs(20)).await;
     for i in 0..5 {
-        let (_, v) = crate::get_json(&format!("{base}/v1/jobs/held-{i}")).await;
+        let v = crate::job_view(&base, &format!("held-{i}")).await;
         crate::support::wait_until("delivered", Duration::from_secs(10), || async {
-            crate::get_json(&format!("{base}/v1/jobs/held-{i}")).await.1["state"] == "delivered"
+            crate::job_view(&base, &format!("held-{i}")).await["state"] == "delivered"
         })
         .await;
         assert!(v["attempts"].as_u64() <= Some(1), "{v}");

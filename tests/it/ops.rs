@@ -15,7 +15,7 @@ use crate::support::process::OwnedProcess;
 use crate::support::receiver::{Receiver, Recorded, Reply};
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
-use crate::{get_json, metric_sum, post_created, post_json, start_daemon, test_config};
+use crate::{job_view, metric_sum, post_created, post_json, start_daemon, test_config};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hookq");
 
@@ -240,7 +240,7 @@ async fn cli_subcommands_work_against_real_redis() {
     )
     .await;
     wait_until("dl-1 dead", Duration::from_secs(10), || async {
-        get_json(&format!("{base}/v1/jobs/dl-1")).await.1["state"] == "dead"
+        job_view(&base, "dl-1").await["state"] == "dead"
     })
     .await;
     daemon.stop().await.expect("clean stop");

@@ -16,7 +16,7 @@ use crate::support::cluster::RedisCluster;
 use crate::support::receiver::{Receiver, Recorded, Reply};
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
-use crate::{get_json, post_json, start_daemon, test_config};
+use crate::{get_json, job_view, post_json, start_daemon, test_config};
 
 /// The delivery settings of the ordering runs that kill a daemon: 64
 /// workers, 1 s attempts and short leases, and a dozen 20 ms retries, so a
@@ -264,11 +264,11 @@ async fn cancel_and_dead_letter_of_the_head_release_the_next() {
         .await
         .expect("delete");
     assert_eq!(cancelled.status(), 204);
-    let (_, b) = get_json(&format!("{base}/v1/jobs/b")).await;
+    let b = job_view(&base, "b").await;
     assert_eq!(b["ordering_key"], "acct-1", "{b}");
     assert_eq!(b["waiting_for"], "a", "{b}");
     assert_eq!(b["state"], "ready", "held past its due time: {b}");
-    let (_, c) = get_json(&format!("{base}/v1/jobs/c")).await;
+    let c = job_view(&base, "c").await;
     assert_eq!(c["waiting_for"], "b", "{c}");
     let (_, stats) = get_json(&format!("{base}/v1/stats")).await;
     assert_eq!(stats["held_in_order"], 3, "{stats}");
@@ -324,7 +324,7 @@ async fn cancel_and_dead_letter_of_the_head_release_the_next() {
         .expect("c arrived")
         .json();
     assert_eq!(c_body["v"], 2, "the change reached c");
-    let (_, b) = get_json(&format!("{base}/v1/jobs/b")).await;
+    let b = job_view(&base, "b").await;
     assert_eq!(b["state"], "dead", "{b}");
 
     // A replayed dead letter joins the tail: behind a slow head.
@@ -340,7 +340,7 @@ async fn cancel_and_dead_letter_of_the_head_release_the_next() {
     )
     .await;
     assert_eq!(status, 200, "{replay}");
-    let (_, b) = get_json(&format!("{base}/v1/jobs/b")).await;
+    let b = job_view(&base, "b").await;
     assert_eq!(b["waiting_for"], "e", "replayed behind the head: {b}");
     wait_until("b is delivered again", Duration::from_secs(10), || async {
         arrival_ids(&receiver)
@@ -356,7 +356,7 @@ async fn cancel_and_dead_letter_of_the_head_release_the_next() {
         .map(String::as_str)
         .collect();
     assert_eq!(tail, ["e", "b"]);
-    let (_, b) = get_json(&format!("{base}/v1/jobs/b")).await;
+    let b = job_view(&base, "b").await;
     assert_eq!(b["state"], "delivered", "{b}");
     daemon.stop().await.expect("clean stop");
 }
@@ -478,7 +478,7 @@ async fn jobs_placed_by_their_key_are_found_by_id_and_pointers_are_swept() {
     wait_until(
         "the view shows delivered",
         Duration::from_secs(5),
-        || async { get_json(&format!("{base}/v1/jobs/{id}")).await.1["state"] == "delivered" },
+        || async { job_view(&base, &id).await["state"] == "delivered" },
     )
     .await;
     // The summary expires (retention 2 s, up to 1.25 x), then the sweep

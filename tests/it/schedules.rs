@@ -13,7 +13,7 @@ use crate::ops::{base_url, free_port, spawn_ready, spawn_serve, wait_ready};
 use crate::support::receiver::Receiver;
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
-use crate::{get_json, post_json, start_daemon, test_config};
+use crate::{get_json, job_view, post_json, start_daemon, test_config};
 
 /// The fire times of schedule `id` among the receiver's deliveries
 /// (job ids `<id>:<fire time>`), each once.
@@ -247,7 +247,7 @@ async fn catch_up_rules_after_every_daemon_was_down() {
         let base = base.clone();
         let job = format!("{id}:{at}");
         async move {
-            let (_, view) = get_json(&format!("{base}/v1/jobs/{job}")).await;
+            let view = job_view(&base, &job).await;
             let created = view["created_at"].as_str().expect("created_at").to_string();
             chrono::DateTime::parse_from_rfc3339(&created)
                 .expect("RFC 3339")
@@ -646,7 +646,7 @@ async fn an_ordered_schedules_jobs_wait_in_line() {
                 .unwrap_or_default();
             for run in runs {
                 let job_id = run["job_id"].as_str().unwrap_or_default().to_string();
-                let (_, job) = get_json(&format!("{base}/v1/jobs/{job_id}")).await;
+                let job = job_view(&base, &job_id).await;
                 if job["waiting_for"].is_string() {
                     return job["ordering_key"] == "acct-7" && job["schedule_id"] == json!(id);
                 }

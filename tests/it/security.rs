@@ -12,7 +12,7 @@ use crate::ops::{hookq, serve_ready};
 use crate::support::receiver::Receiver;
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
-use crate::{get_json, post_created, post_json, start_daemon, test_config, wait_state};
+use crate::{get_json, job_view, post_created, post_json, start_daemon, test_config, wait_state};
 
 /// Header values no view may show.
 const SECRETS: [&str; 2] = ["Bearer merchant-s3cret-7f3a", "key-9c2e51"];
@@ -219,7 +219,7 @@ async fn a_list_over_large_jobs_stays_small_in_bytes_and_memory() {
     assert!(grown_mib < 48, "listing grew the daemon by {grown_mib} MiB");
 
     // The job itself still shows its body.
-    let (_, one) = get_json(&format!("{base}/v1/jobs/big-0")).await;
+    let one = job_view(&base, "big-0").await;
     assert_eq!(one["body"]["blob"].as_str().map(str::len), Some(LARGE_BODY));
 }
 
