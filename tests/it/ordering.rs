@@ -563,7 +563,7 @@ async fn jobs_placed_by_their_key_are_found_by_id_and_pointers_are_swept() {
 /// lost.
 #[tokio::test]
 async fn keys_deliver_in_order_on_a_cluster_through_kill_9_and_a_slot_migration() {
-    use crate::support::cluster::{migrate_slots_in_background, slot_owner, slots_served_by};
+    use crate::support::cluster::{slot_owner, start_moving_due_partitions, SlotMove};
     let keys = crate::env_count("HOOKQ_CLUSTER_ORDER_KEYS", 200) as u64;
     let per_key = 10;
     let cluster = RedisCluster::start();
@@ -581,19 +581,12 @@ async fn keys_deliver_in_order_on_a_cluster_through_kill_9_and_a_slot_migration(
     let (mut daemons, mut ports) = spawn_ready(&cluster.nodes[0], 2, &env).await;
     let bases: Vec<String> = ports.iter().map(|&p| base_url(p)).collect();
 
-    let masters = cluster.master_ports();
-    let (from, to) = (masters[0], masters[1]);
-    let due_keys = (0..16).map(|p| format!("hookq:{{{p}}}:due"));
-    let slots = slots_served_by(from, due_keys);
-    assert!(!slots.is_empty(), "the first master serves some partition");
-    let migration = migrate_slots_in_background(
-        masters,
-        slots.clone(),
+    let SlotMove {
         from,
         to,
-        10,
-        Duration::from_millis(5),
-    );
+        slots,
+        task: migration,
+    } = start_moving_due_partitions(&cluster, 16);
     create_ordered(&bases, keys, per_key, &receiver.url("/")).await;
     daemons[1].kill_9().await;
     ports[1] = free_port();
