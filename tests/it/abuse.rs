@@ -14,7 +14,7 @@ use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::ops::{free_port, spawn_serve, wait_ready};
+use crate::ops::{base_url, free_port, spawn_serve, wait_ready};
 use crate::support::redis::RedisServer;
 
 /// Resident memory of process `pid` in KiB (the daemon runs alone in it, so
@@ -130,7 +130,7 @@ async fn thousands_of_malformed_requests_get_no_5xx_and_valid_traffic_flows() {
     let port = free_port();
     let daemon = spawn_serve(&redis, port, &[]);
     wait_ready(port).await;
-    let base = format!("http://127.0.0.1:{port}");
+    let base = base_url(port);
     let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
     let rss_before = rss_kib(daemon.pid());
 

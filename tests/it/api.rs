@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use crate::support::receiver::Receiver;
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
-use crate::{get_json, post_json, start_daemon, test_config};
+use crate::{get_json, job_view, post_json, start_daemon, test_config};
 
 pub(crate) async fn send(method: reqwest::Method, url: &str, body: Option<Value>) -> (u16, Value) {
     let client = reqwest::Client::new();
@@ -165,7 +165,7 @@ async fn every_route_works() {
     )
     .await;
     assert_eq!(status, 404, "{body}");
-    let (_, cancelled) = get_json(&format!("{base}/v1/jobs/b-3")).await;
+    let cancelled = job_view(&base, "b-3").await;
     assert_eq!(cancelled["state"], "cancelled");
     let (status, _) = send(
         reqwest::Method::PATCH,
@@ -185,7 +185,7 @@ async fn every_route_works() {
     .await;
     assert_eq!(status, 201);
     wait_until("gone-1 is dead", Duration::from_secs(10), || async {
-        get_json(&format!("{base}/v1/jobs/gone-1")).await.1["state"] == "dead"
+        job_view(&base, "gone-1").await["state"] == "dead"
     })
     .await;
     let (status, stats) = get_json(&format!("{base}/v1/stats")).await;
@@ -274,7 +274,7 @@ async fn a_dead_letter_can_be_dropped() {
     )
     .await;
     wait_until("drop-1 is dead", Duration::from_secs(10), || async {
-        get_json(&format!("{base}/v1/jobs/drop-1")).await.1["state"] == "dead"
+        job_view(&base, "drop-1").await["state"] == "dead"
     })
     .await;
     let (status, _) = send(
@@ -987,7 +987,7 @@ async fn patch_and_delete_racing_the_carrier_are_all_or_nothing() {
     let mut cancelled = 0;
     for i in 0..JOBS {
         let id = format!("race-{i}");
-        let (_, view) = get_json(&format!("{base}/v1/jobs/{id}")).await;
+        let view = job_view(&base, &id).await;
         let answer = answers[&i];
         if i % 2 == 0 {
             match answer {
@@ -1109,7 +1109,7 @@ async fn a_job_cancelled_in_flight_is_not_retried() {
     let daemon = start_daemon(&config).await;
     let base = daemon.url();
     crate::wait_until_idle(&base, Duration::from_secs(10)).await;
-    let (_, view) = get_json(&format!("{base}/v1/jobs/flying")).await;
+    let view = job_view(&base, "flying").await;
     daemon.stop().await.expect("clean stop");
     assert_eq!(view["state"], "cancelled", "{view}");
     assert_eq!(receiver.count(), 1, "the cancelled job was retried");
@@ -1407,7 +1407,7 @@ async fn a_finished_job_cannot_be_cancelled() {
         .await;
         assert_eq!(status, 409, "{id}: {answer}");
         assert_eq!(answer["error"]["code"], "finished", "{id}: {answer}");
-        let (_, view) = get_json(&format!("{base}/v1/jobs/{id}")).await;
+        let view = job_view(&base, id).await;
         assert_eq!(view["state"], finished, "{id}: {view}");
     }
     daemon.stop().await.expect("clean stop");

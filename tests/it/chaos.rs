@@ -18,7 +18,7 @@ use crate::support::process::OwnedProcess;
 use crate::support::receiver::Receiver;
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
-use crate::{get_json, post_json, start_daemon, test_config};
+use crate::{get_json, job_view, post_json, start_daemon, test_config};
 
 /// What the chaos receiver does with one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -184,7 +184,7 @@ async fn a_chaotic_endpoint_ends_every_job_delivered_or_dead() {
         *outcomes.entry(state).or_default() += 1;
     }
     for i in (0..jobs).step_by(37) {
-        let (_, view) = get_json(&format!("{base}/v1/jobs/fine-{i}")).await;
+        let view = job_view(&base, &format!("fine-{i}")).await;
         assert_eq!(view["state"], "delivered", "{view}");
     }
     eprintln!(
@@ -343,11 +343,7 @@ async fn daemons_with_skewed_clocks_are_never_early_nor_double() {
     receiver.wait_for_count(jobs, Duration::from_secs(30)).await;
     // Every job finished in Redis, then both daemons gone: no attempt can
     // arrive after the count below, so a late duplicate cannot slip past.
-    crate::wait_until_idle(
-        &format!("http://127.0.0.1:{}", ports[0]),
-        Duration::from_secs(30),
-    )
-    .await;
+    crate::wait_until_idle(&crate::ops::base_url(ports[0]), Duration::from_secs(30)).await;
     drop((ahead, behind));
     let survivors = processes_marked(&format!("HOOKQ_TEST_MARK={}", skew_mark()));
     assert!(
@@ -361,11 +357,7 @@ async fn daemons_with_skewed_clocks_are_never_early_nor_double() {
     for r in &got {
         let id = r.header("webhook-id").unwrap_or_default().to_string();
         let i: usize = id.trim_start_matches("skew-").parse().expect("id");
-        let at = r
-            .received_at
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("clock")
-            .as_millis() as i64;
+        let at = r.received_ms();
         if at < due[i] {
             early.push((id.clone(), due[i] - at));
         }

@@ -10,8 +10,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::support::cluster::{
-    begin_migration, finish_migration, keys_in_slot, keyslot, migrate_keys, migrate_slot,
-    slot_owner, slot_snapshot, RedisCluster,
+    begin_migration, finish_migration, keys_in_slot, keyslot, migrate_keys, slot_owner,
+    slot_snapshot, start_moving_due_partitions, RedisCluster, SlotMove,
 };
 use crate::support::receiver::Receiver;
 use crate::support::redis::RedisServer;
@@ -243,20 +243,12 @@ async fn a_slot_migrated_mid_run_loses_no_job() {
     // Every partition served by the first master moves to the second, a few
     // keys at a time, while the first half is delivered and the second half
     // is created.
-    let masters = cluster.master_ports();
-    let (from, to) = (masters[0], masters[1]);
-    let slots: Vec<u16> = (0..config.redis.partitions)
-        .map(|p| keyslot(from, &format!("hookq:{{{p}}}:due")))
-        .filter(|slot| slot_owner(from, *slot) == from)
-        .collect();
-    assert!(!slots.is_empty(), "the first master serves some partition");
-    let migrated_slots = slots.clone();
-    let migration = tokio::task::spawn_blocking(move || {
-        migrated_slots
-            .iter()
-            .map(|slot| migrate_slot(&masters, *slot, from, to, 10, Duration::from_millis(5)))
-            .sum::<usize>()
-    });
+    let SlotMove {
+        from,
+        to,
+        slots,
+        task: migration,
+    } = start_moving_due_partitions(&cluster, config.redis.partitions);
     let retried = enqueue_one_by_one(&daemons[1].url(), jobs / 2..jobs, &receiver.url("/")).await;
     let keys_moved = migration.await.expect("the migration completes");
 

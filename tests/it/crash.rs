@@ -9,11 +9,11 @@ use std::time::Duration;
 use rand::Rng;
 use serde_json::{json, Value};
 
-use crate::ops::{free_port, spawn_ready, spawn_serve};
+use crate::ops::{base_url, free_port, spawn_ready, spawn_serve};
 use crate::support::receiver::{Receiver, Recorded, Reply};
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
-use crate::{get_json, post_json, start_daemon, test_config};
+use crate::{job_view, post_json, start_daemon, test_config};
 
 /// Partitions of the daemons these tests spawn (`spawn_serve` sets 4).
 const PARTITIONS: u16 = 4;
@@ -54,11 +54,8 @@ async fn kill_9_during_a_run_loses_no_job() {
     let redis = RedisServer::start();
     // A receiver that takes a few ms per request, so kills catch attempts
     // in flight.
-    let receiver = Receiver::start(Arc::new(|_: &Recorded| Reply {
-        status: 200,
-        headers: Vec::new(),
-        body: Vec::new(),
-        delay: Some(Duration::from_millis(rand::rng().random_range(1..15))),
+    let receiver = Receiver::start(Arc::new(|_: &Recorded| {
+        Reply::status(200).with_delay(Duration::from_millis(rand::rng().random_range(1..15)))
     }))
     .await;
     let env = chaos_env();
@@ -71,7 +68,7 @@ async fn kill_9_during_a_run_loses_no_job() {
             .iter()
             .map(|i| json!({"id": format!("k-{i}"), "url": receiver.url("/"), "delay": format!("{}ms", (*i as u64 * 7919) % spread_ms)}))
             .collect();
-        let base = format!("http://127.0.0.1:{}", ports[n % 2]);
+        let base = base_url(ports[n % 2]);
         let (status, answer) =
             post_json(&format!("{base}/v1/jobs/batch"), json!({"jobs": batch})).await;
         assert_eq!(status, 200, "{answer}");
@@ -357,7 +354,7 @@ async fn redis_at_maxmemory_answers_503_and_resumes() {
     wait_until(
         "the early jobs are recorded delivered",
         Duration::from_secs(10),
-        || async { get_json(&format!("{base}/v1/jobs/soon-0")).await.1["state"] == "delivered" },
+        || async { job_view(&base, "soon-0").await["state"] == "delivered" },
     )
     .await;
     daemon.stop().await.expect("clean stop");

@@ -595,13 +595,7 @@ async fn huge_and_endless_responses_are_read_only_to_the_cap() {
 #[tokio::test]
 async fn a_hanging_host_does_not_hold_up_a_healthy_one() {
     let redis = RedisServer::start();
-    let hanging = Receiver::start(Arc::new(|_: &Recorded| Reply {
-        status: 200,
-        headers: Vec::new(),
-        body: Vec::new(),
-        delay: Some(Duration::from_secs(60)),
-    }))
-    .await;
+    let hanging = Receiver::slow(200, Duration::from_secs(60)).await;
     let healthy = Receiver::ok().await;
     let mut config = test_config(&redis);
     config.delivery.workers = 16;
@@ -663,10 +657,7 @@ async fn proxy_variables_in_the_environment_are_ignored() {
         ("no_proxy", ""),
         ("HOOKQ_DELIVERY__TIMEOUT", "2s"),
     ];
-    let port = crate::ops::free_port();
-    let _serve = crate::ops::spawn_serve(&redis, port, &env);
-    crate::ops::wait_ready(port).await;
-    let base = format!("http://127.0.0.1:{port}");
+    let (_serve, base) = crate::ops::serve_ready(&redis, &env).await;
     post_created(
         &format!("{base}/v1/jobs"),
         json!({"id": "direct", "url": receiver.url("/direct")}),

@@ -2,8 +2,7 @@
 //! letters, lease recovery, concurrent carriers and wakeups.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use hookq::carrier::Carrier;
 use hookq::clock::RedisClock;
@@ -15,25 +14,13 @@ use redis::AsyncCommands;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::receiver::{Receiver, Recorded, Reply};
+use crate::support::receiver::Receiver;
 use crate::support::redis::RedisServer;
-use crate::support::wait_until;
-use crate::{get_json, post_json, start_daemon, test_config, wait_until_idle};
-
-fn epoch_ms(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH)
-        .expect("after 1970")
-        .as_millis() as i64
-}
-
-fn parse_rfc3339_ms(text: &str) -> i64 {
-    let t = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
-        .expect("RFC 3339 time");
-    (t.unix_timestamp_nanos() / 1_000_000) as i64
-}
+use crate::support::{rfc3339_ms, wait_until};
+use crate::{get_json, job_view, post_json, start_daemon, test_config, wait_until_idle};
 
 async fn job_state(base: &str, id: &str) -> String {
-    let (_, view) = get_json(&format!("{base}/v1/jobs/{id}")).await;
+    let view = job_view(base, id).await;
     view["state"].as_str().unwrap_or_default().to_string()
 }
 
@@ -73,7 +60,7 @@ async fn due_now_job_is_delivered_with_its_headers() {
         job_state(&base, "pay-1").await == "delivered"
     })
     .await;
-    let (_, view) = get_json(&format!("{base}/v1/jobs/pay-1")).await;
+    let view = job_view(&base, "pay-1").await;
     assert_eq!(view["attempts"], 1);
     assert_eq!(view["history"][0]["status"], 200);
     daemon.stop().await.expect("clean stop");
@@ -99,7 +86,7 @@ async fn delayed_jobs_are_never_early() {
         assert_eq!(view["state"], "scheduled");
         due_by_id.insert(
             id,
-            parse_rfc3339_ms(view["next_attempt_at"].as_str().expect("due")),
+            rfc3339_ms(view["next_attempt_at"].as_str().expect("due")),
         );
     }
     let got = receiver.wait_for_count(20, Duration::from_secs(15)).await;
@@ -107,7 +94,7 @@ async fn delayed_jobs_are_never_early() {
     for request in &got {
         let id = request.headers["webhook-id"].to_str().expect("ascii");
         let due = due_by_id[id];
-        let received = epoch_ms(request.received_at);
+        let received = request.received_ms();
         assert!(received >= due, "{id} arrived {}ms early", due - received);
         lateness.push(received - due);
     }
@@ -171,7 +158,7 @@ async fn failures_climb_the_whole_ladder_then_dead_letter() {
     // No fifth attempt: the ladder is exhausted.
     assert_eq!(receiver.count(), 4);
 
-    let (_, view) = get_json(&format!("{base}/v1/jobs/ladder-1")).await;
+    let view = job_view(&base, "ladder-1").await;
     assert_eq!(view["attempts"], 4);
     assert_eq!(view["history"].as_array().map(Vec::len), Some(4));
     assert_eq!(view["history"][0]["error"], "http_status");
@@ -240,7 +227,7 @@ async fn an_expired_lease_returns_the_job_and_fences_the_late_outcome() {
         job_state(&base, "crash-1").await == "delivered"
     })
     .await;
-    let (_, view) = get_json(&format!("{base}/v1/jobs/crash-1")).await;
+    let view = job_view(&base, "crash-1").await;
     let errors: Vec<&str> = view["history"]
         .as_array()
         .expect("history")
@@ -278,10 +265,7 @@ async fn an_expired_lease_returns_the_job_and_fences_the_late_outcome() {
 #[tokio::test]
 async fn a_stale_outcome_is_discarded_while_the_next_attempt_is_in_flight() {
     let redis = RedisServer::start();
-    let receiver = Receiver::start(Arc::new(|_: &Recorded| {
-        Reply::status(200).with_delay(Duration::from_secs(3))
-    }))
-    .await;
+    let receiver = Receiver::slow(200, Duration::from_secs(3)).await;
     let mut config = test_config(&redis);
     config.delivery.timeout = Duration::from_secs(5);
     // The whole history stays (not only the last attempt's summary).
@@ -343,7 +327,7 @@ async fn a_stale_outcome_is_discarded_while_the_next_attempt_is_in_flight() {
         job_state(&base, "fence-1").await == "delivered"
     })
     .await;
-    let (_, view) = get_json(&format!("{base}/v1/jobs/fence-1")).await;
+    let view = job_view(&base, "fence-1").await;
     assert_eq!(view["attempts"], 2, "{view}");
     assert_eq!(view["history"][0]["status"], 200, "{view}");
     assert_eq!(view["history"][1]["error"], "lease_expired", "{view}");
@@ -383,7 +367,7 @@ async fn a_lease_lost_on_the_last_attempt_dead_letters_the_job() {
         job_state(&base, "last-1").await == "dead"
     })
     .await;
-    let (_, view) = get_json(&format!("{base}/v1/jobs/last-1")).await;
+    let view = job_view(&base, "last-1").await;
     assert_eq!(view["attempts"], 1, "{view}");
     assert_eq!(view["history"][0]["error"], "lease_expired", "{view}");
     let keys = store.keys().clone();
@@ -560,7 +544,7 @@ async fn an_earlier_job_wakes_a_sleeping_carrier() {
     };
     let got = receiver.wait_for_count(1, Duration::from_secs(10)).await;
     assert_eq!(got[0].path, "/near");
-    let late = epoch_ms(got[0].received_at) - due;
+    let late = got[0].received_ms() - due;
     assert!(late >= 0, "delivered {}ms early", -late);
     // Without a wakeup the carrier would sleep until the hour-away job (or its
     // 60 s safety re-read); anything near the due time proves the wakeup.
@@ -586,8 +570,8 @@ async fn a_job_due_in_a_year_waits_in_the_timing_wheel() {
     .await;
     assert_eq!(status, 201, "{view}");
     assert_eq!(view["state"], "scheduled");
-    let due = parse_rfc3339_ms(view["next_attempt_at"].as_str().expect("due"));
-    let created = parse_rfc3339_ms(view["created_at"].as_str().expect("created"));
+    let due = rfc3339_ms(view["next_attempt_at"].as_str().expect("due"));
+    let created = rfc3339_ms(view["created_at"].as_str().expect("created"));
     assert_eq!(due - created, 365 * 86_400_000);
 
     // Not in the due set: in the coarsest wheel bucket holding its due time,

@@ -4,7 +4,7 @@
 //! daemon that joins takes a share of the work.
 
 use std::collections::HashMap;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use redis::AsyncCommands;
 use serde_json::{json, Value};
@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use hookq::fleet::{BEAT, MEMBER_TTL};
 use hookq::job::now_ms;
 
-use crate::ops::{free_port, spawn_ready, spawn_serve, wait_ready};
+use crate::ops::{base_url, free_port, spawn_ready, spawn_serve, wait_ready};
 use crate::support::receiver::Receiver;
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
@@ -47,11 +47,7 @@ fn arrivals(receiver: &Receiver) -> HashMap<String, (usize, i64)> {
         let Some(id) = r.header("webhook-id") else {
             continue;
         };
-        let at = r
-            .received_at
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
+        let at = r.received_ms();
         let entry = seen.entry(id.to_string()).or_insert((0, at));
         entry.0 += 1;
         entry.1 = entry.1.min(at);
@@ -160,7 +156,7 @@ async fn a_killed_daemons_partitions_are_taken_over_within_the_bound() {
     let jobs = 2000;
     let step = 5;
     let first_due = now_ms() + 1500;
-    let api = format!("http://127.0.0.1:{}", ports[1]);
+    let api = base_url(ports[1]);
     create_due(&api, &receiver.url("/kill"), "k", jobs, first_due, step).await;
     // Kill one daemon two seconds into the run.
     let wait = (first_due + 2000 - now_ms()).max(0) as u64;
@@ -211,7 +207,7 @@ async fn a_daemon_that_joins_takes_a_share() {
     let first_port = free_port();
     let mut first = spawn_serve(&redis, first_port, &env);
     wait_ready(first_port).await;
-    let api = format!("http://127.0.0.1:{first_port}");
+    let api = base_url(first_port);
     create_due(&api, &receiver.url("/alone"), "a", 100, now_ms(), 0).await;
     receiver.wait_for_count(100, Duration::from_secs(20)).await;
 

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use redis::AsyncCommands;
 use serde_json::json;
@@ -12,14 +12,8 @@ use serde_json::json;
 use crate::support::receiver::{Receiver, Recorded, Reply};
 use crate::support::redis::RedisServer;
 use crate::support::store::complete_claimed;
-use crate::support::wait_until;
-use crate::{get_json, post_created, start_daemon, test_config};
-
-fn epoch_ms(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
-}
+use crate::support::{rfc3339_ms, wait_until};
+use crate::{get_json, job_view, post_created, start_daemon, test_config};
 
 async fn send(method: reqwest::Method, url: &str, body: Option<serde_json::Value>) -> u16 {
     let mut request = reqwest::Client::new().request(method, url);
@@ -78,12 +72,7 @@ async fn far_jobs_cascade_through_the_wheel_and_arrive_once_on_time() {
     // Where each waits: level-2 jobs in a level-2 bucket, not the due set.
     let p = keys.partition_of("level-2");
     let start = {
-        let due = time::OffsetDateTime::parse(
-            &due_at["level-2"],
-            &time::format_description::well_known::Rfc3339,
-        )
-        .expect("RFC 3339");
-        let ms = (due.unix_timestamp_nanos() / 1_000_000) as i64;
+        let ms = rfc3339_ms(&due_at["level-2"]);
         ms - ms % 3200
     };
     let bucket: Vec<String> = conn
@@ -110,7 +99,7 @@ async fn far_jobs_cascade_through_the_wheel_and_arrive_once_on_time() {
         )
         .await;
         assert_eq!(status, 200, "PATCH {id}");
-        let (_, view) = get_json(&format!("{base}/v1/jobs/{id}")).await;
+        let view = job_view(&base, id).await;
         due_at.insert(
             id.to_string(),
             view["next_attempt_at"].as_str().expect("due").into(),
@@ -137,15 +126,11 @@ async fn far_jobs_cascade_through_the_wheel_and_arrive_once_on_time() {
     for r in &got {
         let id = &r.path[1..];
         if let Some(due) = due_at.get(id) {
-            let due =
-                time::OffsetDateTime::parse(due, &time::format_description::well_known::Rfc3339)
-                    .expect("RFC 3339");
-            let due_ms = (due.unix_timestamp_nanos() / 1_000_000) as i64;
-            let late = epoch_ms(r.received_at) - due_ms;
+            let late = r.received_ms() - rfc3339_ms(due);
             assert!(late >= 0, "{id} delivered {}ms early", -late);
         }
     }
-    let (_, retried) = get_json(&format!("{base}/v1/jobs/retry")).await;
+    let retried = job_view(&base, "retry").await;
     assert_eq!(
         (retried["state"].as_str(), retried["attempts"].as_u64()),
         (Some("delivered"), Some(2))
@@ -215,7 +200,7 @@ async fn finished_jobs_leave_summaries_that_still_answer() {
     wait_until(
         "sum-cancel failed once",
         Duration::from_secs(10),
-        || async { get_json(&format!("{base}/v1/jobs/sum-cancel")).await.1["attempts"] == 1 },
+        || async { job_view(&base, "sum-cancel").await["attempts"] == 1 },
     )
     .await;
     let url = format!("{base}/v1/jobs/sum-cancel");

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -31,10 +31,7 @@ async fn create_batch(base: &str, jobs: Vec<Value>) {
 #[tokio::test]
 async fn jobs_for_a_busy_host_wait_in_memory_not_in_redis() {
     let redis = RedisServer::start();
-    let slow = Receiver::start(Arc::new(|_: &Recorded| {
-        Reply::status(204).with_delay(Duration::from_millis(20))
-    }))
-    .await;
+    let slow = Receiver::slow(204, Duration::from_millis(20)).await;
     let mut config = test_config(&redis);
     config.delivery.per_host_concurrency = 2;
     // Leases long enough that no job has to be given back while it waits.
@@ -65,11 +62,7 @@ async fn jobs_for_a_busy_host_wait_in_memory_not_in_redis() {
 fn per_second(requests: &[Recorded]) -> BTreeMap<u64, usize> {
     let mut windows = BTreeMap::new();
     for r in requests {
-        let ms = r
-            .received_at
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        *windows.entry(ms / 1000).or_insert(0) += 1;
+        *windows.entry(r.received_ms() as u64 / 1000).or_insert(0) += 1;
     }
     windows
 }
@@ -155,7 +148,6 @@ async fn the_breaker_opens_probes_closes_and_jobs_keep_their_attempts() {
         })
     }))
     .await;
-    let port = crate::ops::free_port();
     let env = [
         ("HOOKQ_BREAKER__FAILURES", "3"),
         ("HOOKQ_BREAKER__OPEN_FOR", "300ms"),
@@ -166,9 +158,7 @@ async fn the_breaker_opens_probes_closes_and_jobs_keep_their_attempts() {
         ),
         ("HOOKQ_DELIVERY__TIMEOUT", "2s"),
     ];
-    let serve = crate::ops::spawn_serve(&redis, port, &env);
-    crate::ops::wait_ready(port).await;
-    let base = format!("http://127.0.0.1:{port}");
+    let (serve, base) = crate::ops::serve_ready(&redis, &env).await;
     let jobs: Vec<Value> = (0..10)
         .map(|i| json!({"id": format!("brk-{i}"), "url": receiver.url("/b")}))
         .collect();
@@ -195,14 +185,11 @@ async fn the_breaker_opens_probes_closes_and_jobs_keep_their_attempts() {
 
     // kill -9 while open, a new daemon, and the host recovers.
     drop(serve);
-    let port = crate::ops::free_port();
-    let _serve = crate::ops::spawn_serve(&redis, port, &env);
-    crate::ops::wait_ready(port).await;
-    let base = format!("http://127.0.0.1:{port}");
+    let (_serve, base) = crate::ops::serve_ready(&redis, &env).await;
     failing.store(false, Ordering::SeqCst);
     let view = |id: String| {
         let base = base.clone();
-        async move { crate::get_json(&format!("{base}/v1/jobs/{id}")).await.1 }
+        async move { crate::job_view(&base, &id).await }
     };
     crate::support::wait_until(
         "every job is delivered",
@@ -351,9 +338,9 @@ async fn pause_and_resume_hold_and_release_a_host() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("closed"));
     receiver.wait_for_count(5, Duration::from_secs(20)).await;
     for i in 0..5 {
-        let (_, v) = crate::get_json(&format!("{base}/v1/jobs/held-{i}")).await;
+        let v = crate::job_view(&base, &format!("held-{i}")).await;
         crate::support::wait_until("delivered", Duration::from_secs(10), || async {
-            crate::get_json(&format!("{base}/v1/jobs/held-{i}")).await.1["state"] == "delivered"
+            crate::job_view(&base, &format!("held-{i}")).await["state"] == "delivered"
         })
         .await;
         assert!(v["attempts"].as_u64() <= Some(1), "{v}");

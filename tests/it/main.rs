@@ -82,6 +82,12 @@ pub async fn get_json(url: &str) -> (u16, serde_json::Value) {
     (status, json)
 }
 
+/// The view of job `id` (`GET /v1/jobs/{id}`) on the daemon at `base`;
+/// `Null` when the answer is not JSON.
+pub async fn job_view(base: &str, id: &str) -> serde_json::Value {
+    get_json(&format!("{base}/v1/jobs/{id}")).await.1
+}
+
 /// Every key of the Redis with its DUMP, to prove a request changed nothing;
 /// the fleet's membership (`hookq:fleet`, which the daemons' heartbeats
 /// rewrite every second) is left out.
@@ -233,8 +239,8 @@ pub async fn wait_state(base: &str, id: &str, state: &str) -> serde_json::Value 
     support::wait_until(
         &format!("{id} is {state}"),
         Duration::from_secs(15),
-        || async { get_json(&format!("{base}/v1/jobs/{id}")).await.1["state"] == state },
+        || async { job_view(base, id).await["state"] == state },
     )
     .await;
-    get_json(&format!("{base}/v1/jobs/{id}")).await.1
+    job_view(base, id).await
 }

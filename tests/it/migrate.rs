@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use futures_util::stream::{self, StreamExt};
 use hookq::job::{now_ms, State};
@@ -899,11 +899,7 @@ async fn migrate_converts_layout_2_records() {
     assert_eq!((scheduled.spec.delay_ms, scheduled.due), (Some(1_500), due));
     let daemon = start_daemon(&config).await;
     let got = receiver.wait_for_count(1, Duration::from_secs(10)).await;
-    let received = got[0]
-        .received_at
-        .duration_since(UNIX_EPOCH)
-        .expect("after 1970")
-        .as_millis() as i64;
+    let received = got[0].received_ms();
     assert!(received >= due, "delivered {} ms early", due - received);
     assert_eq!(got[0].path, "/l2");
     daemon.stop().await.expect("clean stop");

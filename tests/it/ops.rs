@@ -15,7 +15,7 @@ use crate::support::process::OwnedProcess;
 use crate::support::receiver::{Receiver, Recorded, Reply};
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
-use crate::{get_json, metric_sum, post_created, post_json, start_daemon, test_config};
+use crate::{job_view, metric_sum, post_created, post_json, start_daemon, test_config};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hookq");
 
@@ -96,6 +96,24 @@ pub(crate) async fn spawn_ready(
     (daemons, ports)
 }
 
+/// `hookq serve` (as [`spawn_serve`], with `extra_env`) on `redis` and a
+/// free port, once it is ready: the process and its API's base URL.
+pub(crate) async fn serve_ready(
+    redis: &RedisServer,
+    extra_env: &[(&str, &str)],
+) -> (OwnedProcess, String) {
+    let port = free_port();
+    let process = spawn_serve(redis, port, extra_env);
+    wait_ready(port).await;
+    (process, base_url(port))
+}
+
+/// The base URL of the API of a daemon listening on loopback `port`.
+pub(crate) fn base_url(port: u16) -> String {
+    format!("http://127.0.0.1:{port}")
+}
+
+/// Waits (30 s at most) until `hookq serve` on `port` answers `/readyz` 200.
 pub(crate) async fn wait_ready(port: u16) {
     wait_until(
         "hookq serve is ready",
@@ -222,7 +240,7 @@ async fn cli_subcommands_work_against_real_redis() {
     )
     .await;
     wait_until("dl-1 dead", Duration::from_secs(10), || async {
-        get_json(&format!("{base}/v1/jobs/dl-1")).await.1["state"] == "dead"
+        job_view(&base, "dl-1").await["state"] == "dead"
     })
     .await;
     daemon.stop().await.expect("clean stop");
@@ -506,17 +524,8 @@ async fn an_interrupted_replay_never_makes_two_live_jobs() {
 #[tokio::test]
 async fn sigterm_lets_slow_attempts_finish_and_exits_zero() {
     let redis = RedisServer::start();
-    let slow = Receiver::start(Arc::new(|_: &Recorded| Reply {
-        status: 200,
-        headers: Vec::new(),
-        body: Vec::new(),
-        delay: Some(Duration::from_millis(1500)),
-    }))
-    .await;
-    let port = free_port();
-    let mut child = spawn_serve(&redis, port, &[("HOOKQ_DELIVERY__SHUTDOWN_GRACE", "10s")]);
-    wait_ready(port).await;
-    let base = format!("http://127.0.0.1:{port}");
+    let slow = Receiver::slow(200, Duration::from_millis(1500)).await;
+    let (mut child, base) = serve_ready(&redis, &[("HOOKQ_DELIVERY__SHUTDOWN_GRACE", "10s")]).await;
     for i in 0..10 {
         let (status, _) = post_json(
             &format!("{base}/v1/jobs"),
@@ -548,21 +557,16 @@ async fn sigterm_lets_slow_attempts_finish_and_exits_zero() {
 async fn attempts_cut_off_by_the_grace_are_recovered_by_their_leases() {
     let redis = RedisServer::start();
     let slow = Receiver::start(Arc::new(|r: &Recorded| Reply {
-        status: 200,
-        headers: Vec::new(),
-        body: Vec::new(),
         delay: (r.headers["hookq-attempt"] == "1").then_some(Duration::from_secs(5)),
+        ..Reply::status(200)
     }))
     .await;
-    let port = free_port();
     let env = [
         ("HOOKQ_DELIVERY__SHUTDOWN_GRACE", "200ms"),
         ("HOOKQ_DELIVERY__TIMEOUT", "6s"),
         ("HOOKQ_DELIVERY__LEASE_MARGIN", "300ms"),
     ];
-    let mut child = spawn_serve(&redis, port, &env);
-    wait_ready(port).await;
-    let base = format!("http://127.0.0.1:{port}");
+    let (mut child, base) = serve_ready(&redis, &env).await;
     post_created(
         &format!("{base}/v1/jobs"),
         json!({"id": "cut", "url": slow.url("/")}),
@@ -688,10 +692,11 @@ async fn metrics_move_when_their_events_happen() {
     let ok = Receiver::ok().await;
     // Held long enough that the ready lag is seen although the job gauges
     // are read from Redis only every `STATS_EVERY` (2 s).
-    let hold =
-        || Arc::new(|_: &Recorded| Reply::status(200).with_delay(Duration::from_millis(4500)));
-    let (slow_a, slow_b) = (Receiver::start(hold()).await, Receiver::start(hold()).await);
-    let port = free_port();
+    let hold = Duration::from_millis(4500);
+    let (slow_a, slow_b) = (
+        Receiver::slow(200, hold).await,
+        Receiver::slow(200, hold).await,
+    );
     let env = [
         ("HOOKQ_DELIVERY__WORKERS", "2"),
         ("HOOKQ_DELIVERY__PER_HOST_CONCURRENCY", "1"),
@@ -701,9 +706,7 @@ async fn metrics_move_when_their_events_happen() {
         ("HOOKQ_DELIVERY__LEASE_MARGIN", "10s"),
         ("HOOKQ_DELIVERY__RETRY", "[\"50ms\"]"),
     ];
-    let _serve = spawn_serve(&redis, port, &env);
-    wait_ready(port).await;
-    let base = format!("http://127.0.0.1:{port}");
+    let (_serve, base) = serve_ready(&redis, &env).await;
     let jobs = format!("{base}/v1/jobs");
     let before = scrape(&base).await;
     for name in SERIES {
@@ -898,14 +901,8 @@ async fn show_spells_the_method_as_the_api_does_and_new_secret_makes_a_usable_se
 #[tokio::test]
 async fn lateness_and_duration_are_measured_in_seconds() {
     let redis = RedisServer::start();
-    let slow = Receiver::start(Arc::new(|_: &Recorded| {
-        Reply::status(200).with_delay(Duration::from_millis(1500))
-    }))
-    .await;
-    let port = free_port();
-    let _daemon = spawn_serve(&redis, port, &[]);
-    wait_ready(port).await;
-    let base = format!("http://127.0.0.1:{port}");
+    let slow = Receiver::slow(200, Duration::from_millis(1500)).await;
+    let (_daemon, base) = serve_ready(&redis, &[]).await;
     let run_at = time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000 - 1500;
     crate::post_created(
         &format!("{base}/v1/jobs"),
@@ -981,10 +978,7 @@ async fn printed_redis_urls_hide_the_password() {
 async fn metrics_topic_labels_are_bounded() {
     let redis = RedisServer::start();
     let receiver = Receiver::ok().await;
-    let port = free_port();
-    let mut serve = spawn_serve(&redis, port, &[]);
-    wait_ready(port).await;
-    let base = format!("http://127.0.0.1:{port}");
+    let (mut serve, base) = serve_ready(&redis, &[]).await;
     let jobs: Vec<Value> = (0..2000)
         .map(|i| json!({"id": format!("t-{i}"), "topic": format!("topic-{i}"), "url": receiver.url("/")}))
         .collect();

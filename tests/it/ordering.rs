@@ -11,12 +11,27 @@ use std::time::Duration;
 use rand::Rng;
 use serde_json::{json, Value};
 
-use crate::ops::{free_port, spawn_ready, spawn_serve, wait_ready};
+use crate::ops::{base_url, free_port, spawn_ready, spawn_serve, wait_ready};
 use crate::support::cluster::RedisCluster;
 use crate::support::receiver::{Receiver, Recorded, Reply};
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
-use crate::{get_json, post_json, start_daemon, test_config};
+use crate::{get_json, job_view, post_json, start_daemon, test_config};
+
+/// The delivery settings of the ordering runs that kill a daemon: 64
+/// workers, 1 s attempts and short leases, and a dozen 20 ms retries, so a
+/// key's line moves on quickly through failures and kills.
+const ORDERED_RUN_ENV: [(&str, &str); 5] = [
+    ("HOOKQ_DELIVERY__WORKERS", "64"),
+    ("HOOKQ_DELIVERY__TIMEOUT", "1s"),
+    // A probe lost with a killed daemon is taken again after this.
+    ("HOOKQ_DELIVERY__MAX_TIMEOUT", "2s"),
+    ("HOOKQ_DELIVERY__LEASE_MARGIN", "300ms"),
+    (
+        "HOOKQ_DELIVERY__RETRY",
+        r#"["20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms"]"#,
+    ),
+];
 
 /// What an ordering receiver saw: every attempt's (key, n) in arrival
 /// order, and the (key, n) it answered 2xx.
@@ -150,24 +165,16 @@ async fn keys_deliver_in_creation_order_through_failures_and_kill_9() {
     let redis = RedisServer::start();
     let (receiver, log) = ordering_receiver(0.15).await;
     let env = [
-        ("HOOKQ_DELIVERY__WORKERS", "64"),
-        ("HOOKQ_DELIVERY__TIMEOUT", "1s"),
-        // A probe lost with a killed daemon is taken again after this.
-        ("HOOKQ_DELIVERY__MAX_TIMEOUT", "2s"),
-        ("HOOKQ_DELIVERY__LEASE_MARGIN", "300ms"),
-        (
-            "HOOKQ_DELIVERY__RETRY",
-            r#"["20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms"]"#,
-        ),
-        ("HOOKQ_BREAKER__FAILURES", "6"),
-        ("HOOKQ_BREAKER__OPEN_FOR", "50ms"),
-        ("HOOKQ_BREAKER__MAX_OPEN", "200ms"),
-    ];
+        ORDERED_RUN_ENV.as_slice(),
+        &[
+            ("HOOKQ_BREAKER__FAILURES", "6"),
+            ("HOOKQ_BREAKER__OPEN_FOR", "50ms"),
+            ("HOOKQ_BREAKER__MAX_OPEN", "200ms"),
+        ],
+    ]
+    .concat();
     let (mut daemons, mut ports) = spawn_ready(&redis, 2, &env).await;
-    let bases: Vec<String> = ports
-        .iter()
-        .map(|p| format!("http://127.0.0.1:{p}"))
-        .collect();
+    let bases: Vec<String> = ports.iter().map(|&p| base_url(p)).collect();
     create_ordered(&bases, keys, per_key, &receiver.url("/")).await;
 
     let t = std::time::Instant::now();
@@ -182,7 +189,7 @@ async fn keys_deliver_in_creation_order_through_failures_and_kill_9() {
     eprintln!("kills done at {:?}", t.elapsed());
     assert_delivered_in_order(&log, keys, per_key).await;
     eprintln!("delivered at {:?}", t.elapsed());
-    let base = format!("http://127.0.0.1:{}", ports[0]);
+    let base = base_url(ports[0]);
     wait_ready(ports[0]).await;
     crate::wait_until_idle(&base, Duration::from_secs(30)).await;
     let (_, stats) = get_json(&format!("{base}/v1/stats")).await;
@@ -257,11 +264,11 @@ async fn cancel_and_dead_letter_of_the_head_release_the_next() {
         .await
         .expect("delete");
     assert_eq!(cancelled.status(), 204);
-    let (_, b) = get_json(&format!("{base}/v1/jobs/b")).await;
+    let b = job_view(&base, "b").await;
     assert_eq!(b["ordering_key"], "acct-1", "{b}");
     assert_eq!(b["waiting_for"], "a", "{b}");
     assert_eq!(b["state"], "ready", "held past its due time: {b}");
-    let (_, c) = get_json(&format!("{base}/v1/jobs/c")).await;
+    let c = job_view(&base, "c").await;
     assert_eq!(c["waiting_for"], "b", "{c}");
     let (_, stats) = get_json(&format!("{base}/v1/stats")).await;
     assert_eq!(stats["held_in_order"], 3, "{stats}");
@@ -317,7 +324,7 @@ async fn cancel_and_dead_letter_of_the_head_release_the_next() {
         .expect("c arrived")
         .json();
     assert_eq!(c_body["v"], 2, "the change reached c");
-    let (_, b) = get_json(&format!("{base}/v1/jobs/b")).await;
+    let b = job_view(&base, "b").await;
     assert_eq!(b["state"], "dead", "{b}");
 
     // A replayed dead letter joins the tail: behind a slow head.
@@ -333,7 +340,7 @@ async fn cancel_and_dead_letter_of_the_head_release_the_next() {
     )
     .await;
     assert_eq!(status, 200, "{replay}");
-    let (_, b) = get_json(&format!("{base}/v1/jobs/b")).await;
+    let b = job_view(&base, "b").await;
     assert_eq!(b["waiting_for"], "e", "replayed behind the head: {b}");
     wait_until("b is delivered again", Duration::from_secs(10), || async {
         arrival_ids(&receiver)
@@ -349,7 +356,7 @@ async fn cancel_and_dead_letter_of_the_head_release_the_next() {
         .map(String::as_str)
         .collect();
     assert_eq!(tail, ["e", "b"]);
-    let (_, b) = get_json(&format!("{base}/v1/jobs/b")).await;
+    let b = job_view(&base, "b").await;
     assert_eq!(b["state"], "delivered", "{b}");
     daemon.stop().await.expect("clean stop");
 }
@@ -471,7 +478,7 @@ async fn jobs_placed_by_their_key_are_found_by_id_and_pointers_are_swept() {
     wait_until(
         "the view shows delivered",
         Duration::from_secs(5),
-        || async { get_json(&format!("{base}/v1/jobs/{id}")).await.1["state"] == "delivered" },
+        || async { job_view(&base, &id).await["state"] == "delivered" },
     )
     .await;
     // The summary expires (retention 2 s, up to 1.25 x), then the sweep
@@ -556,45 +563,30 @@ async fn jobs_placed_by_their_key_are_found_by_id_and_pointers_are_swept() {
 /// lost.
 #[tokio::test]
 async fn keys_deliver_in_order_on_a_cluster_through_kill_9_and_a_slot_migration() {
-    use crate::support::cluster::{keyslot, migrate_slot, slot_owner};
+    use crate::support::cluster::{slot_owner, start_moving_due_partitions, SlotMove};
     let keys = crate::env_count("HOOKQ_CLUSTER_ORDER_KEYS", 200) as u64;
     let per_key = 10;
     let cluster = RedisCluster::start();
     let (receiver, log) = ordering_receiver(0.15).await;
     let seeds = serde_json::to_string(&cluster.seeds()).expect("seeds as JSON");
     let env = [
-        ("HOOKQ_REDIS__CLUSTER_NODES", seeds.as_str()),
-        ("HOOKQ_REDIS__PARTITIONS", "16"),
-        ("HOOKQ_DELIVERY__WORKERS", "64"),
-        ("HOOKQ_DELIVERY__TIMEOUT", "1s"),
-        ("HOOKQ_DELIVERY__MAX_TIMEOUT", "2s"),
-        ("HOOKQ_DELIVERY__LEASE_MARGIN", "300ms"),
-        (
-            "HOOKQ_DELIVERY__RETRY",
-            r#"["20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms","20ms"]"#,
-        ),
-        ("HOOKQ_BREAKER__FAILURES", "0"),
-    ];
+        &[
+            ("HOOKQ_REDIS__CLUSTER_NODES", seeds.as_str()),
+            ("HOOKQ_REDIS__PARTITIONS", "16"),
+        ],
+        ORDERED_RUN_ENV.as_slice(),
+        &[("HOOKQ_BREAKER__FAILURES", "0")],
+    ]
+    .concat();
     let (mut daemons, mut ports) = spawn_ready(&cluster.nodes[0], 2, &env).await;
-    let bases: Vec<String> = ports
-        .iter()
-        .map(|p| format!("http://127.0.0.1:{p}"))
-        .collect();
+    let bases: Vec<String> = ports.iter().map(|&p| base_url(p)).collect();
 
-    let masters = cluster.master_ports();
-    let (from, to) = (masters[0], masters[1]);
-    let slots: Vec<u16> = (0..16)
-        .map(|p| keyslot(from, &format!("hookq:{{{p}}}:due")))
-        .filter(|slot| slot_owner(from, *slot) == from)
-        .collect();
-    assert!(!slots.is_empty(), "the first master serves some partition");
-    let migrated = slots.clone();
-    let migration = tokio::task::spawn_blocking(move || {
-        migrated
-            .iter()
-            .map(|slot| migrate_slot(&masters, *slot, from, to, 10, Duration::from_millis(5)))
-            .sum::<usize>()
-    });
+    let SlotMove {
+        from,
+        to,
+        slots,
+        task: migration,
+    } = start_moving_due_partitions(&cluster, 16);
     create_ordered(&bases, keys, per_key, &receiver.url("/")).await;
     daemons[1].kill_9().await;
     ports[1] = free_port();

@@ -4,17 +4,16 @@
 //! a receiver that hangs, pause and resume, PATCH, and bad input.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::api::send;
-use crate::ops::{free_port, spawn_ready, spawn_serve, wait_ready};
-use crate::support::receiver::{Receiver, Recorded, Reply};
+use crate::ops::{base_url, free_port, spawn_ready, spawn_serve, wait_ready};
+use crate::support::receiver::Receiver;
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
-use crate::{get_json, post_json, start_daemon, test_config};
+use crate::{get_json, job_view, post_json, start_daemon, test_config};
 
 /// The fire times of schedule `id` among the receiver's deliveries
 /// (job ids `<id>:<fire time>`), each once.
@@ -127,7 +126,7 @@ async fn two_daemons_and_a_kill_9_neither_skip_nor_double_a_firing() {
         ("HOOKQ_DELIVERY__LEASE_MARGIN", "300ms"),
     ];
     let (mut daemons, mut ports) = spawn_ready(&redis, 2, &env).await;
-    let base = format!("http://127.0.0.1:{}", ports[0]);
+    let base = base_url(ports[0]);
     // Several schedules, so some live in partitions of each daemon.
     let ids: Vec<String> = (0..6).map(|i| format!("s{i}")).collect();
     for id in &ids {
@@ -248,7 +247,7 @@ async fn catch_up_rules_after_every_daemon_was_down() {
         let base = base.clone();
         let job = format!("{id}:{at}");
         async move {
-            let (_, view) = get_json(&format!("{base}/v1/jobs/{job}")).await;
+            let view = job_view(&base, &job).await;
             let created = view["created_at"].as_str().expect("created_at").to_string();
             chrono::DateTime::parse_from_rfc3339(&created)
                 .expect("RFC 3339")
@@ -294,10 +293,7 @@ async fn catch_up_rules_after_every_daemon_was_down() {
 #[tokio::test]
 async fn overlap_skip_fires_nothing_while_the_last_job_is_unfinished() {
     let redis = RedisServer::start();
-    let receiver = Receiver::start(Arc::new(|_: &Recorded| {
-        Reply::status(200).with_delay(Duration::from_millis(2500))
-    }))
-    .await;
+    let receiver = Receiver::slow(200, Duration::from_millis(2500)).await;
     let mut config = test_config(&redis);
     config.delivery.timeout = Duration::from_secs(5);
     config.validate().expect("config");
@@ -531,7 +527,9 @@ async fn the_cli_lists_shows_pauses_resumes_and_deletes_schedules() {
 /// time.
 #[tokio::test]
 async fn schedules_on_a_cluster_fire_each_time_once() {
-    use crate::support::cluster::{keyslot, migrate_slot, slot_owner, RedisCluster};
+    use crate::support::cluster::{
+        keyslot, migrate_slots_in_background, slot_owner, slots_served_by, RedisCluster,
+    };
     let cluster = RedisCluster::start();
     let receiver = Receiver::ok().await;
     let mut config = test_config(&cluster.nodes[0]);
@@ -566,19 +564,16 @@ async fn schedules_on_a_cluster_fire_each_time_once() {
     .await;
     let all_masters = cluster.master_ports();
     let (from, to) = (all_masters[0], all_masters[1]);
-    let slots: Vec<u16> = (0..config.redis.partitions)
-        .map(|p| keyslot(from, &keys.fires(p)))
-        .filter(|slot| slot_owner(from, *slot) == from)
-        .collect();
-    let migrated = slots.clone();
-    let moved = tokio::task::spawn_blocking(move || {
-        migrated
-            .iter()
-            .map(|slot| migrate_slot(&all_masters, *slot, from, to, 5, Duration::from_millis(20)))
-            .sum::<usize>()
-    })
-    .await
-    .expect("the migration completes");
+    let slots = slots_served_by(from, (0..config.redis.partitions).map(|p| keys.fires(p)));
+    let migration = migrate_slots_in_background(
+        all_masters,
+        slots.clone(),
+        from,
+        to,
+        5,
+        Duration::from_millis(20),
+    );
+    let moved = migration.await.expect("the migration completes");
     assert!(moved > 0);
     for slot in &slots {
         assert_eq!(slot_owner(from, *slot), to, "slot {slot} moved");
@@ -623,10 +618,7 @@ async fn schedules_on_a_cluster_fire_each_time_once() {
 #[tokio::test]
 async fn an_ordered_schedules_jobs_wait_in_line() {
     let redis = RedisServer::start();
-    let receiver = Receiver::start(Arc::new(|_: &Recorded| {
-        Reply::status(200).with_delay(Duration::from_millis(1500))
-    }))
-    .await;
+    let receiver = Receiver::slow(200, Duration::from_millis(1500)).await;
     let mut config = test_config(&redis);
     config.delivery.timeout = Duration::from_secs(5);
     config.validate().expect("config");
@@ -654,7 +646,7 @@ async fn an_ordered_schedules_jobs_wait_in_line() {
                 .unwrap_or_default();
             for run in runs {
                 let job_id = run["job_id"].as_str().unwrap_or_default().to_string();
-                let (_, job) = get_json(&format!("{base}/v1/jobs/{job_id}")).await;
+                let job = job_view(&base, &job_id).await;
                 if job["waiting_for"].is_string() {
                     return job["ordering_key"] == "acct-7" && job["schedule_id"] == json!(id);
                 }

@@ -8,11 +8,11 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::abuse::rss_kib;
-use crate::ops::{free_port, hookq, spawn_serve, wait_ready};
+use crate::ops::{hookq, serve_ready};
 use crate::support::receiver::Receiver;
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
-use crate::{get_json, post_created, post_json, start_daemon, test_config, wait_state};
+use crate::{get_json, job_view, post_created, post_json, start_daemon, test_config, wait_state};
 
 /// Header values no view may show.
 const SECRETS: [&str; 2] = ["Bearer merchant-s3cret-7f3a", "key-9c2e51"];
@@ -170,10 +170,7 @@ const LARGE_BODY: usize = 900_000;
 #[tokio::test]
 async fn a_list_over_large_jobs_stays_small_in_bytes_and_memory() {
     let redis = RedisServer::start();
-    let port = free_port();
-    let daemon = spawn_serve(&redis, port, &[]);
-    wait_ready(port).await;
-    let base = format!("http://127.0.0.1:{port}");
+    let (daemon, base) = serve_ready(&redis, &[]).await;
     let jobs = 40;
     let blob = "x".repeat(LARGE_BODY);
     for i in 0..jobs {
@@ -222,7 +219,7 @@ async fn a_list_over_large_jobs_stays_small_in_bytes_and_memory() {
     assert!(grown_mib < 48, "listing grew the daemon by {grown_mib} MiB");
 
     // The job itself still shows its body.
-    let (_, one) = get_json(&format!("{base}/v1/jobs/big-0")).await;
+    let one = job_view(&base, "big-0").await;
     assert_eq!(one["body"]["blob"].as_str().map(str::len), Some(LARGE_BODY));
 }
 

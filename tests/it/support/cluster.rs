@@ -289,6 +289,73 @@ pub fn migrate_slot(
     moved
 }
 
+/// The slots of `keys` that the master on `port` serves (as it sees them),
+/// in the order of `keys`.
+pub fn slots_served_by(port: u16, keys: impl IntoIterator<Item = String>) -> Vec<u16> {
+    keys.into_iter()
+        .map(|key| keyslot(port, &key))
+        .filter(|slot| slot_owner(port, *slot) == port)
+        .collect()
+}
+
+/// Moves each of `slots` from the master on `from` to the master on `to` with
+/// [`migrate_slot`] (`batch` keys at a time, `pause` between batches) on a
+/// blocking thread, while the test goes on; the task answers the number of
+/// keys moved.
+pub fn migrate_slots_in_background(
+    masters: Vec<u16>,
+    slots: Vec<u16>,
+    from: u16,
+    to: u16,
+    batch: usize,
+    pause: Duration,
+) -> tokio::task::JoinHandle<usize> {
+    tokio::task::spawn_blocking(move || {
+        slots
+            .iter()
+            .map(|slot| migrate_slot(&masters, *slot, from, to, batch, pause))
+            .sum::<usize>()
+    })
+}
+
+/// A move under way of slots from one master to another.
+pub struct SlotMove {
+    /// The port of the master the slots leave.
+    pub from: u16,
+    /// The port of the master they go to.
+    pub to: u16,
+    /// The slots moved.
+    pub slots: Vec<u16>,
+    /// The blocking task moving them; it answers the number of keys moved.
+    pub task: tokio::task::JoinHandle<usize>,
+}
+
+/// Starts moving to the second master every slot of the first master that
+/// holds the due key of one of partitions `0..partitions` (namespace
+/// `hookq`), 10 keys at a time 5 ms apart, while the test goes on; panics if
+/// the first master serves no such slot.
+pub fn start_moving_due_partitions(cluster: &RedisCluster, partitions: u16) -> SlotMove {
+    let masters = cluster.master_ports();
+    let (from, to) = (masters[0], masters[1]);
+    let due_keys = (0..partitions).map(|p| format!("hookq:{{{p}}}:due"));
+    let slots = slots_served_by(from, due_keys);
+    assert!(!slots.is_empty(), "the first master serves some partition");
+    let task = migrate_slots_in_background(
+        masters,
+        slots.clone(),
+        from,
+        to,
+        10,
+        Duration::from_millis(5),
+    );
+    SlotMove {
+        from,
+        to,
+        slots,
+        task,
+    }
+}
+
 /// Every key of `slot` on the nodes `ports`, with its DUMP and whether it has
 /// a TTL: two snapshots are equal when nothing in the slot changed.
 pub async fn slot_snapshot(

@@ -66,6 +66,14 @@ where
     }
 }
 
+/// An RFC 3339 time (as the API writes them) in milliseconds since the Unix
+/// epoch; panics if `text` is not one.
+pub fn rfc3339_ms(text: &str) -> i64 {
+    let t = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .expect("RFC 3339 time");
+    (t.unix_timestamp_nanos() / 1_000_000) as i64
+}
+
 /// Installs a `tracing` fmt subscriber for tests, once per process (later
 /// calls do nothing); the filter comes from `RUST_LOG`, default `warn`.
 pub fn init_tracing() {

@@ -3,7 +3,7 @@
 //! chooses, optionally after a delay (a slow or hanging endpoint).
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -32,6 +32,14 @@ impl Recorded {
     /// A header's value as text, if present and valid UTF-8.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// When it arrived, in milliseconds since the Unix epoch (wall clock).
+    pub fn received_ms(&self) -> i64 {
+        self.received_at
+            .duration_since(UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis() as i64
     }
 
     /// The body parsed as JSON; panics with the body if it is not JSON.
@@ -174,6 +182,15 @@ impl Receiver {
     /// A receiver that answers `status` to everything.
     pub async fn with_status(status: u16) -> Receiver {
         Receiver::start(Arc::new(move |_: &Recorded| Reply::status(status))).await
+    }
+
+    /// A receiver that answers `status` to everything, each only after
+    /// `delay` (a slow or hanging endpoint).
+    pub async fn slow(status: u16, delay: Duration) -> Receiver {
+        Receiver::start(Arc::new(move |_: &Recorded| {
+            Reply::status(status).with_delay(delay)
+        }))
+        .await
     }
 
     /// `http://127.0.0.1:PORT{path}` (`path` should start with `/`).
