@@ -30,7 +30,12 @@ pub(crate) struct Firer {
 
 impl Firer {
     /// A firer over `store` for the partitions `fleet` deals this daemon.
-    pub(crate) fn new(store: Store, signals: Arc<Signals>, clock: RedisClock, fleet: Arc<Fleet>) -> Self {
+    pub(crate) fn new(
+        store: Store,
+        signals: Arc<Signals>,
+        clock: RedisClock,
+        fleet: Arc<Fleet>,
+    ) -> Self {
         Firer {
             store,
             signals,

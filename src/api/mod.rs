@@ -597,7 +597,10 @@ async fn openapi() -> Response {
 }
 
 /// Parses a query string into pairs, refusing parameters not in `allowed`.
-pub(crate) fn parse_query(raw: Option<&str>, allowed: &[&str]) -> Result<Vec<(String, String)>, ApiError> {
+pub(crate) fn parse_query(
+    raw: Option<&str>,
+    allowed: &[&str],
+) -> Result<Vec<(String, String)>, ApiError> {
     let pairs: Vec<(String, String)> = url::form_urlencoded::parse(raw.unwrap_or("").as_bytes())
         .into_owned()
         .collect();

@@ -151,7 +151,9 @@ pub(crate) fn receiver_secrets_for(
 impl Signer {
     /// The signer `[delivery]` configures (`signing_secrets`,
     /// `signing_mode`).
-    pub(crate) fn from_config(delivery: &crate::config::DeliveryConfig) -> Result<Signer, SecretError> {
+    pub(crate) fn from_config(
+        delivery: &crate::config::DeliveryConfig,
+    ) -> Result<Signer, SecretError> {
         let secrets = delivery
             .signing_secrets
             .iter()

@@ -167,7 +167,12 @@ impl Store {
     }
 
     /// Pauses `host` until `until_ms` (0: until resumed); whether it changed.
-    pub(crate) async fn host_pause(&self, host: &str, until_ms: i64, reason: &str) -> StoreResult<bool> {
+    pub(crate) async fn host_pause(
+        &self,
+        host: &str,
+        until_ms: i64,
+        reason: &str,
+    ) -> StoreResult<bool> {
         let code: Code = self
             .invoke_host(
                 &scripts::HOST_PAUSE,
@@ -198,7 +203,12 @@ impl Store {
 
     /// A turn at draining `host` (`take`, for `lease`), its end (`done`), or
     /// a note that jobs were just parked for it (`note`); whether granted.
-    pub(crate) async fn host_drain(&self, host: &str, step: &str, lease: Duration) -> StoreResult<bool> {
+    pub(crate) async fn host_drain(
+        &self,
+        host: &str,
+        step: &str,
+        lease: Duration,
+    ) -> StoreResult<bool> {
         let code: Code = self
             .invoke_host(
                 &scripts::HOST_DRAIN,

@@ -135,7 +135,11 @@ pub struct JobRecord {
 impl JobRecord {
     /// Decodes a stored record (header and spec); None when there is none
     /// (an empty value: the key does not exist; or a placement pointer).
-    pub(crate) fn decode(id: &str, value: &[u8], history: Vec<String>) -> StoreResult<Option<JobRecord>> {
+    pub(crate) fn decode(
+        id: &str,
+        value: &[u8],
+        history: Vec<String>,
+    ) -> StoreResult<Option<JobRecord>> {
         if value.is_empty() || pointer_of(value).is_some() {
             return Ok(None);
         }
