@@ -2415,11 +2415,49 @@ async fn peer_bullmq(
     nginx.reset().await?;
     let out_dir = tempfile::tempdir()?;
     let events = out_dir.path().join("events.jsonl");
+    let mut node = spawn_bullmq(&dir, &events, redis, nginx, n, concurrency)?;
+    let pid = node.pid().to_string();
+    let ready = wait_for_event(&mut node, &events, "ready", "get ready", 120).await?;
+    let due = ready["due"]
+        .as_i64()
+        .ok_or("bullmq.js's ready event has no due")?;
+    let meter = Meter::start(redis, nginx).await?;
+    let node_cpu_before = cpu_seconds_of(&pid);
+    let stats = wait_for_bullmq_answers(&mut node, nginx, n).await?;
+    let node_cpu = cpu_seconds_of(&pid) - node_cpu_before;
+    let mut figures = meter.figures(redis, nginx, stats, due, n).await?;
+    figures.remove("hookq_cpu_us_per_job");
+    figures.insert("peer_cpu_us_per_job", node_cpu * 1e6 / n as f64);
+    figures.insert("worker_concurrency", concurrency as f64);
+    // Its own count must agree; then it is asked to close (SIGTERM) and,
+    // whatever happens, killed with its group when `node` drops.
+    let done = wait_for_event(&mut node, &events, "done", "report done", 10).await?;
+    if done["count"].as_u64() != Some(n as u64) {
+        return Err(format!("bullmq.js reported {done}, expected count {n}").into());
+    }
+    let _ = Command::new("kill").arg("-TERM").arg(&pid).status();
+    let until = Instant::now() + Duration::from_secs(5);
+    while node.try_wait().is_none() && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(figures)
+}
+
+/// Starts `node bullmq.js` in `dir` (its JSON event lines into `events`):
+/// `n` jobs for nginx's first host, a worker with `concurrency`.
+fn spawn_bullmq(
+    dir: &std::path::Path,
+    events: &std::path::Path,
+    redis: &RedisServer,
+    nginx: &Nginx,
+    n: usize,
+    concurrency: usize,
+) -> Res<OwnedProcess> {
     // addBulk stores ~15k jobs/s here: the lead leaves room for twice that.
     let lead = 3000 + n / 8;
     let mut command = Command::new("node");
     command
-        .current_dir(&dir)
+        .current_dir(dir)
         .arg("bullmq.js")
         .arg(redis.url())
         .arg(nginx.url(0, "/bullmq"))
@@ -2427,29 +2465,44 @@ async fn peer_bullmq(
         .arg(concurrency.to_string())
         .arg(lead.to_string())
         .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&events)?);
-    let mut node = OwnedProcess::spawn(command, "node bullmq.js");
-    let pid = node.pid().to_string();
-    let until = Instant::now() + Duration::from_secs(120);
-    let ready = loop {
-        if let Some(ready) = read_event(&events, "ready") {
-            break ready;
+        .stdout(std::fs::File::create(events)?);
+    Ok(OwnedProcess::spawn(command, "node bullmq.js"))
+}
+
+/// Waits up to `seconds` for bullmq.js to write its `event` line to
+/// `events` and returns it; if node exits first or the time runs out, fails
+/// with "bullmq.js did not {`failure`}" and its log.
+async fn wait_for_event(
+    node: &mut OwnedProcess,
+    events: &std::path::Path,
+    event: &str,
+    failure: &str,
+    seconds: u64,
+) -> Res<Value> {
+    let until = Instant::now() + Duration::from_secs(seconds);
+    loop {
+        if let Some(found) = read_event(events, event) {
+            return Ok(found);
         }
         if node.try_wait().is_some() || Instant::now() > until {
-            return Err(format!("bullmq.js did not get ready; its log:\n{}", node.log()).into());
+            return Err(format!("bullmq.js did not {failure}; its log:\n{}", node.log()).into());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let due = ready["due"]
-        .as_i64()
-        .ok_or("bullmq.js's ready event has no due")?;
-    let meter = Meter::start(redis, nginx).await?;
-    let node_cpu_before = cpu_seconds_of(&pid);
+    }
+}
+
+/// Polls nginx's log until it has answered `n` BullMQ jobs (within 600 s);
+/// fails with bullmq.js's log if node exits first or the time runs out.
+async fn wait_for_bullmq_answers(
+    node: &mut OwnedProcess,
+    nginx: &Nginx,
+    n: usize,
+) -> Res<NginxStats> {
     let until = Instant::now() + Duration::from_secs(600);
-    let stats = loop {
+    loop {
         let stats = nginx.read_log()?;
         if stats.count >= n as u64 {
-            break stats;
+            return Ok(stats);
         }
         if node.try_wait().is_some() || Instant::now() > until {
             return Err(format!(
@@ -2460,33 +2513,7 @@ async fn peer_bullmq(
             .into());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let node_cpu = cpu_seconds_of(&pid) - node_cpu_before;
-    let mut figures = meter.figures(redis, nginx, stats, due, n).await?;
-    figures.remove("hookq_cpu_us_per_job");
-    figures.insert("peer_cpu_us_per_job", node_cpu * 1e6 / n as f64);
-    figures.insert("worker_concurrency", concurrency as f64);
-    // Its own count must agree; then it is asked to close (SIGTERM) and,
-    // whatever happens, killed with its group when `node` drops.
-    let until = Instant::now() + Duration::from_secs(10);
-    let done = loop {
-        if let Some(done) = read_event(&events, "done") {
-            break done;
-        }
-        if node.try_wait().is_some() || Instant::now() > until {
-            return Err(format!("bullmq.js did not report done; its log:\n{}", node.log()).into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    if done["count"].as_u64() != Some(n as u64) {
-        return Err(format!("bullmq.js reported {done}, expected count {n}").into());
     }
-    let _ = Command::new("kill").arg("-TERM").arg(&pid).status();
-    let until = Instant::now() + Duration::from_secs(5);
-    while node.try_wait().is_none() && Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Ok(figures)
 }
 
 // ---------------------------------------------------------------- runners
