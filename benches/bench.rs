@@ -1234,19 +1234,7 @@ async fn open_host_backlog(
     let store = loaded_store(&cfg).await?;
     let url = nginx.url(0, "/open");
     let host = hookq::job::host_key(&url);
-    let opened = store
-        .host_failure(
-            &host,
-            1,
-            cfg.breaker.open_for,
-            cfg.breaker.max_open,
-            "bench",
-            false,
-        )
-        .await?;
-    if !opened.opened {
-        return Err("the bench could not open the host".into());
-    }
+    open_breaker(&store, &cfg, &host).await?;
     let due = store.redis_time_ms().await? + lead_ms(n);
     preload(
         &store,
@@ -1258,28 +1246,9 @@ async fn open_host_backlog(
     .await?;
     let scripts_before = redis.script_calls().await?;
     let daemon = Daemon::start(cfg).await?;
-    let until = Instant::now() + Duration::from_secs(600);
-    loop {
-        let parked: u64 = store
-            .parked_counts(&host)
-            .await?
-            .iter()
-            .map(|(_, c)| c)
-            .sum();
-        if parked as usize >= n {
-            break;
-        }
-        if Instant::now() > until {
-            return Err(format!("{parked} of {n} jobs parked within 600 s").into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until_parked(&store, &host, n).await?;
     let park_scripts = redis.script_calls().await? - scripts_before;
-    let cpu_before = redis.cpu_seconds().await?;
-    let started = Instant::now();
-    tokio::time::sleep(window).await;
-    let cpu_while_open = redis.cpu_seconds().await? - cpu_before;
-    let wall = started.elapsed().as_secs_f64();
+    let cpu_pct_while_open = redis_cpu_pct_over(redis, window).await?;
     if nginx.read_log()?.count != 0 {
         return Err("a job of the open host was delivered".into());
     }
@@ -1288,13 +1257,63 @@ async fn open_host_backlog(
     let stats = nginx.wait_for(n as u64, Duration::from_secs(600)).await?;
     daemon.stop().await?;
     Ok(HashMap::from([
-        ("redis_cpu_pct_while_open", cpu_while_open / wall * 100.0),
+        ("redis_cpu_pct_while_open", cpu_pct_while_open),
         ("park_script_calls_per_job", park_scripts as f64 / n as f64),
         (
             "drain_jobs_per_s",
             n as f64 / ((stats.last_ms - resumed).max(1) as f64 / 1000.0),
         ),
     ]))
+}
+
+/// Opens `host`'s breaker with one recorded failure (for `cfg`'s
+/// `open_for`, up to its `max_open`); fails if it did not open.
+async fn open_breaker(store: &Store, cfg: &Config, host: &str) -> Res<()> {
+    let opened = store
+        .host_failure(
+            host,
+            1,
+            cfg.breaker.open_for,
+            cfg.breaker.max_open,
+            "bench",
+            false,
+        )
+        .await?;
+    if !opened.opened {
+        return Err("the bench could not open the host".into());
+    }
+    Ok(())
+}
+
+/// Polls every 20 ms until `n` jobs of `host` are parked (within 600 s).
+async fn wait_until_parked(store: &Store, host: &str, n: usize) -> Res<()> {
+    let until = Instant::now() + Duration::from_secs(600);
+    loop {
+        let parked: u64 = store
+            .parked_counts(host)
+            .await?
+            .iter()
+            .map(|(_, c)| c)
+            .sum();
+        if parked as usize >= n {
+            return Ok(());
+        }
+        if Instant::now() > until {
+            return Err(format!("{parked} of {n} jobs parked within 600 s").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Redis's CPU over `window` (sleeping meanwhile) as % of the wall time
+/// that passed.
+async fn redis_cpu_pct_over(redis: &RedisServer, window: Duration) -> Res<f64> {
+    let cpu_before = redis.cpu_seconds().await?;
+    let started = Instant::now();
+    tokio::time::sleep(window).await;
+    let cpu = redis.cpu_seconds().await? - cpu_before;
+    let wall = started.elapsed().as_secs_f64();
+    Ok(cpu / wall * 100.0)
 }
 
 /// End-to-end delivery rate of `n` jobs due at the same moment, hookq on a
