@@ -2646,6 +2646,8 @@ impl Runner {
 /// ZSET moving jobs one round trip at a time, and workers popping a list.
 mod naive {
     use super::*;
+    use redis::aio::MultiplexedConnection;
+    use tokio_util::sync::CancellationToken;
 
     pub async fn preload(redis: &RedisServer, jobs: Vec<(String, i64)>) -> Res<()> {
         let mut c = redis::Client::open(redis.url())?
@@ -2667,75 +2669,89 @@ mod naive {
         let token = tokio_util::sync::CancellationToken::new();
         let client = redis::Client::open(redis_url)?;
         let mut tasks = Vec::new();
-        let mut conn = client.get_multiplexed_async_connection().await?;
-        let t = token.clone();
-        tasks.push(tokio::spawn(async move {
-            while !t.is_cancelled() {
-                let now = now_ms() as f64;
-                let due: Vec<String> = redis::cmd("ZRANGEBYSCORE")
-                    .arg("naive:due")
-                    .arg(0)
-                    .arg(now)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap_or_default();
-                for id in due {
-                    let removed: i64 = redis::cmd("ZREM")
-                        .arg("naive:due")
-                        .arg(&id)
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap_or(0);
-                    if removed == 1 {
-                        let _: Result<i64, _> = redis::cmd("RPUSH")
-                            .arg("naive:ready")
-                            .arg(&id)
-                            .query_async(&mut conn)
-                            .await;
-                    }
-                }
-                tokio::select! {
-                    _ = t.cancelled() => {}
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                }
-            }
-        }));
+        let conn = client.get_multiplexed_async_connection().await?;
+        tasks.push(tokio::spawn(poll_due(token.clone(), conn)));
         let http = reqwest::Client::new();
         for _ in 0..64 {
-            let t = token.clone();
-            let http = http.clone();
-            let url = sink_url.clone();
-            let mut conn = client.get_multiplexed_async_connection().await?;
-            tasks.push(tokio::spawn(async move {
-                while !t.is_cancelled() {
-                    let popped: Option<(String, String)> = redis::cmd("BLPOP")
-                        .arg("naive:ready")
-                        .arg(0.5)
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap_or(None);
-                    let Some((_, id)) = popped else { continue };
-                    let body: Option<String> = redis::cmd("GET")
-                        .arg(format!("naive:job:{id}"))
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap_or(None);
-                    if let Some(body) = body {
-                        let _ = http
-                            .post(&url)
-                            .header("content-type", "application/json")
-                            .body(body)
-                            .send()
-                            .await;
-                        let _: Result<i64, _> = redis::cmd("DEL")
-                            .arg(format!("naive:job:{id}"))
-                            .query_async(&mut conn)
-                            .await;
-                    }
-                }
-            }));
+            let conn = client.get_multiplexed_async_connection().await?;
+            tasks.push(tokio::spawn(work(
+                token.clone(),
+                http.clone(),
+                sink_url.clone(),
+                conn,
+            )));
         }
         Ok(Runner::Naive(token, tasks))
+    }
+
+    /// The polling loop: every second until `token` is cancelled, moves the
+    /// due jobs from `naive:due` to `naive:ready`, one round trip at a time.
+    async fn poll_due(token: CancellationToken, mut conn: MultiplexedConnection) {
+        while !token.is_cancelled() {
+            let now = now_ms() as f64;
+            let due: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+                .arg("naive:due")
+                .arg(0)
+                .arg(now)
+                .query_async(&mut conn)
+                .await
+                .unwrap_or_default();
+            for id in due {
+                let removed: i64 = redis::cmd("ZREM")
+                    .arg("naive:due")
+                    .arg(&id)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap_or(0);
+                if removed == 1 {
+                    let _: Result<i64, _> = redis::cmd("RPUSH")
+                        .arg("naive:ready")
+                        .arg(&id)
+                        .query_async(&mut conn)
+                        .await;
+                }
+            }
+            tokio::select! {
+                _ = token.cancelled() => {}
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+
+    /// A worker: until `token` is cancelled, pops a ready job (BLPOP, 0.5 s),
+    /// POSTs its body to `url` and deletes it.
+    async fn work(
+        token: CancellationToken,
+        http: reqwest::Client,
+        url: String,
+        mut conn: MultiplexedConnection,
+    ) {
+        while !token.is_cancelled() {
+            let popped: Option<(String, String)> = redis::cmd("BLPOP")
+                .arg("naive:ready")
+                .arg(0.5)
+                .query_async(&mut conn)
+                .await
+                .unwrap_or(None);
+            let Some((_, id)) = popped else { continue };
+            let body: Option<String> = redis::cmd("GET")
+                .arg(format!("naive:job:{id}"))
+                .query_async(&mut conn)
+                .await
+                .unwrap_or(None);
+            if let Some(body) = body {
+                let _ = http
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await;
+                let _: Result<i64, _> = redis::cmd("DEL")
+                    .arg(format!("naive:job:{id}"))
+                    .query_async(&mut conn)
+                    .await;
+            }
+        }
     }
 }
 
