@@ -245,7 +245,8 @@ impl Carrier {
             let reclaimed = self.reclaim(&mut times, &leases_now).await;
 
             if promoted.failed || reclaimed.failed {
-                // Redis is unreachable or failing: back off, then re-read everything.
+                // Redis is unreachable or failing: back off, then try again
+                // (the due times and deadlines known so far are kept).
                 tokio::select! {
                     biased;
                     _ = token.cancelled() => return,

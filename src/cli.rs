@@ -121,7 +121,7 @@ pub enum Command {
     },
 }
 
-/// `hookq hosts` actions.
+/// `hookq schedules` actions.
 #[derive(Debug, Subcommand)]
 pub enum ScheduleAction {
     /// Every schedule with its state and next fire time.
@@ -249,6 +249,7 @@ impl<E: Into<anyhow::Error>> From<E> for CliError {
     }
 }
 
+/// A CLI failure exiting with `code` and `message`.
 fn fail(code: u8, message: String) -> CliError {
     CliError {
         code,
@@ -321,6 +322,7 @@ fn parse_header_flags(flags: &[String]) -> Result<BTreeMap<String, String>, CliE
         .collect()
 }
 
+/// A refused input, exiting 2 with the message naming the flag.
 fn field_error(e: FieldError) -> CliError {
     let flag = e
         .field
@@ -606,6 +608,7 @@ async fn host_action(
     Ok(ExitCode::SUCCESS)
 }
 
+/// Prints `value` as indented JSON (`--json`).
 fn print_json<T: Serialize>(value: &T) -> Result<(), CliError> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
@@ -828,6 +831,7 @@ async fn run_doctor(config: &Config, json: bool) -> Result<ExitCode, CliError> {
     }
 }
 
+/// `hookq enqueue`: creates one job from the flags.
 async fn enqueue(config: &Config, args: EnqueueArgs, json: bool) -> Result<ExitCode, CliError> {
     let body = args
         .body

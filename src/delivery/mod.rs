@@ -221,6 +221,7 @@ impl Deliverer {
         AttemptReport { outcome, record }
     }
 
+    /// The outcome of an attempt that got `response`, noted in `record`.
     fn classify(&self, response: Response, record: &mut AttemptRecord) -> Outcome {
         let status = response.status;
         record.status = Some(status);
@@ -410,6 +411,7 @@ pub(crate) fn parse_retry_after(value: &str) -> Option<Duration> {
     )
 }
 
+/// The kind and message of an attempt that got no response.
 fn classify_error(err: &reqwest::Error) -> (ErrorKind, String) {
     if let Some(blocked) = ssrf::find_blocked(err) {
         return (ErrorKind::SsrfBlocked, blocked.to_string());

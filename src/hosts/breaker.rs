@@ -137,6 +137,7 @@ impl Breaker {
         }
     }
 
+    /// Whether this daemon saw `host` fail since it last answered.
     fn failing(&self, host: &str) -> bool {
         match self.failing.read() {
             Ok(g) => g.contains_key(host),
@@ -144,6 +145,8 @@ impl Breaker {
         }
     }
 
+    /// Notes the failure count Redis reported for `host` (None: it
+    /// answered, so none).
     fn set_failing(&self, host: &str, failures: Option<u64>) {
         let mut failing = match self.failing.write() {
             Ok(g) => g,
@@ -432,6 +435,7 @@ impl Breaker {
         }
     }
 
+    /// The hosts this daemon is draining, locked.
     fn lock_draining(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
         match self.draining.lock() {
             Ok(g) => g,

@@ -112,6 +112,7 @@ struct LaneState {
 }
 
 impl Lane {
+    /// An idle lane for host `key` under `limits`.
     fn new(key: &str, limits: Limits) -> Lane {
         let now = Instant::now();
         Lane {
@@ -131,6 +132,8 @@ impl Lane {
         }
     }
 
+    /// The lane's state, locked (a poisoned lock is taken as it is: the
+    /// state stays consistent between statements).
     fn lock(&self) -> MutexGuard<'_, LaneState> {
         match self.state.lock() {
             Ok(guard) => guard,
@@ -211,6 +214,8 @@ impl Lane {
         (delay + delay.mul_f64(rand::random::<f64>() * 0.2)).clamp(BOOK_MIN, BOOK_MAX)
     }
 
+    /// Records that an attempt finished after `took`: one in flight less,
+    /// the lane's latency estimate and progress times updated.
     fn finished(&self, took: Duration) {
         let mut st = self.lock();
         let sample = took.as_secs_f64();

@@ -1,5 +1,6 @@
-//! A real Redis Cluster owned by one test: six `redis-server` processes
-//! (three masters, three replicas) on free loopback ports, each a
+//! A real Redis Cluster owned by one test: three masters, each with as many
+//! replicas as asked (`start_with`), as `redis-server` processes on free
+//! loopback ports, each a
 //! [`RedisServer`] killed when dropped, joined with `redis-cli --cluster
 //! create`.
 
