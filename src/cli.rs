@@ -526,6 +526,8 @@ fn print_schedule(view: &ScheduleView, json: bool) -> Result<ExitCode, CliError>
     Ok(ExitCode::SUCCESS)
 }
 
+/// `hookq hosts [--state S] [pause|resume HOST]`: the hosts' breaker
+/// states, or an operator's pause or resume.
 async fn hosts(
     config: &Config,
     state: Option<String>,

@@ -682,6 +682,7 @@ fn serialize_redacted<S: serde::Serializer>(
     serializer.collect_map(headers.keys().map(|name| (name, REDACTED)))
 }
 
+/// Parses a humantime duration (`30s`, `1h`); `field` names it in errors.
 pub(crate) fn parse_duration(text: &str, field: &str) -> Result<Duration, FieldError> {
     humantime::parse_duration(text).map_err(|e| {
         FieldError::new(

@@ -825,6 +825,7 @@ mod humantime_serde {
     use serde::{Deserialize, Deserializer};
     use std::time::Duration;
 
+    /// A duration from a humantime string (`5s`, `250ms`).
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let s = String::deserialize(d)?;
         humantime::parse_duration(&s)

@@ -254,6 +254,8 @@ impl Deliverer {
         Outcome::Failed(FailureKind::Retryable { retry_after })
     }
 
+    /// Sends attempt `attempt` of job `id`, signed, with its headers and
+    /// trace context; what the receiver answered.
     async fn send(
         &self,
         id: &str,
