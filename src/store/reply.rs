@@ -22,18 +22,22 @@ fn malformed(detail: impl Into<String>) -> RedisError {
     ))
 }
 
-/// An array reply, read element by element: asking past its end, or
-/// leaving elements unread at [`Fields::end`], is an error.
-pub(super) struct Fields<'a> {
-    values: &'a [Value],
+/// An array reply, taken apart element by element (each moved out, not
+/// copied): asking past its end, or leaving elements unread at
+/// [`Fields::end`], is an error.
+pub(super) struct Fields {
+    values: std::vec::IntoIter<Value>,
     at: usize,
 }
 
-impl<'a> Fields<'a> {
+impl Fields {
     /// The elements of `value`, which must be an array.
-    pub(super) fn of(value: &'a Value) -> RedisResult<Self> {
+    pub(super) fn of(value: Value) -> RedisResult<Self> {
         match value {
-            Value::Array(values) => Ok(Fields { values, at: 0 }),
+            Value::Array(values) => Ok(Fields {
+                values: values.into_iter(),
+                at: 0,
+            }),
             other => Err(malformed(format!("an array expected, not {other:?}"))),
         }
     }
@@ -42,20 +46,20 @@ impl<'a> Fields<'a> {
     pub(super) fn next<T: FromRedisValue>(&mut self, what: &str) -> RedisResult<T> {
         let value = self
             .values
-            .get(self.at)
+            .next()
             .ok_or_else(|| malformed(format!("no {what} at position {}", self.at)))?;
         self.at += 1;
-        T::from_redis_value(value).map_err(|e| malformed(format!("{what}: {e}")))
+        T::from_owned_redis_value(value).map_err(|e| malformed(format!("{what}: {e}")))
     }
 
     /// Whether every element has been read.
     pub(super) fn is_empty(&self) -> bool {
-        self.at >= self.values.len()
+        self.values.len() == 0
     }
 
     /// Checks that every element has been read.
     pub(super) fn end(self) -> RedisResult<()> {
-        match self.values.len() - self.at.min(self.values.len()) {
+        match self.values.len() {
             0 => Ok(()),
             left => Err(malformed(format!("{left} values left unread"))),
         }
@@ -63,15 +67,39 @@ impl<'a> Fields<'a> {
 }
 
 /// Reads the whole array `value` with `read`, refusing elements left over.
-fn whole<'a, T>(
-    value: &'a Value,
-    read: impl FnOnce(&mut Fields<'a>) -> RedisResult<T>,
-) -> RedisResult<T> {
+fn whole<T>(value: Value, read: impl FnOnce(&mut Fields) -> RedisResult<T>) -> RedisResult<T> {
     let mut fields = Fields::of(value)?;
     let decoded = read(&mut fields)?;
     fields.end()?;
     Ok(decoded)
 }
+
+/// Implements [`FromRedisValue`] for an array reply type from its
+/// `from_owned_redis_value` (the path `Store::invoke` takes, which moves
+/// strings out of the reply); the by-reference path copies the reply first.
+macro_rules! by_reference_through_owned {
+    ($($reply:ty),*) => {$(
+        impl FromRedisValue for $reply {
+            fn from_redis_value(v: &Value) -> RedisResult<$reply> {
+                Self::from_owned_redis_value(v.clone())
+            }
+
+            fn from_owned_redis_value(v: Value) -> RedisResult<$reply> {
+                <$reply>::decode(v)
+            }
+        }
+    )*};
+}
+
+by_reference_through_owned!(
+    Promotion,
+    Reclaim,
+    FailOutcome,
+    RescheduleOutcome,
+    EnqueueReply,
+    ClaimReply,
+    FireReply
+);
 
 /// A script's outcome code: the reply itself, never an array.
 impl FromRedisValue for Code {
@@ -90,8 +118,9 @@ impl FromRedisValue for State {
 }
 
 /// `promote_due`: `{moved, next due or -1, now}`.
-impl FromRedisValue for Promotion {
-    fn from_redis_value(v: &Value) -> RedisResult<Promotion> {
+impl Promotion {
+    /// Takes the reply apart (see the type's doc for its shape).
+    fn decode(v: Value) -> RedisResult<Promotion> {
         whole(v, |f| {
             let moved = f.next("moved")?;
             let next: i64 = f.next("next due")?;
@@ -105,8 +134,9 @@ impl FromRedisValue for Promotion {
 }
 
 /// `reclaim_expired`: `{requeued, dead, next deadline or -1, now}`.
-impl FromRedisValue for Reclaim {
-    fn from_redis_value(v: &Value) -> RedisResult<Reclaim> {
+impl Reclaim {
+    /// Takes the reply apart (see the type's doc for its shape).
+    fn decode(v: Value) -> RedisResult<Reclaim> {
         whole(v, |f| {
             let requeued = f.next("requeued")?;
             let dead = f.next("dead")?;
@@ -122,8 +152,9 @@ impl FromRedisValue for Reclaim {
 }
 
 /// `fail_job`: `{UNCHANGED}`, `{DONE, next due}` or `{DEAD_LETTERED, entry id}`.
-impl FromRedisValue for FailOutcome {
-    fn from_redis_value(v: &Value) -> RedisResult<FailOutcome> {
+impl FailOutcome {
+    /// Takes the reply apart (see the type's doc for its shape).
+    fn decode(v: Value) -> RedisResult<FailOutcome> {
         whole(v, |f| match f.next("code")? {
             Code::Unchanged => Ok(FailOutcome::Stale),
             Code::Done => Ok(FailOutcome::Scheduled(f.next("next due")?)),
@@ -135,8 +166,9 @@ impl FromRedisValue for FailOutcome {
 
 /// `reschedule_job`: `{DONE, state, due, now}`, `{NOT_FOUND}`,
 /// `{WRONG_STATE, state}` or `{CHANGED, state}`.
-impl FromRedisValue for RescheduleOutcome {
-    fn from_redis_value(v: &Value) -> RedisResult<RescheduleOutcome> {
+impl RescheduleOutcome {
+    /// Takes the reply apart (see the type's doc for its shape).
+    fn decode(v: Value) -> RedisResult<RescheduleOutcome> {
         whole(v, |f| match f.next("code")? {
             Code::Done => Ok(RescheduleOutcome::Changed {
                 state: f.next("state")?,
@@ -199,8 +231,9 @@ pub(super) struct EnqueueReply {
     pub jobs: Vec<EnqueuedJob>,
 }
 
-impl FromRedisValue for EnqueueReply {
-    fn from_redis_value(v: &Value) -> RedisResult<EnqueueReply> {
+impl EnqueueReply {
+    /// Takes the reply apart (see the type's doc for its shape).
+    fn decode(v: Value) -> RedisResult<EnqueueReply> {
         whole(v, |f| {
             let now = f.next("now")?;
             let mut jobs = Vec::new();
@@ -270,8 +303,9 @@ pub(super) struct ClaimReply {
     pub jobs: Vec<ClaimedJob>,
 }
 
-impl FromRedisValue for ClaimReply {
-    fn from_redis_value(v: &Value) -> RedisResult<ClaimReply> {
+impl ClaimReply {
+    /// Takes the reply apart (see the type's doc for its shape).
+    fn decode(v: Value) -> RedisResult<ClaimReply> {
         whole(v, |f| {
             let now = f.next("now")?;
             let more: i64 = f.next("more")?;
@@ -311,8 +345,9 @@ pub(super) struct FireReply {
     pub schedules: Vec<Vec<(i64, bool)>>,
 }
 
-impl FromRedisValue for FireReply {
-    fn from_redis_value(v: &Value) -> RedisResult<FireReply> {
+impl FireReply {
+    /// Takes the reply apart (see the type's doc for its shape).
+    fn decode(v: Value) -> RedisResult<FireReply> {
         whole(v, |f| {
             let created = f.next("creation time")?;
             let mut schedules = Vec::new();
