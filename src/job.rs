@@ -566,6 +566,14 @@ impl ValidJob {
     }
 }
 
+/// Whether `text` is 1 to `max` bytes of ASCII letters, digits and `extra`.
+pub(crate) fn is_charset(text: &str, max: usize, extra: &[u8]) -> bool {
+    (1..=max).contains(&text.len())
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || extra.contains(&b))
+}
+
 /// Checks that `text` (field `field`) is 1 to `max` characters of
 /// A-Z a-z 0-9 and `extra`, refusing it with `code` otherwise; the message
 /// spells the rule out.
@@ -576,11 +584,7 @@ pub(crate) fn validate_charset(
     code: &'static str,
     field: &str,
 ) -> Result<(), FieldError> {
-    let ok = (1..=max).contains(&text.len())
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || extra.contains(&b));
-    if ok {
+    if is_charset(text, max, extra) {
         return Ok(());
     }
     let extra: Vec<String> = extra.iter().map(|b| (*b as char).to_string()).collect();
