@@ -670,11 +670,24 @@ impl Store {
         &self,
         jobs: &[NewJob],
     ) -> StoreResult<Vec<StoreResult<EnqueueOutcome>>> {
-        let mut steps: Vec<EnqueueStep> = jobs.iter().map(|job| self.first_step(job)).collect();
+        // Where the schedule lives whose firing gives a job's id, for the
+        // rare ids of that shape (a read each; none for other ids).
+        let mut fired = vec![None; jobs.len()];
+        for (home, job) in fired.iter_mut().zip(jobs) {
+            *home = self.fired_home(&job.id).await?;
+        }
+        let mut steps: Vec<EnqueueStep> = jobs
+            .iter()
+            .zip(&fired)
+            .map(|(job, &fired)| self.first_step(job, fired))
+            .collect();
         let mut first_error: Option<StoreError> = None;
         for _ in 0..4 {
             self.place_round(jobs, &mut steps, &mut first_error).await;
-            if !self.create_round(jobs, &mut steps, &mut first_error).await {
+            if !self
+                .create_round(jobs, &fired, &mut steps, &mut first_error)
+                .await
+            {
                 break;
             }
         }
@@ -699,12 +712,13 @@ impl Store {
 
     /// Where creating `job` starts: placing it (it lives outside its id's
     /// partition), comparing it where a schedule's firing puts jobs of its
-    /// id, or creating it in its id's partition.
-    fn first_step(&self, job: &NewJob) -> EnqueueStep {
+    /// id (`fired`: that schedule's partition), or creating it in its id's
+    /// partition.
+    fn first_step(&self, job: &NewJob, fired: Option<u16>) -> EnqueueStep {
         let own = self.keys.partition_of(&job.id);
         if self.home_of_new(job) != own {
             EnqueueStep::Place(None)
-        } else if let Some(p) = self.fired_partition(&job.id).filter(|&p| p != own) {
+        } else if let Some(p) = fired.filter(|&p| p != own) {
             // Its id is one a schedule's firing gives: a job of that id may
             // live there.
             EnqueueStep::Create(p, true)
@@ -752,6 +766,7 @@ impl Store {
     async fn create_round(
         &self,
         jobs: &[NewJob],
+        fired: &[Option<u16>],
         steps: &mut [EnqueueStep],
         first_error: &mut Option<StoreError>,
     ) -> bool {
@@ -774,10 +789,7 @@ impl Store {
                         steps[i] = match outcome {
                             Placed::Here(outcome) => EnqueueStep::Done(Ok(outcome)),
                             Placed::Elsewhere(q) => EnqueueStep::Create(q, true),
-                            Placed::Absent
-                                if jobs[i].order.is_none()
-                                    && self.fired_partition(&jobs[i].id) == Some(*p) =>
-                            {
+                            Placed::Absent if jobs[i].order.is_none() && fired[i] == Some(*p) => {
                                 EnqueueStep::Create(self.keys.partition_of(&jobs[i].id), false)
                             }
                             // The pointer that led here is stale.

@@ -674,6 +674,34 @@ async fn an_ordered_schedules_jobs_wait_in_line() {
         let gap = pair[1].0.duration_since(pair[0].0).unwrap_or_default();
         assert!(gap >= Duration::from_millis(1400), "one at a time: {gap:?}");
     }
+    // A job of a fired id made by hand is compared with the fired one where
+    // it lives (the key's partition), not created beside it.
+    let home = keys.order_partition("default:acct-7");
+    let outside = || async {
+        let (_, schedule) = get_json(&format!("{base}/v1/schedules/{id}")).await;
+        schedule["last_runs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|run| run["job_id"].as_str().map(str::to_string))
+            .find(|job_id| keys.partition_of(job_id) != home)
+    };
+    wait_until(
+        "a fired job whose id hashes outside the key's partition",
+        Duration::from_secs(20),
+        || async { outside().await.is_some() },
+    )
+    .await;
+    let fired_id = outside()
+        .await
+        .expect("a fired job outside the key's partition");
+    let (status, conflict) = post_json(
+        &format!("{base}/v1/jobs"),
+        json!({"id": fired_id, "url": receiver.url("/by-hand")}),
+    )
+    .await;
+    assert_eq!(status, 409, "{conflict}");
+    assert_eq!(job_view(&base, &fired_id).await["schedule_id"], json!(id));
     let (status, refused) = send(
         reqwest::Method::PATCH,
         &format!("{base}/v1/schedules/{id}"),
