@@ -237,7 +237,16 @@ impl ScheduleInput {
                 Ok(None)
             }
             (None, Some(every)) => {
-                let ms = parse_duration(every, "every")?.as_millis() as u64;
+                let every = parse_duration(every, "every")?;
+                if every > crate::job::MAX_AHEAD {
+                    // Also keeps the fire-time arithmetic far from i64's end.
+                    return Err(FieldError::new(
+                        "invalid_duration",
+                        "every",
+                        "every must be at most 10 years",
+                    ));
+                }
+                let ms = every.as_millis() as u64;
                 if ms < MIN_EVERY_MS {
                     return Err(FieldError::new(
                         "invalid_duration",
@@ -421,7 +430,8 @@ impl Timing {
             Some(start) => after_ms.max(start - 1),
             None => after_ms,
         };
-        let next = rule.next_after(after)?;
+        // Strictly later, whatever the rule: the firing loops rely on it.
+        let next = rule.next_after(after).filter(|&next| next > after)?;
         match self.end_at {
             Some(end) if next > end => None,
             _ => Some(next),
@@ -586,6 +596,22 @@ mod tests {
         assert_eq!(rule.next_after(10_500), Some(11_500));
         assert_eq!(rule.next_after(11_499), Some(11_500));
         assert_eq!(rule.next_after(11_500), Some(12_500));
+    }
+
+    /// A rule that would not move forward (an interval stored before it was
+    /// bounded, wrapped negative) ends the schedule instead of looping.
+    #[test]
+    fn a_rule_that_does_not_move_forward_ends() {
+        let timing: Timing = serde_json::from_value(serde_json::json!({
+            "every_ms": u64::MAX - 1,
+            "timezone": "UTC",
+        }))
+        .expect("timing");
+        let rule = timing.rule(1_000).expect("rule");
+        assert_eq!(timing.next_after(&rule, 5_000), None);
+        assert!(timing.next_runs(&rule, 5_000, 5).is_empty());
+        let due = timing.due(&rule, 2_000, 5_000);
+        assert_eq!(due.next, None);
     }
 
     #[test]
@@ -767,6 +793,7 @@ mod tests {
         );
         check(&format!(r#"{{"cron": "61 * * * *", {job}}}"#), "cron");
         check(&format!(r#"{{"every": "500ms", {job}}}"#), "every");
+        check(&format!(r#"{{"every": "300000000y", {job}}}"#), "every");
         check(
             &format!(r#"{{"cron": "@daily", "timezone": "Mars/Olympus", {job}}}"#),
             "timezone",

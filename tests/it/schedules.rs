@@ -438,6 +438,10 @@ async fn bad_schedules_are_refused_naming_the_field() {
         ),
         (json!({"id": "b", "every": "10ms", "job": job}), "every"),
         (
+            json!({"id": "b", "every": "300000000y", "job": job}),
+            "every",
+        ),
+        (
             json!({"id": "b", "every": "1m", "start_at": 2_000_000_000_000i64, "end_at": 1_900_000_000_000i64, "job": job}),
             "end_at",
         ),
