@@ -112,7 +112,7 @@ impl Firer {
 /// Records a firing round's metrics: each firing's lateness, and the
 /// counts of fire times fired and skipped.
 fn record_round(round: &FireRound) {
-    for (_, lateness_ms) in &round.fired {
+    for lateness_ms in &round.fired {
         metrics::histogram!("hookq_schedule_firing_lateness_seconds")
             .record(*lateness_ms as f64 / 1000.0);
     }

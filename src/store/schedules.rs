@@ -140,8 +140,8 @@ enum Put {
 /// What one firing round of a partition did.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct FireRound {
-    /// Jobs created: (job id, lateness ms = created − fire time).
-    pub fired: Vec<(String, i64)>,
+    /// Per job created, its lateness (ms: created − fire time).
+    pub fired: Vec<i64>,
     /// Fire times passed over (overlap, or missed and not caught up).
     pub skipped: usize,
     /// The partition's earliest next fire time, if any.
@@ -674,12 +674,10 @@ impl Store {
                 ),
             ));
         }
-        for ((id, _), times) in due.iter().zip(reply.schedules) {
+        for times in reply.schedules {
             for (time, fired) in times {
                 if fired {
-                    round
-                        .fired
-                        .push((schedule::job_id(id, time), reply.created - time));
+                    round.fired.push(reply.created - time);
                 } else {
                     round.skipped += 1;
                 }
