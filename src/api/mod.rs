@@ -800,6 +800,13 @@ mod tests {
             (Method::DELETE, "/v1/dead-letters/x", Scope::Admin),
             (Method::POST, "/v1/hosts/h/pause", Scope::Admin),
             (Method::POST, "/v1/hosts/h/resume", Scope::Admin),
+            (Method::GET, "/v1/schedules", Scope::Read),
+            (Method::GET, "/v1/schedules/s", Scope::Read),
+            (Method::POST, "/v1/schedules", Scope::Write),
+            (Method::PATCH, "/v1/schedules/s", Scope::Write),
+            (Method::DELETE, "/v1/schedules/s", Scope::Write),
+            (Method::POST, "/v1/schedules/s/pause", Scope::Write),
+            (Method::POST, "/v1/schedules/s/resume", Scope::Write),
         ] {
             assert_eq!(
                 required_scope(&method, path),
