@@ -475,6 +475,54 @@ async fn bad_schedules_are_refused_naming_the_field() {
     );
     let (status, _) = get_json(&format!("{base}/v1/schedules/b")).await;
     assert_eq!(status, 404, "nothing written");
+
+    // A PATCH with a bad field is refused naming it and changes nothing.
+    let (status, created) = post_json(
+        &format!("{base}/v1/schedules"),
+        json!({"id": "kept", "every": "1h", "paused": true, "job": job}),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let (_, before) = get_json(&format!("{base}/v1/schedules/kept")).await;
+    for (patch, field) in [
+        (json!({"every": "10ms"}), "every"),
+        (json!({"every": "300000000y"}), "every"),
+        (json!({"cron": "99 * * * *"}), "cron"),
+        (
+            json!({"cron": "@daily", "timezone": "Nowhere/Land"}),
+            "timezone",
+        ),
+        (json!({"job": {"url": "not a url"}}), "job.url"),
+    ] {
+        let (status, answer) = send(
+            reqwest::Method::PATCH,
+            &format!("{base}/v1/schedules/kept"),
+            Some(patch.clone()),
+        )
+        .await;
+        assert_eq!(status, 400, "{patch}: {answer}");
+        assert_eq!(answer["error"]["field"], field, "{patch}: {answer}");
+    }
+    let (_, after) = get_json(&format!("{base}/v1/schedules/kept")).await;
+    // The whole view, its update time and next runs (anchored at its
+    // creation, every hour) included.
+    assert_eq!(after, before, "a refused PATCH changed the schedule");
+    // A schedule that does not exist: 404 for every change.
+    for (method, path, body) in [
+        (
+            reqwest::Method::PATCH,
+            "/v1/schedules/absent",
+            Some(json!({"every": "1m"})),
+        ),
+        (reqwest::Method::POST, "/v1/schedules/absent/pause", None),
+        (reqwest::Method::POST, "/v1/schedules/absent/resume", None),
+        (reqwest::Method::DELETE, "/v1/schedules/absent", None),
+    ] {
+        let (status, answer) = send(method.clone(), &format!("{base}{path}"), body).await;
+        assert_eq!(status, 404, "{method} {path}: {answer}");
+    }
+    let (status, _) = get_json(&format!("{base}/v1/schedules/absent")).await;
+    assert_eq!(status, 404, "nothing written");
     daemon.stop().await.expect("clean stop");
 }
 
