@@ -422,6 +422,90 @@ mod tests {
     }
 
     #[test]
+    fn well_formed_batches_decode_every_field() {
+        let claim = array(vec![
+            Value::Int(5000),
+            Value::Int(1),
+            Value::Int(-1),
+            Value::Int(-1),
+            text("a"),
+            Value::Int(2),
+            Value::Int(4000),
+            text("{}"),
+        ]);
+        let claim = ClaimReply::from_redis_value(&claim).expect("well formed");
+        assert_eq!((claim.now, claim.more, claim.jobs.len()), (5000, true, 1));
+        assert!(claim.promotion.is_none(), "-1: no promotion asked for");
+        let job = &claim.jobs[0];
+        assert_eq!(
+            (
+                job.id.as_str(),
+                job.attempt,
+                job.due,
+                job.spec_json.as_str()
+            ),
+            ("a", 2, 4000, "{}")
+        );
+        let promoted = array(vec![
+            Value::Int(5000),
+            Value::Int(0),
+            Value::Int(3),
+            Value::Int(7000),
+        ]);
+        let promotion = ClaimReply::from_redis_value(&promoted)
+            .expect("well formed")
+            .promotion
+            .expect("a promotion");
+        assert_eq!((promotion.moved, promotion.next_due), (3, Some(7000)));
+
+        let fire = array(vec![
+            Value::Int(9000),
+            Value::Int(2),
+            Value::Int(8000),
+            Value::Int(1),
+            Value::Int(8500),
+            Value::Int(0),
+            Value::Int(0),
+        ]);
+        let fire = FireReply::from_redis_value(&fire).expect("well formed");
+        assert_eq!(fire.created, 9000);
+        assert_eq!(
+            fire.schedules,
+            vec![vec![(8000, true), (8500, false)], vec![]]
+        );
+
+        let codes = array(vec![
+            Value::Int(1000),
+            Value::Int(0),
+            text("scheduled"),
+            Value::Int(2000),
+            text(""),
+            Value::Int(-3),
+            text("ready"),
+            Value::Int(2000),
+            text(""),
+            Value::Int(-4),
+            text("delivered"),
+            text("digest"),
+            text(""),
+            Value::Int(-1),
+            text(""),
+            Value::Int(0),
+            text(""),
+        ]);
+        let decoded = EnqueueReply::from_redis_value(&codes).expect("well formed");
+        assert_eq!(
+            decoded.jobs,
+            vec![
+                EnqueuedJob::Identical,
+                EnqueuedJob::Conflict,
+                EnqueuedJob::Summarized(b"digest".to_vec()),
+                EnqueuedJob::Absent,
+            ]
+        );
+    }
+
+    #[test]
     fn batch_replies_decode_per_job_and_refuse_a_partial_job() {
         let reply = array(vec![
             Value::Int(1000),
