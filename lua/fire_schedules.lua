@@ -30,9 +30,11 @@
     ARGV[8] fire times passed over (missed, not caught up), joined by ","
     ARGV[9] its next fire time, or "" (it has ended)
   Output:
-    {now, n1, t, o, t, o, ..., n2, ...}: per schedule in order, the number
-    n of fire times recorded (0: it was stale, nothing changed), then each
-    time t with its outcome o (1 fired, 0 skipped).
+    {now, head, n1, t, o, t, o, ..., n2, ...}: head is the earliest fire
+    time left in the fire index after this call (-1: none); then per
+    schedule in order, the number n of fire times recorded (0: it was
+    stale, nothing changed), then each time t with its outcome o (1 fired,
+    0 skipped).
     TRYAGAIN, with nothing changed, while the partition's slot is migrating.
 ]]
 local rcall = redis.call
@@ -144,4 +146,8 @@ end
 if #ready > 0 and rcall('RPUSH', KEYS[3], unpack(ready)) == #ready then
   wake_ready(ARGV[2], ARGV[3])
 end
+-- The index's head, so that the daemon knows when to fire next without
+-- another round trip.
+local head = rcall('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+table.insert(out, 2, tonumber(head[2]) or -1)
 return out

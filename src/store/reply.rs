@@ -334,13 +334,16 @@ impl ClaimReply {
     }
 }
 
-/// `fire_schedules`: `{created at, n1, time, fired, time, fired, ..., n2,
-/// ...}`, per schedule in the order sent: its fire times and whether each
-/// fired a job (else it was skipped).
+/// `fire_schedules`: `{created at, head or -1, n1, time, fired, time,
+/// fired, ..., n2, ...}`: the fire index's earliest time left, then per
+/// schedule in the order sent its fire times and whether each fired a job
+/// (else it was skipped).
 #[derive(Debug)]
 pub(super) struct FireReply {
     /// Redis time the jobs were created, epoch ms.
     pub created: i64,
+    /// The earliest fire time left in the partition's fire index.
+    pub head: Option<i64>,
     /// Per schedule: (fire time, fired).
     pub schedules: Vec<Vec<(i64, bool)>>,
 }
@@ -350,6 +353,7 @@ impl FireReply {
     fn decode(v: Value) -> RedisResult<FireReply> {
         whole(v, |f| {
             let created = f.next("creation time")?;
+            let head: i64 = f.next("head")?;
             let mut schedules = Vec::new();
             while !f.is_empty() {
                 let n: usize = f.next("count of fire times")?;
@@ -361,7 +365,11 @@ impl FireReply {
                 }
                 schedules.push(times);
             }
-            Ok(FireReply { created, schedules })
+            Ok(FireReply {
+                created,
+                head: (head >= 0).then_some(head),
+                schedules,
+            })
         })
     }
 }
@@ -460,6 +468,7 @@ mod tests {
 
         let fire = array(vec![
             Value::Int(9000),
+            Value::Int(12_000),
             Value::Int(2),
             Value::Int(8000),
             Value::Int(1),
@@ -468,7 +477,7 @@ mod tests {
             Value::Int(0),
         ]);
         let fire = FireReply::from_redis_value(&fire).expect("well formed");
-        assert_eq!(fire.created, 9000);
+        assert_eq!((fire.created, fire.head), (9000, Some(12_000)));
         assert_eq!(
             fire.schedules,
             vec![vec![(8000, true), (8500, false)], vec![]]
@@ -549,6 +558,7 @@ mod tests {
         assert!(ClaimReply::from_redis_value(&claim).is_err());
         let fire = array(vec![
             Value::Int(5),
+            Value::Int(-1),
             Value::Int(2),
             Value::Int(1),
             Value::Int(1),

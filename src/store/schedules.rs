@@ -607,7 +607,9 @@ impl Store {
     pub(crate) async fn fire_due(&self, p: u16) -> StoreResult<FireRound> {
         let mut round = FireRound::default();
         let mut conn = self.conn.clone();
-        loop {
+        // The fire index's head as the last script call left it, if the
+        // round ended with one.
+        let head = loop {
             let now = self.redis_time_ms().await?;
             let due: Vec<(String, f64)> = redis::cmd("ZRANGE")
                 .arg(self.keys.fires(p))
@@ -620,32 +622,40 @@ impl Store {
                 .arg("WITHSCORES")
                 .query_async(&mut conn)
                 .await?;
-            if !due.is_empty() {
-                self.fire_batch(p, &due, now, &mut round).await?;
-            }
+            let head = if due.is_empty() {
+                None
+            } else {
+                Some(self.fire_batch(p, &due, now, &mut round).await?)
+            };
             if due.len() < FIRE_BATCH {
-                break;
+                break head;
             }
-        }
-        let head: Vec<(String, f64)> = redis::cmd("ZRANGE")
-            .arg(self.keys.fires(p))
-            .arg(0)
-            .arg(0)
-            .arg("WITHSCORES")
-            .query_async(&mut conn)
-            .await?;
-        round.next = head.first().map(|(_, at)| *at as i64);
+        };
+        round.next = match head {
+            Some(next) => next,
+            None => {
+                let first: Vec<(String, f64)> = redis::cmd("ZRANGE")
+                    .arg(self.keys.fires(p))
+                    .arg(0)
+                    .arg(0)
+                    .arg("WITHSCORES")
+                    .query_async(&mut conn)
+                    .await?;
+                first.first().map(|(_, at)| *at as i64)
+            }
+        };
         Ok(round)
     }
 
-    /// One `fire_schedules` call for the due schedules `due` (id, fire time).
+    /// One `fire_schedules` call for the due schedules `due` (id, fire
+    /// time); the fire index's earliest time left after it.
     async fn fire_batch(
         &self,
         p: u16,
         due: &[(String, f64)],
         now: i64,
         round: &mut FireRound,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<Option<i64>> {
         let mut args = vec![
             arg(&self.keys.partition_prefix(p)),
             arg(&*self.channel),
@@ -683,7 +693,7 @@ impl Store {
                 }
             }
         }
-        Ok(())
+        Ok(reply.head)
     }
 
     /// Reads the timing of each due schedule `due` (id, fire time) of
