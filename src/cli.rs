@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::deadletter::{self, parse_since, Revival, Selection};
 use crate::doctor;
 use crate::job::{format_ms, FieldError, JobInput, JobView, RunAt};
-use crate::store::schedules::ScheduleView;
+use crate::store::schedules::{Paused, ScheduleView};
 use crate::store::{CancelOutcome, EnqueueOutcome, Store};
 
 /// hookq: HTTP callback jobs held in Redis, delivered at their due time.
@@ -429,10 +429,13 @@ async fn schedules(
             .ok_or_else(|| no_schedule(id))?,
         ScheduleAction::Pause { id } | ScheduleAction::Resume { id } => {
             let pause = matches!(action, ScheduleAction::Pause { .. });
-            store
-                .set_schedule_paused(config, id, pause)
-                .await?
-                .ok_or_else(|| no_schedule(id))?
+            match store.set_schedule_paused(config, id, pause).await? {
+                Paused::Now(record) => *record,
+                Paused::NotFound => return Err(no_schedule(id)),
+                Paused::KeptChanging => {
+                    return Err(fail(4, format!("schedule `{id}` kept changing; try again")))
+                }
+            }
         }
         ScheduleAction::Delete { id } => return delete_schedule(&store, id, json).await,
     };

@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 use super::{parse_json, parse_limit, parse_query, ApiError, AppState};
 use crate::job::{format_duration_ms, FieldError, RunAt};
 use crate::schedule::{validate_schedule_id, CatchUp, Overlap, ScheduleInput, ScheduleSpec};
-use crate::store::schedules::{PutOutcome, ScheduleRecord, ScheduleView, ScheduleWrite};
+use crate::store::schedules::{Paused, PutOutcome, ScheduleRecord, ScheduleView, ScheduleWrite};
 
 fn not_found(id: &str) -> ApiError {
     ApiError::new(
@@ -277,8 +277,9 @@ async fn set_paused(state: &AppState, id: &str, paused: bool) -> Result<Response
         .set_schedule_paused(&state.config, id, paused)
         .await?
     {
-        Some(record) => Ok(Json(record.view()).into_response()),
-        None => Err(not_found(id)),
+        Paused::Now(record) => Ok(Json(record.view()).into_response()),
+        Paused::NotFound => Err(not_found(id)),
+        Paused::KeptChanging => Err(modified(id)),
     }
 }
 

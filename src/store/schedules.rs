@@ -137,6 +137,17 @@ enum Put {
     Absent,
 }
 
+/// What pausing or resuming a schedule did.
+#[derive(Debug)]
+pub(crate) enum Paused {
+    /// Done (or already so): the schedule as it is now.
+    Now(Box<ScheduleRecord>),
+    /// No such schedule.
+    NotFound,
+    /// It changed under each of five tries; nothing was written.
+    KeptChanging,
+}
+
 /// What one firing round of a partition did.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct FireRound {
@@ -336,10 +347,10 @@ impl Store {
         config: &Config,
         id: &str,
         paused: bool,
-    ) -> StoreResult<Option<ScheduleRecord>> {
+    ) -> StoreResult<Paused> {
         for _ in 0..5 {
             let Some(record) = self.get_schedule(id).await? else {
-                return Ok(None);
+                return Ok(Paused::NotFound);
             };
             let next = if paused {
                 record.next
@@ -363,16 +374,16 @@ impl Store {
             );
             match self.put_schedule(&write).await? {
                 PutOutcome::Written(_) | PutOutcome::Identical => {
-                    return self.get_schedule(id).await
+                    return Ok(match self.get_schedule(id).await? {
+                        Some(record) => Paused::Now(Box::new(record)),
+                        None => Paused::NotFound,
+                    });
                 }
-                PutOutcome::NotFound => return Ok(None),
+                PutOutcome::NotFound => return Ok(Paused::NotFound),
                 PutOutcome::Conflict => continue,
             }
         }
-        Err(StoreError::reply(
-            "put_schedule",
-            "the schedule kept changing while it was being paused or resumed",
-        ))
+        Ok(Paused::KeptChanging)
     }
 
     /// The partition schedule `id` lives in: its id's, unless a stub
