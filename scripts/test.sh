@@ -43,6 +43,11 @@ fi
 if ! command -v faketime >/dev/null 2>&1; then
   apt_install faketime
 fi
+# ops::systemd_unit_is_valid runs `systemd-analyze verify` on the unit file
+# (no running systemd needed) and fails where it is missing.
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+  apt_install systemd
+fi
 # The console tests drive a real headless Chromium over WebDriver.
 if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
   apt_install chromium chromium-driver

@@ -50,9 +50,27 @@ fn metrics_handle() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
                     10.0, 30.0, 60.0,
                 ])
                 .ok()?;
-            builder.install_recorder().ok()
+            let handle = builder.install_recorder().ok()?;
+            zero_counters();
+            Some(handle)
         })
         .clone()
+}
+
+/// Puts the counters of rare events on `/metrics` at 0 from the start: a
+/// series that appears only with its first event cannot be told from a
+/// missing one, and `increase()` does not count that first event.
+fn zero_counters() {
+    for name in [
+        "hookq_promoted_total",
+        "hookq_leases_expired_total",
+        "hookq_deferred_total",
+    ] {
+        metrics::counter!(name).increment(0);
+    }
+    for component in ["api", "carrier", "fleet", "firer", "worker"] {
+        metrics::counter!("hookq_redis_errors_total", "component" => component).increment(0);
+    }
 }
 
 /// Connects to Redis, retrying with backoff until it answers or `token` is
