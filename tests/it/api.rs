@@ -289,8 +289,55 @@ async fn a_dead_letter_can_be_dropped() {
     daemon.stop().await.expect("clean stop");
 }
 
+/// The paths of the routes `fn router` in `src/api/mod.rs` declares (the
+/// path of each `.route(...)` call). Panics on a way of adding routes this
+/// reader does not follow (`nest`, `route_service`, a merged router built
+/// elsewhere), so that a route cannot hide from the check below.
+fn routed_paths_in_source() -> Vec<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/api/mod.rs");
+    let source = std::fs::read_to_string(path).expect("src/api/mod.rs");
+    let start = source
+        .find("pub(crate) fn router(")
+        .expect("fn router in src/api/mod.rs");
+    let body = &source[start..];
+    let body = &body[..body.find("\n}\n").expect("the end of fn router")];
+    for unread in [
+        ".nest(",
+        ".nest_service(",
+        ".route_service(",
+        ".fallback_service(",
+    ] {
+        assert!(
+            !body.contains(unread),
+            "fn router uses {unread}: teach this test to read its routes"
+        );
+    }
+    for merged in body.split(".merge(").skip(1) {
+        let name = merged.split(')').next().unwrap_or_default().trim();
+        assert!(
+            body.contains(&format!("let {name} = Router::new()")),
+            "fn router merges `{name}`, built elsewhere: teach this test to read its routes"
+        );
+    }
+    body.split(".route(")
+        .skip(1)
+        .map(|call| {
+            let literal = &call[call.find('"').expect("a path literal") + 1..];
+            literal[..literal.find('"').expect("the literal's end")].to_string()
+        })
+        .collect()
+}
+
+/// The router serves exactly what `openapi.json` documents: every
+/// documented operation is routed, and no route or method is served that
+/// the document leaves out. Routes come from `fn router`'s source (the
+/// console's page and assets are the only ones left out of the API's
+/// document); what each path answers to every method comes from the
+/// running daemon (the fallback answers 404 "no such route", a path
+/// without the method 405).
 #[tokio::test]
 async fn openapi_document_is_served_and_matches_the_router() {
+    const CONSOLE: [&str; 4] = ["/ui", "/ui/", "/ui/app.js", "/ui/app.css"];
     let redis = RedisServer::start();
     let daemon = start_daemon(&test_config(&redis)).await;
     let base = daemon.url();
@@ -304,30 +351,78 @@ async fn openapi_document_is_served_and_matches_the_router() {
         .expect("openapi.json");
     assert_eq!(served, committed);
     let doc: Value = serde_json::from_str(&committed).expect("valid JSON");
-    // Every documented operation is routed (the fallback answers code "not_found"
-    // with message "no such route"; a routed 404 names the missing thing).
-    for (path, ops) in doc["paths"].as_object().expect("paths") {
-        let concrete = path.replace("{id}", "some-id");
-        for method in ops
-            .as_object()
-            .expect("ops")
-            .keys()
-            .filter(|m| *m != "parameters")
-        {
-            let method =
-                reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).expect("method");
+    let documented: HashMap<String, Vec<String>> = doc["paths"]
+        .as_object()
+        .expect("paths")
+        .iter()
+        .map(|(path, ops)| {
+            let methods = ops
+                .as_object()
+                .expect("ops")
+                .keys()
+                .filter(|m| *m != "parameters")
+                .map(|m| m.to_uppercase())
+                .collect();
+            (path.clone(), methods)
+        })
+        .collect();
+
+    // Every route of the router is documented: a plain path as such, a
+    // catch-all (`{*rest}`) by the documented paths under it.
+    let mut paths: Vec<String> = documented.keys().cloned().collect();
+    for routed in routed_paths_in_source() {
+        if CONSOLE.contains(&routed.as_str()) {
+            continue;
+        }
+        match routed.split_once("{*") {
+            Some((prefix, _)) => assert!(
+                documented.keys().any(|p| p.starts_with(prefix)),
+                "the router serves {routed}, and openapi.json documents nothing under it"
+            ),
+            None => {
+                assert!(
+                    documented.contains_key(&routed),
+                    "the router serves {routed}, which openapi.json does not document"
+                );
+            }
+        }
+        if !paths.contains(&routed) && !routed.contains("{*") {
+            paths.push(routed);
+        }
+    }
+
+    // Each of these paths answers exactly the documented methods.
+    let mut mismatches = Vec::new();
+    for path in &paths {
+        let concrete = path
+            .split('/')
+            .map(|s| if s.starts_with('{') { "some-id" } else { s })
+            .collect::<Vec<_>>()
+            .join("/");
+        for method in ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] {
             let (status, body) = send(
-                method.clone(),
+                reqwest::Method::from_bytes(method.as_bytes()).expect("method"),
                 &format!("{base}{concrete}"),
                 Some(json!({})),
             )
             .await;
-            assert!(
-                !(status == 404 && body["error"]["message"] == "no such route") && status != 405,
-                "{method} {path} is documented but not routed ({status})"
-            );
+            let routed =
+                !(status == 404 && body["error"]["message"] == "no such route") && status != 405;
+            let listed = documented
+                .get(path)
+                .is_some_and(|methods| methods.iter().any(|m| m == method));
+            if routed != listed {
+                mismatches.push(format!(
+                    "{method} {path}: documented {listed}, routed {routed} ({status} {body})"
+                ));
+            }
         }
     }
+    assert!(
+        mismatches.is_empty(),
+        "the router and openapi.json disagree:\n{}",
+        mismatches.join("\n")
+    );
     daemon.stop().await.expect("clean stop");
 }
 
