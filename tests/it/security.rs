@@ -588,17 +588,35 @@ async fn slow_idle_and_surplus_connections_are_closed() {
     let (closed, answer) = closed_within(&mut idle, limit).await;
     assert!(closed && answer.starts_with("HTTP/1.1 200"), "{answer}");
 
+    daemon.stop().await.expect("clean stop");
+
     // Four connections held open: a fifth is closed at once, the four are
-    // still served, and once one goes a new one is taken.
+    // still served, and once one goes a new one is taken. A daemon whose
+    // header and idle timeouts (60 s) outlast this part, so that only the
+    // connection limit can close a connection here.
+    config.api.header_timeout = Duration::from_secs(60);
+    config.api.idle_timeout = Duration::from_secs(60);
+    let daemon = start_daemon(&config).await;
+    let addr = daemon.addr();
+    // Each of the four is served a request (kept alive): the server has
+    // accepted it and holds a slot for it.
     let mut held = Vec::new();
     for _ in 0..4 {
-        held.push(TcpStream::connect(addr).await.expect("connect"));
+        let mut stream = TcpStream::connect(addr).await.expect("connect");
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            .await
+            .expect("write");
+        let answer = first_answer(&mut stream, limit).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        held.push(stream);
     }
-    // Give the server the time to accept all four.
-    tokio::time::sleep(Duration::from_millis(100)).await;
     let mut surplus = TcpStream::connect(addr).await.expect("the kernel accepts");
-    let (closed, _) = closed_within(&mut surplus, Duration::from_millis(400)).await;
-    assert!(closed, "a fifth connection is closed at once");
+    let (closed, answer) = closed_within(&mut surplus, limit).await;
+    assert!(
+        closed && answer.is_empty(),
+        "a fifth connection is closed unanswered: {answer}"
+    );
     held[0]
         .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nconnection: close\r\n\r\n")
         .await
@@ -626,6 +644,35 @@ async fn slow_idle_and_surplus_connections_are_closed() {
     })
     .await;
     daemon.stop().await.expect("clean stop");
+}
+
+/// Reads from `stream` until one whole `content-length` answer has
+/// arrived (the connection stays open); panics after `within`.
+async fn first_answer(stream: &mut tokio::net::TcpStream, within: Duration) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut seen = Vec::new();
+    let until = tokio::time::Instant::now() + within;
+    loop {
+        let text = String::from_utf8_lossy(&seen).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse::<usize>().ok())?
+                })
+                .expect("a content-length");
+            if body.len() >= length {
+                return text;
+            }
+        }
+        let mut buf = [0u8; 4096];
+        match tokio::time::timeout_at(until, stream.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => seen.extend_from_slice(&buf[..n]),
+            other => panic!("no whole answer within {within:?} ({other:?}): {text}"),
+        }
+    }
 }
 
 /// `GET /v1/stats` carries the counts of each partition, and they add up
