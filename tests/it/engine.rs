@@ -721,9 +721,22 @@ async fn records_deleted_by_hand_do_not_wedge_the_partition() {
         .await
         .expect("HSET");
     let _: () = conn.rpush(keys.ready(0), "bare-1").await.expect("RPUSH");
-    tokio::time::sleep(Duration::from_millis(100)).await;
 
-    store.promote(0, 100).await.expect("promote");
+    // Promoted once due by Redis's clock (50 ms on): the due set empties,
+    // gone-1's member included.
+    let due = keys.due(0);
+    wait_until(
+        "every due member is promoted",
+        Duration::from_secs(10),
+        || {
+            let (store, mut conn, due) = (store.clone(), conn.clone(), due.clone());
+            async move {
+                store.promote(0, 100).await.expect("promote");
+                conn.zcard::<_, usize>(&due).await.expect("ZCARD") == 0
+            }
+        },
+    )
+    .await;
     let mut claimed: Vec<String> = store
         .claim(0, 10)
         .await
