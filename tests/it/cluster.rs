@@ -350,7 +350,21 @@ async fn scripts_change_nothing_while_their_slot_is_half_moved() {
     ] {
         store.enqueue(&new_job(id, delay)).await.expect("enqueue");
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Until Redis's clock has passed f-1's lease deadline (claimed + timeout
+    // + lease margin) and d-1's and d-2's due times (100 ms after their
+    // enqueue, which was before `enqueued`).
+    let enqueued = store.redis_time_ms().await.expect("TIME");
+    let lease = (config.delivery.timeout + config.delivery.lease_margin).as_millis() as i64;
+    let ripe = (claimed[0].claimed_at + lease).max(enqueued + 100);
+    wait_until(
+        "f-1's lease is over and d-1, d-2 are due",
+        Duration::from_secs(10),
+        || {
+            let store = store.clone();
+            async move { store.redis_time_ms().await.expect("TIME") > ripe }
+        },
+    )
+    .await;
 
     let keys = store.keys().clone();
     let masters = cluster.master_ports();
