@@ -194,7 +194,6 @@ async fn thousands_of_malformed_requests_get_no_5xx_and_valid_traffic_flows() {
                         request = request.header(format!("x-many-{n}"), "v");
                     }
                 }
-                let oversize = body.len() > 1024 * 1024 || i % 97 == 0 || i % 89 == 0;
                 let has_body = !body.is_empty();
                 match request.body(body).send().await {
                     Ok(r) => {
@@ -202,11 +201,15 @@ async fn thousands_of_malformed_requests_get_no_5xx_and_valid_traffic_flows() {
                         assert!(status < 500, "{method} {path} answered {status}");
                         *statuses.entry(status).or_default() += 1;
                     }
-                    // Oversize headers or bodies, or a body sent to a route
-                    // or method that does not exist, may be refused by
-                    // answering early and closing the connection while the
-                    // client still writes the body.
-                    Err(e) if oversize || (has_body && refused_mid_body(&e)) => {
+                    // The one failure allowed: a request with a body (an
+                    // oversize one, or one sent to a route or method that
+                    // does not exist) refused by answering early and
+                    // closing the connection while the client still writes
+                    // the body (a broken pipe or reset underneath).
+                    // Oversize headers are answered 431 once read; a
+                    // timeout, a refused connection or a garbled answer
+                    // fails the test.
+                    Err(e) if has_body && refused_mid_body(&e) => {
                         *statuses.entry(0).or_default() += 1;
                     }
                     Err(e) => panic!("{method} {path}: {e:?}"),
