@@ -174,7 +174,8 @@ async fn twenty_daemons_deliver_every_job_once() {
 /// partitions are taken over within `MEMBER_TTL + BEAT` (7 s: the
 /// membership running out, then the others' next beat), and its attempts in
 /// flight come back when their leases expire (timeout + `lease_margin`,
-/// 1.3 s here, which is sooner).
+/// 1.3 s here, which is sooner); 300 ms more covers sending the job once
+/// its partition is taken.
 #[tokio::test]
 async fn a_killed_daemons_partitions_are_taken_over_within_the_bound() {
     let redis = RedisServer::start();
@@ -213,7 +214,12 @@ async fn a_killed_daemons_partitions_are_taken_over_within_the_bound() {
     .await;
     let seen = arrivals(&receiver);
     assert_eq!(seen.len(), jobs, "distinct jobs delivered");
-    let bound = (MEMBER_TTL + BEAT).max(lease).as_millis() as i64;
+    // The README's bound is on the takeover; the job it finds due is then
+    // claimed and sent, which this allowance covers (the survivor's claim
+    // and one loopback POST; a job later than this was not taken over in
+    // time). Runs here arrive 4.4-4.5 s after max(due, kill).
+    let send = Duration::from_millis(300);
+    let bound = ((MEMBER_TTL + BEAT).max(lease) + send).as_millis() as i64;
     let (latest, which) = (0..jobs)
         .map(|i| {
             let due = first_due + i as i64 * step;
@@ -228,7 +234,7 @@ async fn a_killed_daemons_partitions_are_taken_over_within_the_bound() {
     assert!(
         latest <= bound,
         "k-{which} arrived {latest} ms after its due time or the kill (the later); \
-         the takeover bound is {bound} ms"
+         the takeover bound and the send are {bound} ms"
     );
     wait_until(
         "the killed daemon drops out of the fleet",
