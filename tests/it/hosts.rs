@@ -128,6 +128,15 @@ async fn two_daemons_share_one_rate_limit() {
     let jobs: Vec<Value> = (0..JOBS)
         .map(|i| json!({"id": format!("rate-{i}"), "url": receiver.url("/r")}))
         .collect();
+    // The budget's windows are whole seconds of Redis's clock (this
+    // machine's). Created as a second begins, the jobs use each window's
+    // budget up long before its end (the two daemons together want twice
+    // the rate), so no request granted in one window is still on its way
+    // when the next begins, and the bound holds for arrivals as counted.
+    crate::support::wait_until("a second begins", Duration::from_secs(5), || async {
+        hookq::job::now_ms() % 1000 < 20
+    })
+    .await;
     create_batch(&bases[0], jobs).await;
     let requests = receiver.wait_for_count(JOBS, Duration::from_secs(60)).await;
     let windows = per_second(&requests);
