@@ -940,11 +940,12 @@ async fn outcome_waits_for_its_replica(id: &str, receiver: &Receiver, state: &st
             value
         }
     };
-    // Acknowledged while the replica is live; due a moment later, when it
-    // is stopped. The next rung is an hour away: one attempt only.
+    // Acknowledged while the replica is live; due 3 s later, by when it is
+    // stopped (the next two steps take milliseconds). The next rung is an
+    // hour away: one attempt only.
     post_created(
         &format!("{base}/v1/jobs"),
-        json!({"id": id, "url": receiver.url(&format!("/{id}")), "retry": ["1h"], "delay": "1s"}),
+        json!({"id": id, "url": receiver.url(&format!("/{id}")), "retry": ["1h"], "delay": "3s"}),
     )
     .await;
     assert_eq!(not_replicated().await, 0.0);
