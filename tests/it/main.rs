@@ -15,6 +15,7 @@ mod engine;
 mod fleet;
 mod footprint;
 mod hosts;
+mod metrics;
 mod migrate;
 mod ops;
 mod ordering;

@@ -3,7 +3,7 @@
 //! catch-up rules after every daemon was down, `overlap = "skip"` against
 //! a receiver that hangs, pause and resume, PATCH, and bad input.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -15,15 +15,58 @@ use crate::support::redis::RedisServer;
 use crate::support::wait_until;
 use crate::{get_json, job_view, post_json, start_daemon, test_config};
 
-/// The fire times of schedule `id` among the receiver's deliveries
-/// (job ids `<id>:<fire time>`), each once.
-fn fired_times(receiver: &Receiver, id: &str) -> BTreeSet<i64> {
+/// The fire times of schedule `id` among the receiver's deliveries (job
+/// ids `<id>:<fire time>`), each with the number of its deliveries: a fire
+/// time fired twice counts 2 (a set would show it once).
+fn fired_times(receiver: &Receiver, id: &str) -> BTreeMap<i64, usize> {
+    fired_with(receiver, id, |_| true)
+}
+
+/// As [`fired_times`], counting first attempts only (`hookq-attempt: 1`):
+/// where a daemon is killed mid-attempt, the attempt is repeated (at least
+/// once) as attempt 2, while a fire time fired twice would make a second
+/// job whose first attempt is attempt 1 again.
+fn fired_first_attempts(receiver: &Receiver, id: &str) -> BTreeMap<i64, usize> {
+    fired_with(receiver, id, |r| r.header("hookq-attempt") == Some("1"))
+}
+
+fn fired_with(
+    receiver: &Receiver,
+    id: &str,
+    keep: impl Fn(&crate::support::receiver::Recorded) -> bool,
+) -> BTreeMap<i64, usize> {
     let prefix = format!("{id}:");
-    receiver
-        .requests()
-        .iter()
-        .filter_map(|r| r.header("webhook-id")?.strip_prefix(&prefix)?.parse().ok())
-        .collect()
+    let mut counts = BTreeMap::new();
+    for r in receiver.requests().iter().filter(|r| keep(r)) {
+        if let Some(at) = r
+            .header("webhook-id")
+            .and_then(|h| h.strip_prefix(&prefix))
+            .and_then(|t| t.parse::<i64>().ok())
+        {
+            *counts.entry(at).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+/// Asserts that each fire time of schedule `id` in `counts` was delivered
+/// exactly once.
+fn assert_each_once(id: &str, counts: &BTreeMap<i64, usize>) {
+    let doubled: Vec<(&i64, &usize)> = counts.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(
+        doubled.is_empty(),
+        "{id}: fire times delivered more than once: {doubled:?}"
+    );
+}
+
+/// Asserts that each fire time of `id` was delivered once and consecutive
+/// ones are `every_ms` apart: none doubled, none skipped.
+fn assert_each_once_gapless(id: &str, counts: &BTreeMap<i64, usize>, every_ms: i64) {
+    assert_each_once(id, counts);
+    let times: Vec<i64> = counts.keys().copied().collect();
+    for pair in times.windows(2) {
+        assert_eq!(pair[1] - pair[0], every_ms, "{id}: a gap in {times:?}");
+    }
 }
 
 /// `every = "1s"`: the fired jobs' fire times are exactly 1,000 ms apart,
@@ -68,10 +111,9 @@ async fn every_second_fires_jobs_exactly_a_second_apart() {
         || async { fired_times(&receiver, "tick").len() >= 4 },
     )
     .await;
-    let times: Vec<i64> = fired_times(&receiver, "tick").into_iter().collect();
-    for pair in times.windows(2) {
-        assert_eq!(pair[1] - pair[0], 1000, "{times:?}");
-    }
+    let fired = fired_times(&receiver, "tick");
+    assert_each_once_gapless("tick", &fired, 1000);
+    let times: Vec<i64> = fired.keys().copied().collect();
     let job = format!("tick:{}", times[0]);
     let (status, shown) = get_json(&format!("{base}/v1/jobs/{job}")).await;
     assert_eq!(status, 200, "{shown}");
@@ -174,15 +216,108 @@ async fn two_daemons_and_a_kill_9_neither_skip_nor_double_a_firing() {
         daemon.kill_9().await;
     }
     for id in &ids {
-        let times: Vec<i64> = fired_times(&receiver, id).into_iter().collect();
-        for pair in times.windows(2) {
-            assert_eq!(
-                pair[1] - pair[0],
-                1000,
-                "{id}: a gap or a double in {times:?}"
-            );
-        }
+        assert_each_once_gapless(id, &fired_first_attempts(&receiver, id), 1000);
     }
+}
+
+/// Two daemon processes forced onto one partition, both firing it: with
+/// `redis.partitions = 1` and the fleet's membership key unreadable (a
+/// string where the fleet keeps a sorted set), every heartbeat fails and
+/// each daemon keeps the deal it starts with, which is every partition
+/// ("a daemon that cannot reach Redis keeps its deal"). Both firers then
+/// wake at each fire time and race for it. Each fire time of 8 schedules
+/// firing every second is delivered once with no gap; both daemons fired
+/// some (the race is real); their fired counts add up to the jobs (the
+/// loser of a race counts nothing, as it changes nothing); and no
+/// schedule's `last_runs` lists a time twice.
+#[tokio::test]
+async fn two_firers_on_one_partition_neither_skip_nor_double_a_firing() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let mut conn = redis.conn().await;
+    let _: () = redis::cmd("SET")
+        .arg("hookq:fleet")
+        .arg("not a sorted set")
+        .query_async(&mut conn)
+        .await
+        .expect("SET");
+    let env = [
+        ("HOOKQ_REDIS__PARTITIONS", "1"),
+        ("HOOKQ_DELIVERY__TIMEOUT", "1s"),
+        ("HOOKQ_DELIVERY__LEASE_MARGIN", "300ms"),
+    ];
+    let (_daemons, ports) = spawn_ready(&redis, 2, &env).await;
+    let bases: Vec<String> = ports.iter().map(|p| base_url(*p)).collect();
+    let ids: Vec<String> = (0..8).map(|i| format!("race{i}")).collect();
+    for id in &ids {
+        let (status, created) = post_json(
+            &format!("{}/v1/schedules", bases[0]),
+            json!({"id": id, "every": "1s", "job": {"url": receiver.url("/")}}),
+        )
+        .await;
+        assert_eq!(status, 201, "{created}");
+    }
+    wait_until(
+        "every schedule fired 8 times",
+        Duration::from_secs(30),
+        || async { ids.iter().all(|id| fired_times(&receiver, id).len() >= 8) },
+    )
+    .await;
+    for id in &ids {
+        let (_, view) = get_json(&format!("{}/v1/schedules/{id}", bases[1])).await;
+        let runs: Vec<&str> = view["last_runs"]
+            .as_array()
+            .expect("last_runs")
+            .iter()
+            .filter_map(|r| r["at"].as_str())
+            .collect();
+        let distinct: BTreeSet<&str> = runs.iter().copied().collect();
+        assert_eq!(
+            distinct.len(),
+            runs.len(),
+            "{id}: a run listed twice: {runs:?}"
+        );
+        let (status, _) = send(
+            reqwest::Method::DELETE,
+            &format!("{}/v1/schedules/{id}", bases[0]),
+            None,
+        )
+        .await;
+        assert_eq!(status, 204);
+    }
+    // Deleted: nothing fires any more. Every fired job is delivered once
+    // nothing is left to run, and a repeat could come only within a lease
+    // (timeout 1 s + margin 300 ms): wait that, and a second more.
+    crate::wait_until_idle(&bases[0], Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_millis(2300)).await;
+    let mut jobs = 0;
+    for id in &ids {
+        let fired = fired_times(&receiver, id);
+        assert_each_once_gapless(id, &fired, 1000);
+        jobs += fired.len();
+    }
+    let mut counted = Vec::new();
+    for base in &bases {
+        let text = reqwest::get(format!("{base}/metrics"))
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text");
+        counted.push(crate::metric_sum(
+            &text,
+            "hookq_schedule_firings_total{outcome=\"fired\"}",
+        ));
+    }
+    assert!(
+        counted.iter().all(|n| *n > 0.0),
+        "both daemons fired: {counted:?}"
+    );
+    assert_eq!(
+        counted.iter().sum::<f64>(),
+        jobs as f64,
+        "firings counted by the two daemons vs jobs delivered: {counted:?}"
+    );
 }
 
 /// Writes schedule `id` (every second, anchored `behind_ms` ago, next
@@ -257,16 +392,10 @@ async fn catch_up_rules_after_every_daemon_was_down() {
                 - at
         }
     };
-    let gapless = |times: &BTreeSet<i64>| {
-        let times: Vec<i64> = times.iter().copied().collect();
-        times.windows(2).all(|pair| pair[1] - pair[0] == 1000)
-    };
     let all = fired_times(&receiver, "all");
-    assert!(
-        all.len() >= 29 && gapless(&all),
-        "every missed time: {all:?}"
-    );
-    let first = *all.iter().next().expect("fired");
+    assert!(all.len() >= 29, "every missed time: {all:?}");
+    assert_each_once_gapless("all", &all, 1000);
+    let first = *all.keys().next().expect("fired");
     assert!(
         lateness("all", first).await >= 28_000,
         "from the first missed time"
@@ -274,17 +403,19 @@ async fn catch_up_rules_after_every_daemon_was_down() {
     // latest: from the newest time at least 10 s late; none: from the
     // oldest less than 10 s late.
     let latest = fired_times(&receiver, "latest");
-    let first = *latest.iter().next().expect("fired");
+    assert_each_once_gapless("latest", &latest, 1000);
+    let first = *latest.keys().next().expect("fired");
     let late = lateness("latest", first).await;
     assert!(
-        gapless(&latest) && (10_000..11_000).contains(&late),
+        (10_000..11_000).contains(&late),
         "latest: {late} ms late: {latest:?}"
     );
     let none = fired_times(&receiver, "none");
-    let first = *none.iter().next().expect("fired");
+    assert_each_once_gapless("none", &none, 1000);
+    let first = *none.keys().next().expect("fired");
     let late = lateness("none", first).await;
     assert!(
-        gapless(&none) && (9_000..10_000).contains(&late),
+        (9_000..10_000).contains(&late),
         "none: {late} ms late: {none:?}"
     );
     daemon.stop().await.expect("clean stop");
@@ -374,7 +505,7 @@ async fn pause_resume_and_patch() {
     })
     .await;
     let paused_window: Vec<i64> = fired_times(&receiver, "p")
-        .into_iter()
+        .into_keys()
         .filter(|t| *t > paused_at + 200 && *t < resumed_at - 200)
         .collect();
     assert!(
@@ -397,15 +528,16 @@ async fn pause_resume_and_patch() {
         Duration::from_secs(10),
         || async {
             fired_times(&receiver, "p")
-                .iter()
+                .keys()
                 .filter(|t| **t > patched_at)
                 .count()
                 >= 2
         },
     )
     .await;
+    assert_each_once("p", &fired_times(&receiver, "p"));
     let after: Vec<i64> = fired_times(&receiver, "p")
-        .into_iter()
+        .into_keys()
         .filter(|t| *t > patched_at)
         .collect();
     assert_eq!(after[1] - after[0], 2000, "{after:?}");
@@ -658,10 +790,7 @@ async fn schedules_on_a_cluster_fire_each_time_once() {
         "a job twice: {deliveries:?}"
     );
     for id in &ids {
-        let times: Vec<i64> = fired_times(&receiver, id).into_iter().collect();
-        for pair in times.windows(2) {
-            assert_eq!(pair[1] - pair[0], 1000, "{id}: {times:?}");
-        }
+        assert_each_once_gapless(id, &fired_times(&receiver, id), 1000);
     }
 }
 
@@ -723,6 +852,7 @@ async fn an_ordered_schedules_jobs_wait_in_line() {
             Some((r.received_at, at))
         })
         .collect();
+    assert_each_once(&id, &fired_times(&receiver, &id));
     for pair in arrivals.windows(2) {
         assert!(pair[1].1 > pair[0].1, "in order: {arrivals:?}");
         let gap = pair[1].0.duration_since(pair[0].0).unwrap_or_default();

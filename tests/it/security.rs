@@ -704,14 +704,11 @@ async fn stats_show_each_partitions_counts() {
     daemon.stop().await.expect("clean stop");
 }
 
-/// `redis.ack_replicas`: a write is acknowledged only once a replica has
-/// it; with the replica gone, writes answer 503 `not_replicated` (naming
-/// no field: the client retries the same id) and doctor warns.
-#[tokio::test]
-async fn acknowledged_writes_wait_for_their_replica() {
+/// A primary and a replica of it, the replica in sync.
+async fn primary_with_replica() -> (RedisServer, RedisServer) {
     let primary = RedisServer::start();
     let port = primary.port().to_string();
-    let mut replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
     wait_until(
         "the replica is in sync",
         Duration::from_secs(20),
@@ -726,22 +723,90 @@ async fn acknowledged_writes_wait_for_their_replica() {
         },
     )
     .await;
+    (primary, replica)
+}
+
+/// Sends `sig` (`STOP`, `CONT`) to the Redis `server`: a stopped replica
+/// keeps its link to the primary but acknowledges nothing.
+fn signal_redis(server: &RedisServer, sig: &str) {
+    let pid = server.pid().expect("the server runs");
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -{sig} {pid}");
+}
+
+/// Whether the job record of `id` is on `server` (a primary or a replica).
+async fn has_job(server: &RedisServer, config: &hookq::config::Config, id: &str) -> bool {
+    let keys = hookq::store::Keys::new(&config.redis.namespace, config.redis.partitions);
+    let p = keys.partition_of(id);
+    let mut conn = server.conn().await;
+    redis::cmd("HEXISTS")
+        .arg(keys.live_records(p, id))
+        .arg(id)
+        .query_async(&mut conn)
+        .await
+        .expect("HEXISTS")
+}
+
+/// `redis.ack_replicas`: a write is acknowledged only once a replica has
+/// it. With the replica stopped (SIGSTOP: its link stays up, it acks
+/// nothing) a create lands on the primary but its answer waits, blocked
+/// in `WAIT`; resumed, the replica gets the job and only then does the 201
+/// come. Loopback replication is sub-millisecond, so a check of the
+/// replica after an ordinary create would pass without `WAIT`; this one
+/// cannot. With the replica gone, doctor warns.
+#[tokio::test]
+async fn acknowledged_writes_wait_for_their_replica() {
+    let (primary, mut replica) = primary_with_replica().await;
     let mut config = test_config(&primary);
     config.redis.ack_replicas = 1;
-    config.redis.ack_timeout = Duration::from_millis(300);
+    // Long enough that the stopped replica, not the timeout, ends the wait.
+    config.redis.ack_timeout = Duration::from_secs(20);
     let daemon = start_daemon(&config).await;
     let jobs = format!("{}/v1/jobs", daemon.url());
     let job = |id: &str| json!({"id": id, "url": "http://127.0.0.1:9/x", "delay": "1h"});
     post_created(&jobs, job("acked-1")).await;
-    // Acknowledged means on the replica already.
-    let mut on_replica = replica.conn().await;
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("hookq:*:jobs:*")
-        .query_async(&mut on_replica)
-        .await
-        .expect("KEYS");
+    assert!(has_job(&replica, &config, "acked-1").await);
+
+    signal_redis(&replica, "STOP");
+    let create = tokio::spawn({
+        let jobs = jobs.clone();
+        async move {
+            let answer = post_json(&jobs, job("acked-2")).await;
+            (answer, std::time::Instant::now())
+        }
+    });
+    // The write landed on the primary, and the daemon waits for the
+    // replica (its connection blocked in WAIT) instead of answering.
+    wait_until(
+        "the create landed and waits in WAIT",
+        Duration::from_secs(10),
+        || async {
+            has_job(&primary, &config, "acked-2").await
+                && primary
+                    .info_field("clients", "blocked_clients")
+                    .await
+                    .is_ok_and(|n| n >= 1)
+        },
+    )
+    .await;
     assert!(
-        !keys.is_empty(),
+        !create.is_finished(),
+        "the create was answered while the replica could not have it"
+    );
+    let resumed_at = std::time::Instant::now();
+    signal_redis(&replica, "CONT");
+    let ((status, answer), answered_at) = create.await.expect("the create task");
+    assert_eq!(status, 201, "{answer}");
+    assert!(
+        answered_at > resumed_at,
+        "acknowledged before the replica was resumed"
+    );
+    assert!(
+        has_job(&replica, &config, "acked-2").await,
         "the acknowledged job is not on the replica"
     );
 
@@ -757,15 +822,6 @@ async fn acknowledged_writes_wait_for_their_replica() {
         },
     )
     .await;
-    let (status, error) = post_json(&jobs, job("acked-2")).await;
-    assert_eq!(status, 503, "{error}");
-    assert_eq!(error["error"]["code"], "not_replicated", "{error}");
-    let response = reqwest::Client::new()
-        .delete(format!("{jobs}/acked-1"))
-        .send()
-        .await
-        .expect("DELETE");
-    assert_eq!(response.status(), 503);
     let report = hookq::doctor::run(&config).await;
     let replicas = report
         .checks
@@ -775,4 +831,190 @@ async fn acknowledged_writes_wait_for_their_replica() {
     assert!(replicas.detail.contains("0 replica"), "{}", replicas.detail);
     assert_eq!(replicas.status, hookq::doctor::Status::Warn);
     daemon.stop().await.expect("clean stop");
+}
+
+/// With the replica stopped, every write the API acknowledges answers 503
+/// `not_replicated` (naming no field: the client retries the same id):
+/// create, batch, PATCH, cancel, replay and drop of dead letters, and
+/// the schedule writes (create, PATCH, pause, resume, delete). Nothing is
+/// acknowledged; once the replica is back, the same create is answered.
+#[tokio::test]
+async fn no_write_is_acknowledged_while_the_replica_is_stopped() {
+    use crate::api::send;
+    use reqwest::Method;
+    let (primary, replica) = primary_with_replica().await;
+    let gone = Receiver::with_status(410).await;
+    let mut config = test_config(&primary);
+    config.redis.ack_replicas = 1;
+    config.redis.ack_timeout = Duration::from_millis(300);
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    let job = |id: &str| json!({"id": id, "url": "http://127.0.0.1:9/x", "delay": "1h"});
+    // What the writes act on, made while the replica is live.
+    for id in ["to-patch", "to-cancel"] {
+        post_created(&format!("{base}/v1/jobs"), job(id)).await;
+    }
+    for id in ["dead-replay", "dead-drop"] {
+        post_created(
+            &format!("{base}/v1/jobs"),
+            json!({"id": id, "url": gone.url("/gone"), "retry": []}),
+        )
+        .await;
+        wait_state(&base, id, "dead").await;
+    }
+    let schedule = json!({"id": "sched", "every": "1h", "job": {"url": "http://127.0.0.1:9/s"}});
+    let (status, created) = post_json(&format!("{base}/v1/schedules"), schedule).await;
+    assert_eq!(status, 201, "{created}");
+
+    signal_redis(&replica, "STOP");
+    let writes: Vec<(Method, String, Option<Value>)> = vec![
+        (Method::POST, "/v1/jobs".into(), Some(job("new-1"))),
+        (
+            Method::POST,
+            "/v1/jobs/batch".into(),
+            Some(json!({"jobs": [job("batch-1"), job("batch-2"), job("batch-3")]})),
+        ),
+        (
+            Method::PATCH,
+            "/v1/jobs/to-patch".into(),
+            Some(json!({"delay": "2h"})),
+        ),
+        (Method::DELETE, "/v1/jobs/to-cancel".into(), None),
+        (
+            Method::POST,
+            "/v1/dead-letters/replay".into(),
+            Some(json!({"ids": ["dead-replay"]})),
+        ),
+        (Method::DELETE, "/v1/dead-letters/dead-drop".into(), None),
+        (
+            Method::POST,
+            "/v1/schedules".into(),
+            Some(json!({"id": "sched-2", "every": "1h", "job": {"url": "http://127.0.0.1:9/s"}})),
+        ),
+        (
+            Method::PATCH,
+            "/v1/schedules/sched".into(),
+            Some(json!({"every": "2h"})),
+        ),
+        (Method::POST, "/v1/schedules/sched/pause".into(), None),
+        (Method::POST, "/v1/schedules/sched/resume".into(), None),
+        (Method::DELETE, "/v1/schedules/sched".into(), None),
+    ];
+    for (method, path, body) in writes {
+        let (status, answer) = send(method.clone(), &format!("{base}{path}"), body).await;
+        assert_eq!(
+            (status, &answer["error"]["code"]),
+            (503, &json!("not_replicated")),
+            "{method} {path} was acknowledged without its replica: {answer}"
+        );
+        assert!(answer["error"]["field"].is_null(), "{answer}");
+    }
+    signal_redis(&replica, "CONT");
+    // The write may have landed: the same create again is answered.
+    wait_until(
+        "the same create is acknowledged once the replica is back",
+        Duration::from_secs(20),
+        || async {
+            let (status, _) = post_json(&format!("{base}/v1/jobs"), job("new-1")).await;
+            status == 200 || status == 201
+        },
+    )
+    .await;
+    daemon.stop().await.expect("clean stop");
+}
+
+/// A recorded outcome is `WAIT`ed for too: with the replica stopped, the
+/// daemon does not take a delivery's success (complete) or a failure
+/// (fail) as recorded: it records it again (each try counted in
+/// `hookq_writes_not_replicated_total`) until the replica is back, and the
+/// replica then holds the job's record as the primary does. Each outcome
+/// on a primary, replica and daemon of its own.
+#[tokio::test]
+async fn outcomes_are_recorded_only_once_their_replica_has_them() {
+    let ok = Receiver::ok().await;
+    let failing = Receiver::with_status(500).await;
+    tokio::join!(
+        outcome_waits_for_its_replica("outcome-complete", &ok, "delivered"),
+        outcome_waits_for_its_replica("outcome-fail", &failing, "scheduled"),
+    );
+}
+
+/// Job `id` to `receiver`, attempted while the replica is stopped: its
+/// outcome is recorded again until the replica is back, then the job is
+/// in `state` and the replica holds its record as the primary does.
+async fn outcome_waits_for_its_replica(id: &str, receiver: &Receiver, state: &str) {
+    let (primary, replica) = primary_with_replica().await;
+    let config = test_config(&primary);
+    // A daemon process of its own, so that its metrics are its own.
+    let env = [
+        ("HOOKQ_REDIS__ACK_REPLICAS", "1"),
+        ("HOOKQ_REDIS__ACK_TIMEOUT", "200ms"),
+        // A recording is retried until the attempt's lease would expire:
+        // a long one leaves time for several tries while the replica is
+        // stopped.
+        ("HOOKQ_DELIVERY__TIMEOUT", "20s"),
+    ];
+    let (_serve, base) = serve_ready(&primary, &env).await;
+    let not_replicated = || {
+        let base = base.clone();
+        async move {
+            let text = reqwest::get(format!("{base}/metrics"))
+                .await
+                .expect("metrics")
+                .text()
+                .await
+                .expect("text");
+            crate::metric_sum(&text, "hookq_writes_not_replicated_total")
+        }
+    };
+    let keys = hookq::store::Keys::new(&config.redis.namespace, config.redis.partitions);
+    let record = |server: &RedisServer| {
+        let key = keys.live_records(keys.partition_of(id), id);
+        let id = id.to_string();
+        let url = server.url();
+        async move {
+            let mut conn = redis::Client::open(url)
+                .expect("url")
+                .get_multiplexed_async_connection()
+                .await
+                .expect("connect");
+            let value: Option<Vec<u8>> = redis::cmd("HGET")
+                .arg(key)
+                .arg(id)
+                .query_async(&mut conn)
+                .await
+                .expect("HGET");
+            value
+        }
+    };
+    // Acknowledged while the replica is live; due 3 s later, by when it is
+    // stopped (the next two steps take milliseconds). The next rung is an
+    // hour away: one attempt only.
+    post_created(
+        &format!("{base}/v1/jobs"),
+        json!({"id": id, "url": receiver.url(&format!("/{id}")), "retry": ["1h"], "delay": "3s"}),
+    )
+    .await;
+    assert_eq!(not_replicated().await, 0.0);
+    signal_redis(&replica, "STOP");
+    wait_until(
+        &format!("{id}: its outcome is recorded again while unreplicated"),
+        Duration::from_secs(15),
+        || async { not_replicated().await >= 2.0 },
+    )
+    .await;
+    signal_redis(&replica, "CONT");
+    wait_state(&base, id, state).await;
+    wait_until(
+        &format!("{id}: the replica holds the recorded outcome"),
+        Duration::from_secs(20),
+        || async { record(&replica).await == record(&primary).await },
+    )
+    .await;
+    let attempts = receiver
+        .requests()
+        .iter()
+        .filter(|r| r.path == format!("/{id}"))
+        .count();
+    assert_eq!(attempts, 1, "{id} was attempted again");
 }

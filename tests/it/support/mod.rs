@@ -3,8 +3,9 @@
 //! `redis-server` per test ([`redis::RedisServer`]) or a real cluster
 //! ([`cluster::RedisCluster`]), a real recording HTTP receiver
 //! ([`receiver::Receiver`]), a host that accepts and never answers
-//! ([`hanging::HangingHost`]), processes owned down to their grandchildren
-//! ([`process::OwnedProcess`]), a headless Chromium over WebDriver
+//! ([`hanging::HangingHost`]), a receiver that measures how many requests
+//! are open at once ([`inflight::InFlightReceiver`]), processes owned down
+//! to their grandchildren ([`process::OwnedProcess`]), a headless Chromium over WebDriver
 //! ([`browser::Browser`]), condition waits with deadlines, claimed jobs
 //! recorded as delivered ([`store::complete_claimed`]), and test logging.
 #![allow(dead_code)]
@@ -12,6 +13,7 @@
 pub mod browser;
 pub mod cluster;
 pub mod hanging;
+pub mod inflight;
 pub mod process;
 pub mod receiver;
 pub mod redis;
