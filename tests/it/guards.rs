@@ -302,3 +302,258 @@ async fn only_a_probe_or_an_operator_closes_an_open_host() {
         HostState::Closed
     );
 }
+
+/// A receiver that answers 429 with `Retry-After: <retry_after>` s after
+/// holding each request for `hold`, per path.
+async fn retry_after_receiver(
+    answers: &'static [(&'static str, u64, Duration)],
+) -> crate::support::receiver::Receiver {
+    use crate::support::receiver::{Receiver, Recorded, Reply};
+    Receiver::start(std::sync::Arc::new(move |r: &Recorded| {
+        let (_, retry_after, hold) = answers
+            .iter()
+            .find(|(path, _, _)| *path == r.path)
+            .copied()
+            .unwrap_or(("", 1, Duration::ZERO));
+        Reply {
+            headers: vec![("retry-after".into(), retry_after.to_string())],
+            delay: Some(hold),
+            ..Reply::status(429)
+        }
+    }))
+    .await
+}
+
+/// Waits (15 s at most) until every job of `ids` has one attempt in its
+/// history: its outcome is recorded, so the breaker has seen it (a worker
+/// tells the breaker before it records the outcome).
+async fn wait_attempted(base: &str, ids: &[&str]) {
+    for id in ids {
+        wait_until(
+            &format!("{id}'s attempt is recorded"),
+            Duration::from_secs(15),
+            || async {
+                crate::job_view(base, id).await["history"]
+                    .as_array()
+                    .is_some_and(|h| !h.is_empty())
+            },
+        )
+        .await;
+    }
+}
+
+/// An operator pauses a host while an attempt is at it; the attempt then
+/// answers 429 with `Retry-After: 1`. The operator's pause stays, with no
+/// end (`host_pause.lua`: a Retry-After never replaces an operator's
+/// pause), and a daemon's check for a timed pause that ran out does not
+/// lift it (`till == 0` in `host_resume.lua`).
+#[tokio::test]
+async fn an_operators_pause_outlasts_a_retry_after_answer() {
+    use hookq::store::hosts::HostState;
+    static ANSWERS: [(&str, u64, Duration); 1] = [("/paced", 1, Duration::from_secs(2))];
+    let redis = RedisServer::start();
+    let receiver = retry_after_receiver(&ANSWERS).await;
+    let mut config = test_config(&redis);
+    config.delivery.timeout = Duration::from_secs(5);
+    config.validate().expect("valid config");
+    let daemon = crate::start_daemon(&config).await;
+    let base = daemon.url();
+    let store = Store::connect(&config).await.expect("store");
+    let host = format!("http://{}", receiver.addr());
+    let host_path: String = url::form_urlencoded::byte_serialize(host.as_bytes()).collect();
+    crate::post_created(
+        &format!("{base}/v1/jobs"),
+        serde_json::json!({"id": "paced", "url": receiver.url("/paced")}),
+    )
+    .await;
+    // The attempt is held at the receiver for 2 s: the pause comes first.
+    receiver.wait_for_count(1, Duration::from_secs(10)).await;
+    let (status, answer) = crate::post_json(
+        &format!("{base}/v1/hosts/{host_path}/pause"),
+        serde_json::json!({}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    wait_attempted(&base, &["paced"]).await;
+    let record = store.host_record(&host).await.expect("record");
+    assert_eq!(
+        (record.state, record.next_probe_at, record.reason.as_deref()),
+        (HostState::Paused, None, Some("operator")),
+        "a Retry-After replaced the operator's pause: {record:?}"
+    );
+    assert!(
+        !store.host_resume(&host, "expired").await.expect("resume"),
+        "an expiry check lifted an operator's pause"
+    );
+    assert_eq!(
+        store.host_record(&host).await.expect("record").state,
+        HostState::Paused
+    );
+    daemon.stop().await.expect("clean stop");
+}
+
+/// Two attempts at one host answer 429: the first with `Retry-After: 30`,
+/// the second, later, with `Retry-After: 1`. The host stays paused for the
+/// longer time (`host_pause.lua`: a pause is never shortened), and a
+/// daemon's check for a timed pause that ran out does not lift it before
+/// its end (`now < till` in `host_resume.lua`).
+#[tokio::test]
+async fn a_shorter_retry_after_never_shortens_a_pause() {
+    use hookq::store::hosts::HostState;
+    // Both requests are at the receiver before the first answer (1 s).
+    static ANSWERS: [(&str, u64, Duration); 2] = [
+        ("/long", 30, Duration::from_secs(1)),
+        ("/short", 1, Duration::from_millis(2500)),
+    ];
+    let redis = RedisServer::start();
+    let receiver = retry_after_receiver(&ANSWERS).await;
+    let mut config = test_config(&redis);
+    config.delivery.timeout = Duration::from_secs(5);
+    config.validate().expect("valid config");
+    let daemon = crate::start_daemon(&config).await;
+    let base = daemon.url();
+    let store = Store::connect(&config).await.expect("store");
+    let host = format!("http://{}", receiver.addr());
+    let (status, answer) = crate::post_json(
+        &format!("{base}/v1/jobs/batch"),
+        serde_json::json!({"jobs": [
+            {"id": "long", "url": receiver.url("/long")},
+            {"id": "short", "url": receiver.url("/short")},
+        ]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    receiver.wait_for_count(2, Duration::from_secs(10)).await;
+    wait_attempted(&base, &["long", "short"]).await;
+    let now = store.redis_time_ms().await.expect("time");
+    let record = store.host_record(&host).await.expect("record");
+    assert_eq!(record.state, HostState::Paused, "{record:?}");
+    let until = record.next_probe_at.expect("a timed pause has an end");
+    assert!(
+        until > now + 20_000,
+        "the pause ends in {} ms, not ~30 s: the shorter Retry-After shortened it",
+        until - now
+    );
+    assert!(
+        !store.host_resume(&host, "expired").await.expect("resume"),
+        "an expiry check lifted a pause before its end"
+    );
+    assert_eq!(
+        store.host_record(&host).await.expect("record").state,
+        HostState::Paused
+    );
+    daemon.stop().await.expect("clean stop");
+}
+
+/// A job waiting in a timing-wheel bucket is changed to be due now: its id
+/// stays in the bucket as a tombstone (no LREM). It is claimed, and while
+/// its attempt is in flight the bucket opens: the tombstone is skipped
+/// (`r.state == 'w'` in the prelude's `promote_due_jobs`), so the job is
+/// not scheduled a second time, and no second attempt starts beside the
+/// first.
+#[tokio::test]
+async fn a_wheel_tombstone_does_not_reschedule_a_job_in_flight() {
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    // 100 ms buckets: a job due in 2 s waits in a level-1 bucket.
+    config.redis.wheel_bucket = Duration::from_millis(100);
+    config.validate().expect("valid config");
+    let store = Store::connect(&config).await.expect("store");
+    let id = "moved-near";
+    let p = store.keys().partition_of(id);
+    enqueue(&store, &config, id, Some("2s")).await;
+    let mut conn = redis.conn().await;
+    let buckets: usize = conn.zcard(store.keys().wheel(p)).await.expect("ZCARD");
+    assert_eq!(buckets, 1, "the job waits in a wheel bucket");
+    let stored = store.get(id).await.expect("get").expect("record");
+    let change = hookq::store::Reschedule {
+        id,
+        old_spec_json: &stored.spec_json,
+        new_spec_json: &stored.spec_json,
+        due: Some(hookq::job::Due::After(0)),
+        max_attempts: stored.max_attempts,
+        lease_ms: None,
+        given: hookq::job::GIVEN_DELAY,
+    };
+    let changed = store.reschedule(&change).await.expect("reschedule");
+    assert!(
+        matches!(changed, hookq::store::RescheduleOutcome::Changed { .. }),
+        "{changed:?}"
+    );
+    store.promote(p, 100).await.expect("promote");
+    let claim = crate::claim_direct(&store, id).await;
+    assert_eq!(claim.attempt, 1);
+
+    // The bucket opens about 2 s after the create; the deadline only
+    // bounds the wait.
+    wait_until("the old bucket opens", Duration::from_secs(15), || {
+        let store = store.clone();
+        let redis = &redis;
+        async move {
+            store.promote(p, 100).await.expect("promote");
+            let mut conn = redis.conn().await;
+            let left: usize = conn.zcard(store.keys().wheel(p)).await.expect("ZCARD");
+            left == 0
+        }
+    })
+    .await;
+    assert_eq!(
+        state_of(&store, id).await,
+        (State::Inflight, 1),
+        "the bucket's tombstone rescheduled a job in flight"
+    );
+    store.promote(p, 100).await.expect("promote");
+    let again = store.claim(p, 100).await.expect("claim");
+    assert!(again.jobs.is_empty(), "a second attempt: {:?}", again.jobs);
+}
+
+/// Two operators replay the same dead letter, the second from a listing
+/// read before the first replay; by then the revived job was delivered
+/// (only its summary is left). The second replay finds no dead letter and
+/// revives nothing (`#entry == 0` in `replay_dead.lua`): the job is not
+/// delivered twice.
+#[tokio::test]
+async fn a_dead_letter_replayed_twice_revives_its_job_once() {
+    use hookq::store::ReplayOutcome;
+    let redis = RedisServer::start();
+    let config = test_config(&redis);
+    let store = Store::connect(&config).await.expect("store");
+    let id = "replayed";
+    enqueue(&store, &config, id, None).await;
+    let claim = crate::claim_direct(&store, id).await;
+    let outcome = store
+        .fail(&claim, &failure(hookq::retry::FailAction::DeadLetter))
+        .await
+        .expect("fail");
+    assert!(
+        matches!(outcome, FailOutcome::DeadLettered(_)),
+        "{outcome:?}"
+    );
+    let letter = store
+        .find_dead(id)
+        .await
+        .expect("find")
+        .expect("the dead letter");
+    let spec = claim.spec_json.as_str();
+    assert_eq!(
+        store.replay(&letter, spec, 3).await.expect("replay"),
+        ReplayOutcome::Revived
+    );
+    let revived = crate::claim_direct(&store, id).await;
+    let done = store
+        .complete(&revived, &store.delivery_from_json(spec, "{}"))
+        .await
+        .expect("complete");
+    assert!(done);
+    assert_eq!(state_of(&store, id).await.0, State::Delivered);
+
+    assert_eq!(
+        store.replay(&letter, spec, 3).await.expect("replay"),
+        ReplayOutcome::Gone,
+        "a dead letter already replayed revived its delivered job"
+    );
+    assert_eq!(state_of(&store, id).await.0, State::Delivered);
+    let p = store.keys().partition_of(id);
+    let claimed = store.claim(p, 100).await.expect("claim");
+    assert!(claimed.jobs.is_empty(), "{:?}", claimed.jobs);
+}
