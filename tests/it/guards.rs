@@ -557,3 +557,200 @@ async fn a_dead_letter_replayed_twice_revives_its_job_once() {
     let claimed = store.claim(p, 100).await.expect("claim");
     assert!(claimed.jobs.is_empty(), "{:?}", claimed.jobs);
 }
+
+/// One call of `lua/fire_schedules.lua` for schedule `id` of partition `p`,
+/// as a firer makes it after reading the schedule waiting for `read_time`
+/// at version `version`: fire time `fire` is to fire, then `next`. The
+/// script is compiled as the store compiles it (single Redis, default
+/// wheel), with the whole prelude. Returns how many fire times it recorded
+/// (0: it found the schedule changed since the read, and changed nothing).
+async fn fire_as_read(
+    redis: &RedisServer,
+    store: &Store,
+    id: &str,
+    read_time: i64,
+    version: u64,
+    fire: i64,
+    next: i64,
+) -> i64 {
+    let source = format!(
+        "local IN_CLUSTER = false\nlocal WHEEL_BUCKET = 65536\n{}\n{}",
+        include_str!("../../lua/prelude.lua"),
+        include_str!("../../lua/fire_schedules.lua")
+    );
+    let keys = store.keys();
+    let p = keys.partition_of(id);
+    let fires = keys.fires(p);
+    let prefix = fires.strip_suffix("fires").expect("<ns>:{p}:fires");
+    let mut conn = redis.conn().await;
+    let out: Vec<i64> = redis::Script::new(&source)
+        .key(&fires)
+        .key(keys.due(p))
+        .key(keys.ready(p))
+        .key(keys.seq(p))
+        .arg(prefix)
+        .arg("guards:wake")
+        .arg(p)
+        .arg(id)
+        .arg(read_time)
+        .arg(version)
+        .arg(fire.to_string())
+        .arg("")
+        .arg(next.to_string())
+        .invoke_async(&mut conn)
+        .await
+        .expect("fire_schedules");
+    out[2]
+}
+
+/// Claims job `id` of partition `p` (a fired job lives in its schedule's
+/// partition, not its id's); panics if it is not claimed.
+async fn claim_in(store: &Store, p: u16, id: &str) -> Claimed {
+    store
+        .claim(p, 100)
+        .await
+        .expect("claim")
+        .jobs
+        .into_iter()
+        .find(|j| j.id == id)
+        .expect("the job is claimed")
+}
+
+/// A firer's call made from a read that is no longer current changes
+/// nothing (`fire_schedules.lua`: "of two daemons firing the same schedule
+/// at once one wins, the other changes nothing"):
+/// - after the schedule fired its time and that job was delivered, a
+///   second firer with the same read (the fire time already passed) does
+///   not create the job again;
+/// - after a change (PATCH: a new version, the same next fire time), a
+///   firing computed from the old version does not fire nor write the old
+///   rule's next time;
+/// - a firing of a fire time whose job is still live (a change moved the
+///   next fire time back onto it) does not re-create that job over its
+///   attempt in flight.
+#[tokio::test]
+async fn stale_firings_change_nothing() {
+    use hookq::store::schedules::{PutOutcome, ScheduleWrite};
+    let redis = RedisServer::start();
+    let config = test_config(&redis);
+    let store = Store::connect(&config).await.expect("store");
+    let id = "fired";
+    let p = store.keys().partition_of(id);
+    let spec_of = |url: &str| {
+        let input: hookq::schedule::ScheduleInput = serde_json::from_value(
+            serde_json::json!({"id": id, "every": "1h", "job": {"url": url}}),
+        )
+        .expect("input");
+        input.validate(&config).expect("valid").spec
+    };
+    let now = store.redis_time_ms().await.expect("time");
+    // Every fire time is in the past (a fire time ahead of Redis's clock
+    // takes another path, not exercised here).
+    let hour = 3_600_000;
+    let t = now - 2 * hour - 1_000;
+    let first = spec_of("http://127.0.0.1:9/first");
+    let create = ScheduleWrite::new(&config, id, &first, false, Some(t), t - hour, None);
+    assert_eq!(
+        store.put_schedule(&create).await.expect("create"),
+        PutOutcome::Written(1)
+    );
+    let job = format!("{id}:{t}");
+
+    // The winner fires t; its job is delivered.
+    assert_eq!(fire_as_read(&redis, &store, id, t, 1, t, t + hour).await, 1);
+    let claim = claim_in(&store, p, &job).await;
+    let delivery = store.delivery_from_json(&claim.spec_json, "{}");
+    assert!(store.complete(&claim, &delivery).await.expect("complete"));
+    // A second firer read the same (t, version 1).
+    assert_eq!(
+        fire_as_read(&redis, &store, id, t, 1, t, t + hour).await,
+        0,
+        "a firing of a fire time already passed was applied"
+    );
+    assert_eq!(state_of(&store, &job).await.0, State::Delivered);
+    let claimed = store.claim(p, 100).await.expect("claim");
+    assert!(claimed.jobs.is_empty(), "fired twice: {:?}", claimed.jobs);
+
+    // A change keeps the next fire time t + 1h and bumps the version.
+    let t2 = t + hour;
+    let second = spec_of("http://127.0.0.1:9/second");
+    let change = ScheduleWrite::new(&config, id, &second, false, Some(t2), t - hour, Some(1));
+    assert_eq!(
+        store.put_schedule(&change).await.expect("change"),
+        PutOutcome::Written(2)
+    );
+    let schedule = store.keys().schedule(p, id);
+    let mut conn = redis.conn().await;
+    assert_eq!(
+        fire_as_read(&redis, &store, id, t2, 1, t2, t2 + 5 * hour).await,
+        0,
+        "a firing computed from version 1 was applied to version 2"
+    );
+    let next: String = conn.hget(&schedule, "next").await.expect("HGET");
+    assert_eq!(next, t2.to_string(), "the old rule's next time was written");
+    assert!(store
+        .get(&format!("{id}:{t2}"))
+        .await
+        .expect("get")
+        .is_none());
+
+    // Version 2 fires t2; its job is claimed; a change moves the next fire
+    // time back onto t2 (version 3), and a firing of t2 from that read
+    // comes while the job is in flight.
+    assert_eq!(
+        fire_as_read(&redis, &store, id, t2, 2, t2, t2 + hour).await,
+        1
+    );
+    let job2 = format!("{id}:{t2}");
+    let claim2 = claim_in(&store, p, &job2).await;
+    assert_eq!(claim2.attempt, 1);
+    let back = ScheduleWrite::new(&config, id, &second, false, Some(t2), t - hour, Some(2));
+    assert_eq!(
+        store.put_schedule(&back).await.expect("change"),
+        PutOutcome::Written(3)
+    );
+    fire_as_read(&redis, &store, id, t2, 3, t2, t2 + hour).await;
+    assert_eq!(
+        state_of(&store, &job2).await,
+        (State::Inflight, 1),
+        "a firing re-created a job over its attempt in flight"
+    );
+    let again = store.claim(p, 100).await.expect("claim");
+    assert!(again.jobs.is_empty(), "a second attempt: {:?}", again.jobs);
+}
+
+/// An operator pauses a host twice: the second pause changes nothing (the
+/// pause keeps its start time, and no second `host.paused` alert goes out:
+/// `till == 0 and current == 0` in `host_pause.lua`).
+#[tokio::test]
+async fn a_second_operator_pause_keeps_the_first() {
+    let redis = RedisServer::start();
+    let config = test_config(&redis);
+    let daemon = crate::start_daemon(&config).await;
+    let base = daemon.url();
+    let store = Store::connect(&config).await.expect("store");
+    let host = "http://127.0.0.1:9";
+    let pause_url = format!(
+        "{base}/v1/hosts/{}/pause",
+        url::form_urlencoded::byte_serialize(host.as_bytes()).collect::<String>()
+    );
+    let (status, answer) = crate::post_json(&pause_url, serde_json::json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    let first = store.host_record(host).await.expect("record");
+    let since = first.opened_at.expect("a paused host has a start");
+    // The second pause comes at a later millisecond of Redis's clock.
+    wait_until("Redis's clock moves on", Duration::from_secs(5), || {
+        let store = store.clone();
+        async move { store.redis_time_ms().await.expect("time") > since }
+    })
+    .await;
+    let (status, answer) = crate::post_json(&pause_url, serde_json::json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    let second = store.host_record(host).await.expect("record");
+    assert_eq!(
+        second.opened_at,
+        Some(since),
+        "a second pause restarted the first: {second:?}"
+    );
+    daemon.stop().await.expect("clean stop");
+}
