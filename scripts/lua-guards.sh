@@ -105,6 +105,8 @@ GUARDS+=(
   "fire: a firing of a fire time already passed changes nothing|lua/fire_schedules.lua|    and tonumber(score) == tonumber(ARGV[i + 1])|    |$G::stale_firings_change_nothing"
   "fire: a fire time's job is created once|lua/fire_schedules.lua|        if not rec_exists(at) then|        if true then|$G::stale_firings_change_nothing"
   "pause: a second operator pause changes nothing|lua/host_pause.lua|  if till == 0 and current == 0 then return UNCHANGED end||$G::a_second_operator_pause_keeps_the_first"
+  "dead letters: a pointer to a job's newer letter stays|lua/prelude.lua|  if id and redis.call('HGET', index, id) == entry then redis.call('HDEL', index, id) end|  if id then redis.call('HDEL', index, id) end|$G::dropping_a_jobs_older_dead_letter_keeps_its_newer_one_found"
+  "dead letters: the stream is capped|lua/prelude.lua|  if over > 0 then|  if false then|security::dead_letters_are_found_by_id_without_reading_the_stream"
 )
 
 # Guards no test holds yet: name | file | text | replacement | why. Not

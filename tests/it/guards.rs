@@ -754,3 +754,82 @@ async fn a_second_operator_pause_keeps_the_first() {
     );
     daemon.stop().await.expect("clean stop");
 }
+
+/// Claims job `id` and records its attempt's failure as its last: returns
+/// its dead letter's stream entry id.
+async fn kill(store: &Store, id: &str) -> String {
+    let claim = crate::claim_direct(store, id).await;
+    match store
+        .fail(&claim, &failure(hookq::retry::FailAction::DeadLetter))
+        .await
+        .expect("fail")
+    {
+        FailOutcome::DeadLettered(entry) => entry,
+        other => panic!("{id} was not dead-lettered: {other:?}"),
+    }
+}
+
+/// A job id dead twice (its dead record expired, and the id was created
+/// again and died again) has two letters in its partition's stream. When
+/// the stream's cap drops the older one, the index keeps pointing at the
+/// newer (`HGET ... == entry` in the prelude's `dead_forget`): the job's
+/// dead letter is still found by id once its dead record has expired.
+#[tokio::test]
+async fn dropping_a_jobs_older_dead_letter_keeps_its_newer_one_found() {
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    config.retention.finished = Duration::from_secs(1);
+    config.retention.dead_letters_max = 2;
+    config.validate().expect("valid config");
+    let store = Store::connect(&config).await.expect("store");
+    let id = "twice-dead";
+    let p = store.keys().partition_of(id);
+    enqueue(&store, &config, id, None).await;
+    let older = kill(&store, id).await;
+    // Retention is 1 s; the deadline only bounds the wait for the dead
+    // record to expire (its letter stays: letters go by the cap).
+    wait_until("the dead record expires", Duration::from_secs(30), || {
+        let store = store.clone();
+        async move { store.get(id).await.expect("get").is_none() }
+    })
+    .await;
+    enqueue(&store, &config, id, None).await;
+    let newer = kill(&store, id).await;
+    let found = store.find_dead(id).await.expect("find").expect("letter");
+    assert_eq!(found.entry_id, newer);
+
+    // A third letter in the partition puts the stream over its cap of 2:
+    // the oldest, the job's first letter, goes.
+    let other = (0..)
+        .map(|n| format!("other-{n}"))
+        .find(|o| store.keys().partition_of(o) == p)
+        .expect("an id of the same partition");
+    enqueue(&store, &config, &other, None).await;
+    kill(&store, &other).await;
+    let mut conn = redis.conn().await;
+    let left: Vec<redis::Value> = redis::cmd("XRANGE")
+        .arg(store.keys().dead(p))
+        .arg(&older)
+        .arg(&older)
+        .query_async(&mut conn)
+        .await
+        .expect("XRANGE");
+    assert!(left.is_empty(), "the older letter is dropped by the cap");
+    // Once the second dead record has expired too, only the index names
+    // the newer letter (a dead record names its own letter).
+    wait_until(
+        "the second dead record expires",
+        Duration::from_secs(30),
+        || {
+            let store = store.clone();
+            async move { store.get(id).await.expect("get").is_none() }
+        },
+    )
+    .await;
+    let found = store.find_dead(id).await.expect("find");
+    assert_eq!(
+        found.map(|d| d.entry_id),
+        Some(newer),
+        "dropping the older letter lost the index's pointer to the newer"
+    );
+}
