@@ -558,11 +558,20 @@ async fn a_dead_letter_replayed_twice_revives_its_job_once() {
     assert!(claimed.jobs.is_empty(), "{:?}", claimed.jobs);
 }
 
+/// A script of `lua/` as the store compiles it for a single Redis with the
+/// default wheel, with the whole prelude (the store keeps only the parts
+/// the script uses). The binary holds `lua/` as written, so that
+/// `scripts/lua-guards.sh`'s patch of a guard reaches this copy too.
+fn as_compiled(source: &str) -> String {
+    format!(
+        "local IN_CLUSTER = false\nlocal WHEEL_BUCKET = 65536\n{}\n{source}",
+        include_str!("../../lua/prelude.lua")
+    )
+}
+
 /// One call of `lua/fire_schedules.lua` for schedule `id` of partition `p`,
 /// as a firer makes it after reading the schedule waiting for `read_time`
-/// at version `version`: fire time `fire` is to fire, then `next`. The
-/// script is compiled as the store compiles it (single Redis, default
-/// wheel), with the whole prelude. Returns how many fire times it recorded
+/// at version `version`: fire time `fire` is to fire, then `next`. Returns how many fire times it recorded
 /// (0: it found the schedule changed since the read, and changed nothing).
 async fn fire_as_read(
     redis: &RedisServer,
@@ -573,11 +582,7 @@ async fn fire_as_read(
     fire: i64,
     next: i64,
 ) -> i64 {
-    let source = format!(
-        "local IN_CLUSTER = false\nlocal WHEEL_BUCKET = 65536\n{}\n{}",
-        include_str!("../../lua/prelude.lua"),
-        include_str!("../../lua/fire_schedules.lua")
-    );
+    let source = as_compiled(include_str!("../../lua/fire_schedules.lua"));
     let keys = store.keys();
     let p = keys.partition_of(id);
     let fires = keys.fires(p);
@@ -769,6 +774,26 @@ async fn kill(store: &Store, id: &str) -> String {
     }
 }
 
+/// Job `id` dies, its dead record expires (`retention.finished` must be
+/// short), and the id is created again and dies again: its two dead
+/// letters' entry ids, older first (the index names the newer).
+async fn dead_twice(store: &Store, config: &hookq::config::Config, id: &str) -> (String, String) {
+    enqueue(store, config, id, None).await;
+    let older = kill(store, id).await;
+    // The deadline only bounds the wait for the dead record to expire (its
+    // letter stays: letters go by the stream's cap).
+    wait_until("the dead record expires", Duration::from_secs(30), || {
+        let store = store.clone();
+        async move { store.get(id).await.expect("get").is_none() }
+    })
+    .await;
+    enqueue(store, config, id, None).await;
+    let newer = kill(store, id).await;
+    let found = store.find_dead(id).await.expect("find").expect("letter");
+    assert_eq!(found.entry_id, newer);
+    (older, newer)
+}
+
 /// A job id dead twice (its dead record expired, and the id was created
 /// again and died again) has two letters in its partition's stream. When
 /// the stream's cap drops the older one, the index keeps pointing at the
@@ -784,19 +809,7 @@ async fn dropping_a_jobs_older_dead_letter_keeps_its_newer_one_found() {
     let store = Store::connect(&config).await.expect("store");
     let id = "twice-dead";
     let p = store.keys().partition_of(id);
-    enqueue(&store, &config, id, None).await;
-    let older = kill(&store, id).await;
-    // Retention is 1 s; the deadline only bounds the wait for the dead
-    // record to expire (its letter stays: letters go by the cap).
-    wait_until("the dead record expires", Duration::from_secs(30), || {
-        let store = store.clone();
-        async move { store.get(id).await.expect("get").is_none() }
-    })
-    .await;
-    enqueue(&store, &config, id, None).await;
-    let newer = kill(&store, id).await;
-    let found = store.find_dead(id).await.expect("find").expect("letter");
-    assert_eq!(found.entry_id, newer);
+    let (older, newer) = dead_twice(&store, &config, id).await;
 
     // A third letter in the partition puts the stream over its cap of 2:
     // the oldest, the job's first letter, goes.
@@ -832,4 +845,34 @@ async fn dropping_a_jobs_older_dead_letter_keeps_its_newer_one_found() {
         Some(newer),
         "dropping the older letter lost the index's pointer to the newer"
     );
+}
+
+/// The walk that indexes dead letters made before the index existed hands
+/// over a batch read before the job died again: the older letter in that
+/// batch does not replace the index's pointer to the newer one (`newer` in
+/// `index_dead.lua`; the walk drives the script as `index_dead_letters`
+/// does, with a batch read earlier).
+#[tokio::test]
+async fn a_stale_index_batch_keeps_a_jobs_newest_letter() {
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    config.retention.finished = Duration::from_secs(1);
+    config.validate().expect("valid config");
+    let store = Store::connect(&config).await.expect("store");
+    let id = "indexed";
+    let p = store.keys().partition_of(id);
+    let (older, newer) = dead_twice(&store, &config, id).await;
+    let mut conn = redis.conn().await;
+    let written: i64 = redis::Script::new(&as_compiled(include_str!("../../lua/index_dead.lua")))
+        .key(store.keys().dead(p))
+        .key(store.keys().dead_index(p))
+        .arg(0)
+        .arg(id)
+        .arg(&older)
+        .invoke_async(&mut conn)
+        .await
+        .expect("index_dead");
+    assert_eq!(written, 0, "an older letter replaced the pointer");
+    let found = store.find_dead(id).await.expect("find").expect("letter");
+    assert_eq!(found.entry_id, newer, "the index names the older letter");
 }
