@@ -876,3 +876,93 @@ async fn a_stale_index_batch_keeps_a_jobs_newest_letter() {
     let found = store.find_dead(id).await.expect("find").expect("letter");
     assert_eq!(found.entry_id, newer, "the index names the older letter");
 }
+
+/// One call of `lua/host_drain.lua` for `host` (`step`: take, done or
+/// note; a take's turn lasts 10 s), as a daemon's breaker makes it; true
+/// when granted. The keys are the host's record and the blocked set, found
+/// in Redis by name (the store does not expose them).
+async fn drain_step(redis: &RedisServer, host: &str, step: &str) -> bool {
+    let mut conn = redis.conn().await;
+    let find = |pattern: String| {
+        let mut conn = conn.clone();
+        async move {
+            let keys: Vec<String> = conn.keys(&pattern).await.expect("KEYS");
+            assert_eq!(keys.len(), 1, "{pattern}: {keys:?}");
+            keys.into_iter().next().expect("one key")
+        }
+    };
+    let record = find(format!("*:{{hosts}}:host:{host}")).await;
+    let blocked = find("*:{hosts}:blocked".to_string()).await;
+    let code: i64 = redis::Script::new(&as_compiled(include_str!("../../lua/host_drain.lua")))
+        .key(record)
+        .key(blocked)
+        .arg(host)
+        .arg(step)
+        .arg(10_000)
+        .invoke_async(&mut conn)
+        .await
+        .expect("host_drain");
+    code == 1
+}
+
+/// Turns at draining a host's parked jobs (`host_drain.lua`): one daemon
+/// at a time holds the turn (a second take while it runs is refused: `score
+/// > now`); a daemon that just parked jobs for the host leaves the turn's
+/// end where it is (`note` on a host in the blocked set changes nothing:
+/// else a second drainer could take it at once); and a host the breaker
+/// opened again is not drained when its probe time comes, only probed
+/// (`state ~= 'closed'`).
+#[tokio::test]
+async fn one_daemon_at_a_time_drains_a_closed_host() {
+    use hookq::store::hosts::HostState;
+    let redis = RedisServer::start();
+    let config = test_config(&redis);
+    let store = Store::connect(&config).await.expect("store");
+    let host = "http://127.0.0.1:9";
+    let open_for = Duration::from_millis(20);
+    let max_open = Duration::from_secs(1);
+    // Opened by a failure, closed by an operator: due now for a drain.
+    let failed = store
+        .host_failure(host, 1, open_for, max_open, "timeout", false)
+        .await
+        .expect("failure");
+    assert_eq!(failed.state, HostState::Open);
+    assert!(store.host_resume(host, "operator").await.expect("resume"));
+
+    assert!(drain_step(&redis, host, "take").await, "the first turn");
+    assert!(
+        !drain_step(&redis, host, "take").await,
+        "a second daemon took the turn while the first held it"
+    );
+    assert!(
+        !drain_step(&redis, host, "note").await,
+        "a note moved the host in the blocked set"
+    );
+    assert!(
+        !drain_step(&redis, host, "take").await,
+        "after a note, a second daemon took the turn while the first held it"
+    );
+    assert!(drain_step(&redis, host, "done").await, "the drain ends");
+
+    // Opened again: its probe time (20 ms away) comes and passes.
+    let failed = store
+        .host_failure(host, 1, open_for, max_open, "timeout", false)
+        .await
+        .expect("failure");
+    assert_eq!(failed.state, HostState::Open);
+    let probe_at = store
+        .host_record(host)
+        .await
+        .expect("record")
+        .next_probe_at
+        .expect("probe time");
+    wait_until("the probe time passes", Duration::from_secs(10), || {
+        let store = store.clone();
+        async move { store.redis_time_ms().await.expect("time") > probe_at }
+    })
+    .await;
+    assert!(
+        !drain_step(&redis, host, "take").await,
+        "an open host was drained instead of probed"
+    );
+}
