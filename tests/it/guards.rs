@@ -966,3 +966,56 @@ async fn one_daemon_at_a_time_drains_a_closed_host() {
         "an open host was drained instead of probed"
     );
 }
+
+/// A migration run again over records it already converted (a `hookq
+/// migrate` killed in the middle of a partition, and run again) skips
+/// them: a dead job's kept record (a string of layout 3) is neither read
+/// as a layout-1 hash (`TYPE ... ~= 'hash'` in `migrate_jobs.lua`) nor
+/// converted again as a layout-2 string (its 34th byte is not the spec's
+/// `{`: `migrate_records.lua`), and reads as before.
+#[tokio::test]
+async fn migrating_again_skips_records_already_converted() {
+    let redis = RedisServer::start();
+    let config = test_config(&redis);
+    let store = Store::connect(&config).await.expect("store");
+    let id = "converted";
+    let p = store.keys().partition_of(id);
+    enqueue(&store, &config, id, None).await;
+    kill(&store, id).await;
+    let before = store.get(id).await.expect("get").expect("record");
+    assert_eq!(before.state, State::Dead);
+    let kept = store.keys().job(p, id);
+    let job_prefix = kept.strip_suffix(id).expect("<ns>:{p}:job:<id>");
+    let fires = store.keys().fires(p);
+    let prefix = fires.strip_suffix("fires").expect("<ns>:{p}:fires");
+    let mut conn = redis.conn().await;
+
+    let from_hashes: (i64, i64) =
+        redis::Script::new(&as_compiled(include_str!("../../lua/migrate_jobs.lua")))
+            .key(store.keys().seq(p))
+            .arg(job_prefix)
+            .arg(prefix)
+            .arg(id)
+            .invoke_async(&mut conn)
+            .await
+            .expect("migrate_jobs");
+    assert_eq!(from_hashes, (0, 1), "migrate_jobs converted a record again");
+    let from_strings: (i64, i64) =
+        redis::Script::new(&as_compiled(include_str!("../../lua/migrate_records.lua")))
+            .key(store.keys().stats(p))
+            .arg(job_prefix)
+            .arg(id)
+            .invoke_async(&mut conn)
+            .await
+            .expect("migrate_records");
+    assert_eq!(
+        from_strings,
+        (0, 1),
+        "migrate_records converted a record again"
+    );
+    let after = store.get(id).await.expect("get").expect("record");
+    assert_eq!(
+        (after.state, after.attempts, &after.spec_json),
+        (before.state, before.attempts, &before.spec_json)
+    );
+}
