@@ -116,13 +116,13 @@ GUARDS+=(
   "drain: a noted host keeps its place in the blocked set|lua/host_drain.lua|  if score then return UNCHANGED end||$G::one_daemon_at_a_time_drains_a_closed_host"
   "migrate 1: converted keys are skipped|lua/migrate_jobs.lua|  if rcall('TYPE', key)['ok'] ~= 'hash' then|  if false then|$G::migrating_again_skips_records_already_converted"
   "migrate 2: only layout-2 records are converted|lua/migrate_records.lua|  if v and #v > 33 and string.sub(v, 34, 34) == '{' then|  if v and #v > 33 then|$G::migrating_again_skips_records_already_converted"
+  "put: a create where a stub points elsewhere goes there|lua/put_schedule.lua|  if f[4] then return {ELSEWHERE, tonumber(f[4])} end||$G::a_schedule_id_has_one_schedule_ordered_or_not"
+  "place schedule: a schedule here stays here|lua/place_schedule.lua|if f[1] then return here end||$G::a_schedule_id_has_one_schedule_ordered_or_not"
 )
 
 # Guards no test holds yet: name | file | text | replacement | why. Not
 # judged (listed as "pending" at the end of a run); each is a test to write.
 PENDING=(
-  "put: a create where a stub points elsewhere goes there|lua/put_schedule.lua|  if f[4] then return {ELSEWHERE, tonumber(f[4])} end||a create racing the placement of an ordered schedule; no test forces it"
-  "place schedule: a schedule here stays here|lua/place_schedule.lua|if f[1] then return here end||a placement racing a create of the same ordered schedule"
 )
 
 mode=patch

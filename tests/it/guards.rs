@@ -1019,3 +1019,70 @@ async fn migrating_again_skips_records_already_converted() {
         (before.state, before.attempts, &before.spec_json)
     );
 }
+
+/// An ordered schedule lives in its ordering key's partition; its id's own
+/// partition holds a stub naming it (see `place_schedule.lua`). A create of
+/// the same id finds the schedule that exists, wherever it lives, and
+/// conflicts with it (other content) instead of making a second schedule
+/// of that id:
+/// - without an ordering key, the create goes to the id's partition, finds
+///   the stub and follows it (`ELSEWHERE` in `put_schedule.lua`);
+/// - a schedule without an ordering key lives in its id's partition; a
+///   create with one is placed there, not in the key's partition
+///   (`if f[1] then return here end` in `place_schedule.lua`).
+#[tokio::test]
+async fn a_schedule_id_has_one_schedule_ordered_or_not() {
+    use hookq::store::schedules::{PutOutcome, ScheduleWrite};
+    let redis = RedisServer::start();
+    let config = test_config(&redis);
+    let store = Store::connect(&config).await.expect("store");
+    let spec_of = |id: &str, ordering_key: Option<&str>| {
+        let mut job = serde_json::json!({"url": "http://127.0.0.1:9/never"});
+        if let Some(key) = ordering_key {
+            job["ordering_key"] = key.into();
+        }
+        let input: hookq::schedule::ScheduleInput =
+            serde_json::from_value(serde_json::json!({"id": id, "every": "1h", "job": job}))
+                .expect("input");
+        input.validate(&config).expect("valid").spec
+    };
+    let now = store.redis_time_ms().await.expect("time");
+    let next = Some(now + 3_600_000);
+    for (id, ordered_first) in [("ordered-first", true), ("plain-first", false)] {
+        let own = store.keys().partition_of(id);
+        // An ordering key whose partition is not the id's.
+        let key = (0..)
+            .map(|n| format!("acct-{n}"))
+            .find(|k| store.keys().order_partition(&format!("default:{k}")) != own)
+            .expect("a key of another partition");
+        let ordered = spec_of(id, Some(&key));
+        let plain = spec_of(id, None);
+        let (first, second) = if ordered_first {
+            (&ordered, &plain)
+        } else {
+            (&plain, &ordered)
+        };
+        let create = |spec| ScheduleWrite::new(&config, id, spec, false, next, now, None);
+        assert_eq!(
+            store.put_schedule(&create(first)).await.expect("create"),
+            PutOutcome::Written(1),
+            "{id}"
+        );
+        assert_eq!(
+            store.put_schedule(&create(second)).await.expect("create"),
+            PutOutcome::Conflict,
+            "{id}: a second schedule of one id was created"
+        );
+    }
+    // One schedule hash per id (a stub has no spec).
+    let mut conn = redis.conn().await;
+    for id in ["ordered-first", "plain-first"] {
+        let keys: Vec<String> = conn.keys(format!("*:sched:{id}")).await.expect("KEYS");
+        let mut with_spec = 0;
+        for key in keys {
+            let spec: Option<String> = conn.hget(&key, "spec").await.expect("HGET");
+            with_spec += usize::from(spec.is_some());
+        }
+        assert_eq!(with_spec, 1, "{id}");
+    }
+}
