@@ -18,8 +18,9 @@
 # of a rebuild per guard (~40 s each on 2 cores) the script patches the
 # built test binary and `target/debug/hookq` (which some tests run) in
 # place: the replacement is padded with spaces to the guard's length (Lua
-# ignores them), looked up inside its script's text in the binary. Both
-# binaries are restored after each guard and on exit. `--rebuild` edits
+# ignores them), in every copy of its script's text in the binaries (the
+# tests that drive a script directly hold a copy too). Both binaries are
+# restored after each guard and on exit. `--rebuild` edits
 # lua/ and rebuilds instead (for a replacement longer than its guard).
 #
 #   scripts/lua-guards.sh [--rebuild] [--only PATTERN]
@@ -138,8 +139,8 @@ while [ "$#" -gt 0 ]; do
   esac
 done
 whole="${whole:-0}"
-if [ "$whole" = 1 ]; then
-  [ "${#filters[@]}" -eq 0 ] && filters=(--skip cluster:: --skip abuse:: --skip crash::kill_9 --skip crash::redis_sigkill)
+if [ "$whole" = 1 ] && [ "${#filters[@]}" -eq 0 ]; then
+  filters=(--skip cluster:: --skip abuse:: --skip crash::kill_9 --skip crash::redis_sigkill)
 fi
 
 work="$(mktemp -d)"
@@ -209,7 +210,10 @@ for guard in "${GUARDS[@]}"; do
   IFS='|' read -r name file text replacement test <<<"$guard"
   if [ -z "$only" ] || echo "$name $file" | grep -Eq -- "$only"; then selected+=("$guard"); fi
 done
-[ "${#selected[@]}" -eq 0 ] && { echo "no guard matches $only" >&2; exit 2; }
+if [ "${#selected[@]}" -eq 0 ]; then
+  echo "no guard matches $only" >&2
+  exit 2
+fi
 
 echo "== building the tests against the intact scripts"
 start=$SECONDS
