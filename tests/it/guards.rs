@@ -238,19 +238,16 @@ async fn a_schedule_change_computed_from_an_older_version_is_refused() {
         PutOutcome::Conflict,
         "a change computed from version 1 overwrote version 2"
     );
-    let base = crate::redis_snapshot(&redis).await;
-    let spec: String = redis
-        .conn()
-        .await
-        .hget(
-            base.keys()
-                .find(|k| k.ends_with("sched:raced"))
-                .expect("the schedule's hash"),
-            "spec",
-        )
+    let p = store.keys().partition_of("raced");
+    let mut conn = redis.conn().await;
+    let rule: String = conn
+        .hget(store.keys().schedule(p, "raced"), "spec")
         .await
         .expect("HGET");
-    assert!(spec.contains("24h") || spec.contains("86400"), "{spec}");
+    assert!(
+        rule.contains("\"every_ms\":86400000"),
+        "version 2's rule is kept: {rule}"
+    );
 }
 
 /// A host the breaker opened is closed only by a probe's success or an
