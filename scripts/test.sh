@@ -84,6 +84,11 @@ cargo clippy --all-targets --quiet -- -D warnings
 echo "== cargo test"
 cargo test
 
+# Step 3 too: each safety guard of the Lua scripts, deleted in turn, fails the
+# test named for it (the built test binary is patched per guard: no rebuilds).
+echo "== Lua guards (scripts/lua-guards.sh)"
+scripts/lua-guards.sh
+
 # The API against its own OpenAPI document (schemathesis).
 echo "== API fuzzing (scripts/api-fuzz.sh)"
 scripts/api-fuzz.sh target/debug/hookq

@@ -14,6 +14,7 @@ mod delivery;
 mod engine;
 mod fleet;
 mod footprint;
+mod guards;
 mod hosts;
 mod metrics;
 mod migrate;
