@@ -96,7 +96,9 @@ for _, plan in ipairs(plans) do
             ready[#ready + 1] = job
           else
             seqs = seqs + 1
-            r.state, r.seq = 's', seqs
+            -- (its spec kept on the record: rec_put rewrites it below
+            -- with its sequence number)
+            r.state, r.seq, r.spec = 's', seqs, f[2]
             rec_create(at, r, f[2])
             zadd[#zadd + 1] = {t, job, r}
           end

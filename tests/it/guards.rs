@@ -570,7 +570,7 @@ fn as_compiled(source: &str) -> String {
 /// as a firer makes it after reading the schedule waiting for `read_time`
 /// at version `version`: fire time `fire` is to fire, then `next`. Returns how many fire times it recorded
 /// (0: it found the schedule changed since the read, and changed nothing).
-async fn fire_as_read(
+pub(crate) async fn fire_as_read(
     redis: &RedisServer,
     store: &Store,
     id: &str,

@@ -920,3 +920,60 @@ async fn an_ordered_schedules_jobs_wait_in_line() {
     assert_eq!(status, 404);
     daemon.stop().await.expect("clean stop");
 }
+
+/// A fire time ahead of Redis's clock (a firer whose clock runs ahead):
+/// its job is created scheduled, in the due set at the fire time, and the
+/// schedule advances, all in the one script call. (The script once failed
+/// there after its writes, on a record without its spec: the job existed
+/// in no due set and the schedule had moved on, so the fire time was lost.)
+#[tokio::test]
+async fn a_fire_time_ahead_of_redis_waits_in_the_due_set() {
+    use hookq::job::State;
+    use hookq::store::schedules::{PutOutcome, ScheduleWrite};
+    use hookq::store::Store;
+    let redis = RedisServer::start();
+    let config = test_config(&redis);
+    let store = Store::connect(&config).await.expect("store");
+    let id = "ahead";
+    let input: hookq::schedule::ScheduleInput = serde_json::from_value(
+        json!({"id": id, "every": "1h", "job": {"url": "http://127.0.0.1:9/ahead"}}),
+    )
+    .expect("input");
+    let spec = input.validate(&config).expect("valid").spec;
+    let hour = 3_600_000;
+    let t = store.redis_time_ms().await.expect("time") + hour;
+    let create = ScheduleWrite::new(&config, id, &spec, false, Some(t), t - hour, None);
+    assert_eq!(
+        store.put_schedule(&create).await.expect("create"),
+        PutOutcome::Written(1)
+    );
+
+    assert_eq!(
+        crate::guards::fire_as_read(&redis, &store, id, t, 1, t, t + hour).await,
+        1,
+        "the fire time was not recorded"
+    );
+    let job = format!("{id}:{t}");
+    let record = store.get(&job).await.expect("get").expect("the fired job");
+    assert_eq!(record.state, State::Scheduled);
+    assert_eq!(record.due, t);
+    let p = store.keys().partition_of(id);
+    let mut conn = redis.conn().await;
+    let due: Vec<(String, i64)> = redis::cmd("ZRANGE")
+        .arg(store.keys().due(p))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(&mut conn)
+        .await
+        .expect("ZRANGE");
+    assert!(
+        due.iter()
+            .any(|(member, at)| member.ends_with(&job) && *at == t),
+        "{job} is not in the due set at {t}: {due:?}"
+    );
+    let next: String = redis::AsyncCommands::hget(&mut conn, store.keys().schedule(p, id), "next")
+        .await
+        .expect("HGET");
+    assert_eq!(next, (t + hour).to_string(), "the schedule did not advance");
+}
