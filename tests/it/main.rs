@@ -14,6 +14,7 @@ mod delivery;
 mod engine;
 mod fleet;
 mod footprint;
+mod history;
 mod hosts;
 mod migrate;
 mod ops;
