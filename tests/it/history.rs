@@ -248,6 +248,51 @@ async fn a_cancel_during_the_second_attempt_keeps_the_first() {
     daemon.stop().await.expect("clean stop");
 }
 
+/// A job whose first attempt's lease expires (its daemon died after the
+/// claim) and whose second is delivered keeps the lost attempt in its
+/// summary as `lease_expired`, without a duration, as its history had it.
+#[tokio::test]
+async fn a_lost_lease_before_the_delivery_shows_as_lease_expired() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let mut config = test_config(&redis);
+    config.delivery.timeout = Duration::from_millis(200);
+    config.delivery.lease_margin = Duration::from_millis(200);
+    let store = Store::connect(&config).await.expect("store");
+    let input = JobInput {
+        id: Some("lost-1".into()),
+        url: Some(receiver.url("/lost")),
+        ..JobInput::default()
+    };
+    crate::enqueue_direct(&store, &config, input).await;
+    crate::claim_direct(&store, "lost-1").await;
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    let view = wait_summarized(&base, "lost-1").await;
+    assert_eq!(
+        (&view["state"], &view["attempts"]),
+        (&json!("delivered"), &json!(2)),
+        "{view}"
+    );
+    let h = history(&view);
+    assert_eq!(h.len(), 2, "{view}");
+    assert_eq!(
+        (&h[0]["attempt"], &h[0]["status"]),
+        (&json!(2), &json!(200)),
+        "{view}"
+    );
+    assert_eq!(
+        (&h[1]["attempt"], &h[1]["error"]),
+        (&json!(1), &json!("lease_expired")),
+        "{view}"
+    );
+    assert!(
+        h[1].get("duration_ms").is_none() && h[1].get("status").is_none(),
+        "{view}"
+    );
+    daemon.stop().await.expect("clean stop");
+}
+
 /// With a ladder of 8 short rungs, a job failing 8 times (each a different
 /// status) and delivered on its 9th and last attempt shows all 9, in order,
 /// from a summary that needs continuation fields.
