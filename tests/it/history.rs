@@ -362,10 +362,11 @@ async fn claim_all(store: &Store) -> Vec<hookq::store::Claimed> {
     }
 }
 
-/// `n` jobs of one partition delivered after `failures` failed attempts
+/// Jobs `ids` (of partition 0) delivered after `failures` failed attempts
 /// each (a 503 in 31 ms), through the store as the daemon records them.
-async fn finish(store: &Store, n: usize, failures: u32, tag: &str) {
-    let jobs: Vec<_> = (0..n).map(|i| job(format!("{tag}-{i:022}"))).collect();
+async fn finish(store: &Store, ids: &[String], failures: u32) {
+    let n = ids.len();
+    let jobs: Vec<_> = ids.iter().map(|id| job(id.clone())).collect();
     for chunk in jobs.chunks(500) {
         store.enqueue_many(chunk).await.expect("enqueue");
     }
@@ -400,6 +401,26 @@ async fn finish(store: &Store, n: usize, failures: u32, tag: &str) {
         .expect("complete");
         assert!(ok.iter().all(|d| *d));
     }
+}
+
+/// A Redis with the stock listpack limits of a hash (128 entries of at
+/// most 64 bytes; some builds ship other defaults).
+async fn stock_redis() -> RedisServer {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn().await;
+    for (key, value) in [
+        ("hash-max-listpack-entries", "128"),
+        ("hash-max-listpack-value", "64"),
+    ] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(key)
+            .arg(value)
+            .query_async(&mut conn)
+            .await
+            .expect("CONFIG SET");
+    }
+    redis
 }
 
 /// Bytes of the partition's summary shards (MEMORY USAGE, every element
@@ -446,11 +467,12 @@ async fn summaries_with_history_stay_small_and_listpacks() {
     let n = 2_000;
     let mut per_job = Vec::new();
     for failures in [0u32, 1, 8] {
-        let redis = RedisServer::start();
+        let redis = stock_redis().await;
         let mut config = test_config(&redis);
         config.redis.partitions = 1;
         let store = Store::connect(&config).await.expect("store");
-        finish(&store, n, failures, "mem").await;
+        let ids: Vec<String> = (0..n).map(|i| format!("mem-{i:022}")).collect();
+        finish(&store, &ids, failures).await;
         let bytes = summary_bytes(&redis, &store).await;
         per_job.push(bytes as f64 / n as f64);
         for i in (0..n).step_by(97) {
@@ -482,4 +504,60 @@ async fn summaries_with_history_stay_small_and_listpacks() {
         "one earlier attempt: {:.1} B",
         one_retry - first
     );
+}
+
+/// Short ids (whose last 8 bytes a continuation field's name does not
+/// share) with 21 attempts each (the 20 earlier ones the history list
+/// keeps, in five fields a summary): their bucket splits by fields, not
+/// ids, so every shard stays a listpack; each continuation field moves with
+/// its id, so every summary reads back whole; and a listing pages through
+/// each job once (no continuation field listed as a job).
+#[tokio::test]
+async fn long_histories_of_short_ids_survive_shard_splits() {
+    let redis = stock_redis().await;
+    let mut config = test_config(&redis);
+    config.redis.partitions = 1;
+    let store = Store::connect(&config).await.expect("store");
+    let ids: Vec<String> = (0..600).map(|i| format!("h{i}")).collect();
+    finish(&store, &ids, 20).await;
+    summary_bytes(&redis, &store).await;
+    let shards: u32 = store
+        .summary_buckets(0)
+        .await
+        .expect("buckets")
+        .iter()
+        .map(|b| b.shards)
+        .sum();
+    assert!(
+        shards >= 60,
+        "600 summaries of 5 fields split into {shards} shards"
+    );
+    for id in &ids {
+        let record = store.get(id).await.expect("get").expect("found");
+        assert_eq!(record.history.len(), 21, "{id}: {:?}", record.history);
+    }
+    let mut seen = std::collections::HashMap::new();
+    let mut cursor = None;
+    loop {
+        let page = store
+            .list_jobs(Some(hookq::job::State::Delivered), None, 250, cursor)
+            .await
+            .expect("list");
+        for job in &page.items {
+            assert_eq!(job.history.len(), 21, "{}: {:?}", job.id, job.history);
+            *seen.entry(job.id.clone()).or_insert(0) += 1;
+        }
+        let Some(next) = page.next_cursor else { break };
+        cursor = Some(
+            hookq::store::listing::Cursor::parse(
+                &next,
+                1,
+                hookq::store::listing::CursorKind::Jobs,
+                "cursor",
+            )
+            .expect("cursor"),
+        );
+    }
+    assert_eq!(seen.len(), ids.len(), "every job listed");
+    assert!(seen.values().all(|n| *n == 1), "each once");
 }
