@@ -295,7 +295,8 @@ async fn a_lost_lease_before_the_delivery_shows_as_lease_expired() {
 
 /// With a ladder of 8 short rungs, a job failing 8 times (each a different
 /// status) and delivered on its 9th and last attempt shows all 9, in order,
-/// from a summary that needs continuation fields.
+/// from a summary that needs continuation fields: in its view, the
+/// listing and `hookq show`.
 #[tokio::test]
 async fn a_job_delivered_on_its_last_of_nine_attempts_shows_all() {
     let redis = RedisServer::start();
@@ -334,9 +335,22 @@ async fn a_job_delivered_on_its_last_of_nine_attempts_shows_all() {
     assert_eq!(got, sent, "{view}");
     assert_eq!(h[1]["error"], "redirect", "{view}");
     assert_eq!(h[2]["error"], "http_status", "{view}");
-    // The listing reads it whole too.
+    // The listing and `hookq show` read it whole too.
     let (_, page) = get_json(&format!("{base}/v1/jobs?state=delivered&topic=orders.paid")).await;
     assert_eq!(page["jobs"][0]["id"], "stubborn", "{page}");
+    let out = crate::ops::hookq(&redis, &config.redis.namespace, &["show", "stubborn"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows = |kind: &str| text.lines().filter(|l| l.contains(kind)).count();
+    assert_eq!(
+        (rows("http_status"), rows("redirect")),
+        (7, 1),
+        "a row per failed attempt in hookq show:\n{text}"
+    );
     daemon.stop().await.expect("clean stop");
 }
 
