@@ -10,7 +10,9 @@
   A job with an ordering key leaves its ordering list, releasing the job
   behind it (see the prelude). A summary keeps the earlier attempts of a
   job that needed more than one, read from its history list (one LRANGE,
-  only for such a job: a first attempt has no history).
+  only for such a job: a first attempt has no history, so the delivery
+  path pays nothing more; a job replayed from the dead letters and
+  delivered on its first attempt since keeps that attempt alone).
 
   Input:
     KEYS[1] inflight zset   <ns>:{p}:inflight

@@ -441,8 +441,8 @@ end
   Summaries are grouped by finish time into buckets `retention / 4` wide
   (they expire a whole bucket at a time, retention to 1.25 x retention after
   their finish); each bucket is a linear hash of shards, split one at a time
-  as it fills, so a shard holds about SUMMARY_LOAD ids (never so many that it
-  leaves the listpack encoding for long):
+  as it fills, so a shard holds about SUMMARY_LOAD fields (never so many that
+  it leaves the listpack encoding for long):
 
     <ns>:{p}:done                  HASH  <bucket start ms> -> "<shards>:<count>:<expires ms>"
     <ns>:{p}:done:<bucket>:<shard> HASH  <id> -> summary, PEXPIREAT <expires>
@@ -464,17 +464,24 @@ end
   bytes: its start as ms before the finish I5, its duration ms I4, and
   its status or error kind I2 (100..999 the HTTP status, whose kind is
   redirect for a 3xx and http_status otherwise; 1000 + i the i-th of
-  SUMMARY_KINDS; 1999 another kind; 0 unknown). The last error text comes
-  after them. When that is more than 64 bytes, the bytes go in 64-byte
-  pieces: the first is the id's field, piece k + 1 the field `#<k><id>` of
-  the same shard (no id has a `#`; k is one digit, since the history list
-  keeps 20 attempts); the pieces are as few as the head, topic and entries
-  need, the error text filling the last one. So a job delivered on its
-  second attempt costs 12 bytes more (count and entry), within the value;
-  an attempt before the 21st newest is not kept (the history list keeps
-  20). A piece shorter than 64 bytes is the last; the error text keeps
-  at least its first 32 bytes (its kind and the start of its message), in
-  a piece of its own if need be.
+  SUMMARY_KINDS; 1999 another kind; 0 unknown); then the last error text.
+  A message of an earlier attempt is not kept, nor (as for the last one)
+  its response excerpt.
+
+  When the whole is more than 64 bytes it goes in 64-byte pieces: the
+  first is the id's field, piece k + 1 the field `#<k><id>` of the same
+  shard (no id has a `#`; k is one digit: a history list keeps 20
+  attempts, and a summary at most 30 earlier ones). A piece shorter than
+  64 bytes is the last. The pieces are as few as the head, topic, entries
+  and the error text's first SUMMARY_ERROR_MIN bytes need (a cancelled
+  job's last error keeps its kind and the start of its message); the rest
+  of the text fills the last one. So a job delivered on its second attempt
+  costs 12 bytes more than on its first (count and entry), within its
+  value while its topic has at most 14 bytes; each field more costs its
+  name (the id and 2 bytes) besides. An attempt before the 21st newest is
+  not kept: the history list keeps 20, and the summary what the list held.
+  The bucket's count is of fields, so that a shard splits by fields and
+  stays a listpack however long the histories.
 
   The Rust store computes the same id hash and shard address to read one.
 ]]
