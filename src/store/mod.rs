@@ -1529,7 +1529,7 @@ impl Store {
             .into_iter()
             .zip(shards)
             .filter_map(|(v, shard)| v.map(|v| (shard, v)))
-            .filter_map(|(shard, v)| Summary::parse(&v).map(|s| (shard, v, s.finished)))
+            .filter_map(|(shard, v)| Summary::finished_of(&v).map(|f| (shard, v, f)))
             .max_by_key(|(_, _, finished)| *finished)
         else {
             return Ok(None);

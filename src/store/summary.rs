@@ -347,6 +347,18 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// The finish time of the summary whose first piece is `value` (read
+    /// from its head alone: a long topic may go on in the next piece), or
+    /// None when it is not one hookq wrote.
+    pub(crate) fn finished_of(value: &[u8]) -> Option<i64> {
+        match value.first() {
+            Some(b'd' | b'c') if value.len() >= HEAD_LEN + TAIL_FIXED => {
+                Some(be(&value[11..17]) as i64)
+            }
+            _ => None,
+        }
+    }
+
     /// Decodes a stored summary: its first piece, then its continuation
     /// pieces (see [`continuations`]) concatenated; None when it is not
     /// one hookq wrote.

@@ -113,7 +113,8 @@ async fn a_job_delivered_after_a_500_shows_both_attempts() {
 }
 
 /// A job whose first attempt times out and second succeeds shows the
-/// timeout's kind (no status) in its summary.
+/// timeout's kind (no status) in its summary; its topic is long enough
+/// (39 bytes) that even the summary's head and topic need two pieces.
 #[tokio::test]
 async fn a_timeout_before_the_delivery_shows_its_kind() {
     let redis = RedisServer::start();
@@ -130,11 +131,16 @@ async fn a_timeout_before_the_delivery_shows_its_kind() {
     let base = daemon.url();
     post_created(
         &format!("{base}/v1/jobs"),
-        json!({"id": "slow-first", "url": receiver.url("/s"), "timeout": "300ms"}),
+        json!({"id": "slow-first", "url": receiver.url("/s"), "timeout": "300ms",
+            "topic": "payments.refunds.completed.eu-west-1.v2"}),
     )
     .await;
     let view = wait_summarized(&base, "slow-first").await;
     assert_eq!(view["state"], "delivered", "{view}");
+    assert_eq!(
+        view["topic"], "payments.refunds.completed.eu-west-1.v2",
+        "{view}"
+    );
     let h = history(&view);
     assert_eq!(h.len(), 2, "{view}");
     assert_eq!(h[0]["status"], 204, "{view}");
