@@ -1804,6 +1804,153 @@ async fn memory_finished(
     )]))
 }
 
+/// Summary memory with attempt histories (SPEC §11.2: at most 100 bytes a
+/// summary delivered on its first attempt, at most 12 bytes more per
+/// earlier attempt), on Redis's stock listpack limits (128 entries of 64
+/// bytes, set explicitly): `n` jobs as [`memory_finished`] makes them, all
+/// delivered on their first attempt, then (after a flush) `n` jobs of which
+/// every tenth fails once (a 503 in 31 ms, recorded as the daemon records
+/// it) before its delivery. Reports `bytes_per_summary_first_attempt`,
+/// `bytes_per_summary_mix` and `bytes_per_earlier_attempt` (what the mix
+/// costs beyond the first run, over its earlier attempts) from the summary
+/// keys' `MEMORY USAGE` (exact: `used_memory` moves by a few bytes a job
+/// from run to run, tens of bytes an earlier attempt at one in ten), and
+/// `used_memory` per job beside them.
+async fn memory_finished_retried(redis: &RedisServer, n: usize) -> Res<Figures> {
+    let mut conn = redis.conn().await;
+    let (_, entries_before): (String, String) = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("hash-max-listpack-entries")
+        .query_async(&mut conn)
+        .await?;
+    let mut per_summary = Vec::new();
+    for every in [0usize, 10] {
+        empty_redis_with_listpack_value(redis, STOCK_LISTPACK_VALUE).await?;
+        redis.config_set("hash-max-listpack-entries", "128").await?;
+        let cfg = config(redis);
+        let store = loaded_store(&cfg).await?;
+        let before = redis.used_memory().await?;
+        let now = store.redis_time_ms().await?;
+        let jobs = (0..n)
+            .map(|i| JobInput {
+                topic: Some("orders.paid".into()),
+                ..job(
+                    format!("fin-{i:022}"),
+                    "http://sink.example/hook".into(),
+                    now,
+                )
+            })
+            .collect();
+        preload(&store, &cfg, jobs).await?;
+        let retried =
+            |id: &str| every > 0 && id[4..].parse::<usize>().is_ok_and(|i| i % every == 0);
+        let mut recorded = 0;
+        for p in 0..cfg.redis.partitions {
+            let mut failed = 0;
+            loop {
+                let claimed = store.claim(p, 256).await?.jobs;
+                if claimed.is_empty() {
+                    if failed == 0 {
+                        break;
+                    }
+                    // The failed jobs are due again now: promote them.
+                    store.promote(p, 100_000).await?;
+                    failed = 0;
+                    continue;
+                }
+                let (first, rest): (Vec<_>, Vec<_>) = claimed
+                    .into_iter()
+                    .partition(|c| c.attempt == 1 && retried(&c.id));
+                for c in &first {
+                    let record = format!(
+                        r#"{{"attempt":1,"at":{},"duration_ms":31,"status":503,"error":"http_status","message":"receiver answered 503"}}"#,
+                        c.claimed_at
+                    );
+                    let failure = hookq::store::Failure {
+                        record: &record,
+                        last_error: "http_status: receiver answered 503",
+                        last_status: Some(503),
+                        topic: "orders.paid",
+                        action: hookq::retry::FailAction::Retry(Duration::ZERO),
+                    };
+                    store.fail(c, &failure).await?;
+                }
+                failed += first.len();
+                let done = complete_claimed(&store, p, &rest, |c| {
+                    format!(
+                        r#"{{"attempt":{},"at":{},"duration_ms":12,"status":204}}"#,
+                        c.attempt, c.claimed_at
+                    )
+                })
+                .await?;
+                recorded += done.iter().filter(|d| **d).count();
+            }
+        }
+        let after = redis.used_memory().await?;
+        let shards = summary_shard_bytes(redis).await?;
+        redis
+            .config_set("hash-max-listpack-entries", &entries_before)
+            .await?;
+        empty_redis_with_listpack_value(redis, STOCK_LISTPACK_VALUE).await?;
+        if recorded != n {
+            return Err(format!("recorded {recorded} of {n} jobs").into());
+        }
+        per_summary.push((shards as f64 / n as f64, (after - before) as f64 / n as f64));
+    }
+    let earlier = n.div_ceil(10) as f64;
+    let (first, mix) = (per_summary[0], per_summary[1]);
+    Ok(HashMap::from([
+        ("bytes_per_summary_first_attempt", first.0),
+        ("bytes_per_summary_mix", mix.0),
+        (
+            "bytes_per_earlier_attempt",
+            (mix.0 - first.0) * n as f64 / earlier,
+        ),
+        ("used_memory_per_job_first_attempt", first.1),
+        ("used_memory_per_job_mix", mix.1),
+    ]))
+}
+
+/// Bytes of every summary shard and bucket index (`MEMORY USAGE` with
+/// every element counted), after checking each shard is still a listpack.
+async fn summary_shard_bytes(redis: &RedisServer) -> Res<i64> {
+    let mut conn = redis.conn().await;
+    let mut total = 0;
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg("*:done*")
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await?;
+        for key in keys {
+            let encoding: String = redis::cmd("OBJECT")
+                .arg("ENCODING")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await?;
+            if encoding != "listpack" {
+                return Err(format!("{key} is a {encoding}, not a listpack").into());
+            }
+            let bytes: Option<i64> = redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(&key)
+                .arg("SAMPLES")
+                .arg(0)
+                .query_async(&mut conn)
+                .await?;
+            total += bytes.unwrap_or(0);
+        }
+        if next == 0 {
+            return Ok(total);
+        }
+        cursor = next;
+    }
+}
+
 /// Time to promote `due` jobs while `parked` other jobs wait far ahead.
 async fn promotion(redis: &RedisServer, parked: usize, due_n: usize) -> Res<Figures> {
     redis.flush().await?;
@@ -3171,6 +3318,10 @@ async fn memory_scenarios(rig: &Rig<'_>, out: &mut Vec<Scenario>) -> Res<()> {
         })
         .await?;
     }
+    rig.run(out, "memory_100k_finished_10pct_retried", 1, move || {
+        memory_finished_retried(redis, finished)
+    })
+    .await?;
     Ok(())
 }
 

@@ -7,7 +7,8 @@
   the head releasing the job behind it (see the prelude).
 
   By default the record and history are then deleted and a summary remains
-  (see the prelude); with `retention.keep_bodies` the record moves, marked
+  (see the prelude), keeping the attempts of the history list in compact
+  form; with `retention.keep_bodies` the record moves, marked
   cancelled, to its kept key, and it and its history expire after the
   retention period.
 
@@ -57,10 +58,15 @@ if state == 'c' then return UNCHANGED end
 if state == 'd' or state == 'x' then return WRONG_STATE end
 
 local keep = ARGV[4] == 'keep'
-local plan = nil
+local plan, summary = nil, nil
 if not keep then
   if redis.sha1hex(r.spec) ~= ARGV[6] then return CHANGED end
-  plan = summaries_plan(prefix, {ARGV[1]}, now, tonumber(ARGV[2]))
+  -- The newest attempt record is the summary's last attempt; the others
+  -- its earlier ones (the attempt in flight, if any, has none yet).
+  local hist = rcall('LRANGE', KEYS[4], 0, -1)
+  summary = summary_pieces(summary_of('c', r, now, summary_tail(r.spec, ARGV[5], hist[1])),
+    summary_entries(hist, 2, now), state == 'i' and #hist > 0)
+  plan = summaries_plan(prefix, {ARGV[1]}, now, tonumber(ARGV[2]), #summary)
   if not plan then return try_again() end
 end
 local order = spec_order(r.spec)
@@ -89,7 +95,6 @@ if keep then
   rec_keep(prefix, ARGV[1], r, ARGV[2])
   rcall('PEXPIRE', KEYS[4], ARGV[2])
 else
-  local summary = summary_of('c', r, now, summary_tail(r.spec, ARGV[5], rcall('LINDEX', KEYS[4], 0)))
   rec_delete(at)
   rcall('DEL', KEYS[4])
   summaries_write(prefix, plan, {ARGV[1]}, {summary}, now)

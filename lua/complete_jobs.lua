@@ -8,7 +8,11 @@
   Batching is what lets a busy daemon record thousands of deliveries a
   second without one script call (and one TIME, ZREM, HINCRBY) per job.
   A job with an ordering key leaves its ordering list, releasing the job
-  behind it (see the prelude).
+  behind it (see the prelude). A summary keeps the earlier attempts of a
+  job that needed more than one, read from its history list (one LRANGE,
+  only for such a job: a first attempt has no history, so the delivery
+  path pays nothing more; a job replayed from the dead letters and
+  delivered on its first attempt since keeps that attempt alone).
 
   Input:
     KEYS[1] inflight zset   <ns>:{p}:inflight
@@ -40,6 +44,7 @@ local keep = ARGV[4] == 'keep'
 local prefix = partition_prefix(ARGV[1], 'job:')
 local current, places = {}, {}
 local done = {}
+local pieces, fields = {}, 0 -- ARGV index -> its summary's field values
 local lines = {} -- ARGV index -> the plan of leaving its ordering list
 for i = 7, #ARGV, 4 do
   local at = live(prefix, ARGV[i])
@@ -53,6 +58,12 @@ for i = 7, #ARGV, 4 do
   if r ~= nil and r.state == 'i' and r.att == tonumber(ARGV[i + 1]) then
     current[i] = r
     done[#done + 1] = ARGV[i]
+    if not keep then
+      local earlier = {}
+      if r.att > 1 then earlier = summary_entries(rcall('LRANGE', ARGV[2] .. ARGV[i], 0, -1), 1, now) end
+      pieces[i] = summary_pieces(summary_of('d', r, now, ARGV[i + 2]), earlier, false)
+      fields = fields + #pieces[i]
+    end
     if ARGV[i + 3] ~= '' then
       lines[i] = order_plan(prefix, ARGV[i + 3])
       if not lines[i] then return try_again() end
@@ -61,7 +72,7 @@ for i = 7, #ARGV, 4 do
 end
 local plan = nil
 if not keep and #done > 0 then
-  plan = summaries_plan(prefix, done, now, retention)
+  plan = summaries_plan(prefix, done, now, retention, fields)
   if not plan then return try_again() end
 end
 
@@ -79,7 +90,7 @@ for i = 7, #ARGV, 4 do
   elseif r then
     rec_delete(places[i])
     gone[#gone + 1] = ARGV[2] .. id
-    summaries[#summaries + 1] = summary_of('d', r, now, ARGV[i + 2])
+    summaries[#summaries + 1] = pieces[i]
   end
   if lines[i] then order_leave(prefix, lines[i], id, now, ARGV[5], ARGV[6]) end
   out[#out + 1] = r and DONE or UNCHANGED

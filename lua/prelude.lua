@@ -441,8 +441,8 @@ end
   Summaries are grouped by finish time into buckets `retention / 4` wide
   (they expire a whole bucket at a time, retention to 1.25 x retention after
   their finish); each bucket is a linear hash of shards, split one at a time
-  as it fills, so a shard holds about SUMMARY_LOAD ids (never so many that it
-  leaves the listpack encoding for long):
+  as it fills, so a shard holds about SUMMARY_LOAD fields (never so many that
+  it leaves the listpack encoding for long):
 
     <ns>:{p}:done                  HASH  <bucket start ms> -> "<shards>:<count>:<expires ms>"
     <ns>:{p}:done:<bucket>:<shard> HASH  <id> -> summary, PEXPIREAT <expires>
@@ -455,6 +455,34 @@ end
   none), the topic's length I1 and the topic, then the last error text
   (`kind: message`) cut so the summary stays within 64 bytes.
 
+  Earlier attempts (a job that needed more than one) follow the topic in
+  compact form; the topic length's high bit (topics have at most 64 bytes)
+  says they do, and a summary without it (every summary written before
+  them) has none. Then: a count I1 (low 7 bits: the earlier attempts kept;
+  high bit: the newest kept is attempt `attempts - 1`, because a cancel
+  found an attempt in flight), and per earlier attempt, newest first, 11
+  bytes: its start as ms before the finish I5, its duration ms I4, and
+  its status or error kind I2 (100..999 the HTTP status, whose kind is
+  redirect for a 3xx and http_status otherwise; 1000 + i the i-th of
+  SUMMARY_KINDS; 1999 another kind; 0 unknown); then the last error text.
+  A message of an earlier attempt is not kept, nor (as for the last one)
+  its response excerpt.
+
+  When the whole is more than 64 bytes it goes in 64-byte pieces: the
+  first is the id's field, piece k + 1 the field `#<k><id>` of the same
+  shard (no id has a `#`; k is one digit: a history list keeps 20
+  attempts, and a summary at most 30 earlier ones). A piece shorter than
+  64 bytes is the last. The pieces are as few as the head, topic, entries
+  and the error text's first SUMMARY_ERROR_MIN bytes need (a cancelled
+  job's last error keeps its kind and the start of its message); the rest
+  of the text fills the last one. So a job delivered on its second attempt
+  costs 12 bytes more than on its first (count and entry), within its
+  value while its topic has at most 14 bytes; each field more costs its
+  name (the id and 2 bytes) besides. An attempt before the 21st newest is
+  not kept: the history list keeps 20, and the summary what the list held.
+  The bucket's count is of fields, so that a shard splits by fields and
+  stays a listpack however long the histories.
+
   The Rust store computes the same id hash and shard address to read one.
 ]]
 local SUMMARY_HEAD = '>c1I2I2I6I6'
@@ -462,6 +490,12 @@ local SUMMARY_HEAD_LEN = 17   -- bytes of SUMMARY_HEAD
 local SUMMARY_TAIL_FIXED = 21 -- digest 8, last attempt 12, topic length 1
 local SUMMARY_LOAD = 40
 local SUMMARY_MAX = 64
+local SUMMARY_ERROR_MIN = 32 -- bytes of error text a summary with history keeps
+local SUMMARY_ENTRY = '>I5I4I2' -- an earlier attempt: 11 bytes
+local SUMMARY_KINDS = {'http_status', 'redirect', 'timeout', 'connect', 'ssrf_blocked',
+  'request', 'invalid_job', 'lease_expired'}
+local SUMMARY_KIND_CODE = {}
+for i, kind in ipairs(SUMMARY_KINDS) do SUMMARY_KIND_CODE[kind] = 1000 + i end
 
 -- a * b mod 2^32, exact in Lua's doubles (16-bit halves).
 local function mul32(a, b)
@@ -544,6 +578,7 @@ end
 -- The tail of a summary (see above) for a spec, its content digest and
 -- its last attempt record JSON (or nil), as the cancel step writes it;
 -- completions get theirs whole from the daemon, which holds all three.
+-- The error text is cut later, by summary_pieces.
 local function summary_tail(spec, digest, last_attempt)
   local topic = spec_topic(spec)
   local at, took, status, err = 0, 0, 0, ''
@@ -555,22 +590,82 @@ local function summary_tail(spec, digest, last_attempt)
       if type(a.message) == 'string' then err = err .. ': ' .. a.message end
     end
   end
-  local room = math.max(0, SUMMARY_MAX - SUMMARY_HEAD_LEN - SUMMARY_TAIL_FIXED - #topic)
-  return digest .. struct.pack('>I6I4I2I1', at, took, status, math.min(#topic, 255))
-    .. topic .. string.sub(err, 1, room)
+  return digest .. struct.pack('>I6I4I2I1', at, took, status, math.min(#topic, 127))
+    .. string.sub(topic, 1, 127) .. string.sub(err, 1, 2 * SUMMARY_MAX)
+end
+
+-- An earlier attempt's record JSON as a compact entry (see above), for a
+-- summary finished at `now`.
+local function summary_entry(json, now)
+  local ok, a = pcall(cjson.decode, json)
+  if not ok or type(a) ~= 'table' then a = {} end
+  local at, took, status = tonumber(a.at) or now, tonumber(a.duration_ms) or 0, tonumber(a.status) or 0
+  local code = 0
+  if status >= 100 and status <= 999 then
+    code = status
+  elseif type(a.error) == 'string' then
+    code = SUMMARY_KIND_CODE[a.error] or 1999
+  end
+  return struct.pack(SUMMARY_ENTRY, math.min(math.max(now - at, 0), 1099511627775),
+    math.min(math.max(took, 0), 4294967295), code)
+end
+
+-- The compact entries of attempt records `hist` (JSON, newest first) from
+-- index `from` on, for a summary finished at `now`: a list of strings.
+local function summary_entries(hist, from, now)
+  local entries = {}
+  -- (At most 30: a summary has at most 10 pieces; the history list
+  -- keeps 20.)
+  for i = from, math.min(#hist, from + 29) do entries[#entries + 1] = summary_entry(hist[i], now) end
+  return entries
+end
+
+--[[
+  The field values of a summary (see above): `value` (summary_of's, its
+  error text not yet cut) with its earlier attempts `entries` (from
+  summary_entries), `behind` when the newest of them is attempt
+  `attempts - 1`. A list of pieces, each at most SUMMARY_MAX bytes: the
+  first is the id's field, the others its continuation fields.
+]]
+local function summary_pieces(value, entries, behind)
+  local topic_len = string.byte(value, SUMMARY_HEAD_LEN + SUMMARY_TAIL_FIXED)
+  local base = SUMMARY_HEAD_LEN + SUMMARY_TAIL_FIXED + topic_len
+  if #entries == 0 and not behind then return {string.sub(value, 1, math.max(SUMMARY_MAX, base))} end
+  local count = #entries
+  if behind then count = count + 128 end
+  local blob = string.sub(value, 1, base - topic_len - 1) .. string.char(topic_len + 128)
+    .. string.sub(value, base - topic_len + 1, base) .. string.char(count) .. table.concat(entries)
+  -- As few pieces as the blob and the error text's first
+  -- SUMMARY_ERROR_MIN bytes need; the rest of the text fills the last one.
+  local err = string.sub(value, base + 1)
+  local size = math.ceil((#blob + math.min(#err, SUMMARY_ERROR_MIN)) / SUMMARY_MAX) * SUMMARY_MAX
+  blob = blob .. string.sub(err, 1, size - #blob)
+  local pieces = {}
+  for at = 1, #blob, SUMMARY_MAX do pieces[#pieces + 1] = string.sub(blob, at, at + SUMMARY_MAX - 1) end
+  return pieces
+end
+
+-- The field names of summary pieces `pieces` of job `id`.
+local function summary_fields(id, pieces)
+  local names = {id}
+  for k = 2, #pieces do names[k] = '#' .. (k - 1) .. id end
+  return names
 end
 
 --[[
   Where summaries finished at `now` go: the bucket, its shards before and
   after the writes, and (in a cluster) whether every key to be written is
-  here. Returns nil when a key is absent because the slot is moving (the
-  caller gives up, see the top of this prelude). Reads only.
+  here. `fields` is how many fields the summaries take (their ids and
+  continuation fields; #ids when nil): a bucket's count is of fields, so
+  that a shard stays within the listpack encoding however long the
+  histories. Returns nil when a key is absent because the slot is moving
+  (the caller gives up, see the top of this prelude). Reads only.
 ]]
-local function summaries_plan(prefix, ids, now, retention)
+local function summaries_plan(prefix, ids, now, retention, fields)
   local width = math.max(1, math.floor(retention / 4))
   local start = now - now % width
   local plan = {bucket = string.format('%d', start), n = 1, count = 0,
-    expires = start + width + retention, shards = {}}
+    expires = start + width + retention, shards = {}, fields = fields or #ids}
   local meta = redis.call('HGET', prefix .. 'done', plan.bucket)
   local n, count, expires = summary_bucket_meta(meta)
   if n then
@@ -581,7 +676,7 @@ local function summaries_plan(prefix, ids, now, retention)
   end
   for i, id in ipairs(ids) do plan.shards[i] = summary_shard(id_hash(id), plan.n) end
   plan.n_after = plan.n
-  while plan.count + #ids > SUMMARY_LOAD * plan.n_after do plan.n_after = plan.n_after + 1 end
+  while plan.count + plan.fields > SUMMARY_LOAD * plan.n_after do plan.n_after = plan.n_after + 1 end
   if IN_CLUSTER then
     local keys = {prefix .. 'done'}
     for _, s in ipairs(plan.shards) do keys[#keys + 1] = summary_key(prefix, plan.bucket, s) end
@@ -604,8 +699,10 @@ local function summary_split(prefix, bucket, n, expires)
   local all = redis.call('HGETALL', src)
   local keep, move = {}, {}
   for i = 1, #all, 2 do
-    local into = keep
-    if id_hash(all[i]) % (base * 2) == n then into = move end
+    local into, owner = keep, all[i]
+    -- A continuation field `#<k><id>` goes where its id goes.
+    if string.byte(owner, 1) == 35 then owner = string.sub(owner, 3) end
+    if id_hash(owner) % (base * 2) == n then into = move end
     into[#into + 1] = all[i]
     into[#into + 1] = all[i + 1]
   end
@@ -621,8 +718,9 @@ local function summary_split(prefix, bucket, n, expires)
   end
 end
 
--- Writes summaries `values[i]` of `ids[i]` as `plan` (from summaries_plan)
--- laid out, then splits shards until the bucket is within its load.
+-- Writes summaries `values[i]` of `ids[i]` (each a list of pieces, from
+-- summary_pieces) as `plan` (from summaries_plan) laid out, then splits
+-- shards until the bucket is within its load.
 local function summaries_write(prefix, plan, ids, values, now)
   local meta = prefix .. 'done'
   if plan.new then
@@ -641,8 +739,11 @@ local function summaries_write(prefix, plan, ids, values, now)
       order[#order + 1] = s
     end
     local fields = by_shard[s]
-    fields[#fields + 1] = id
-    fields[#fields + 1] = values[i]
+    local names = summary_fields(id, values[i])
+    for k, piece in ipairs(values[i]) do
+      fields[#fields + 1] = names[k]
+      fields[#fields + 1] = piece
+    end
   end
   local expires = string.format('%d', plan.expires)
   for _, s in ipairs(order) do
@@ -658,7 +759,7 @@ local function summaries_write(prefix, plan, ids, values, now)
   end
   for n = plan.n, plan.n_after - 1 do summary_split(prefix, plan.bucket, n, plan.expires) end
   redis.call('HSET', meta, plan.bucket,
-    plan.n_after .. ':' .. (plan.count + #ids) .. ':' .. expires)
+    plan.n_after .. ':' .. (plan.count + plan.fields) .. ':' .. expires)
 end
 
 --[[

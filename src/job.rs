@@ -1118,7 +1118,8 @@ pub(crate) struct JobView {
     pub created_at: String,
     /// Last change (RFC 3339).
     pub updated_at: String,
-    /// Most recent attempts first, at most 20 (a summary keeps the last).
+    /// Most recent attempts first, at most 20 (a summary keeps each one's
+    /// start, duration and status or error kind, and the last one's message).
     pub history: Vec<serde_json::Value>,
     /// True when the job finished and only its summary remains (no url,
     /// method, headers or body; `retention.keep_bodies` keeps them).

@@ -15,7 +15,7 @@ use redis::streams::{StreamId, StreamRangeReply};
 use serde::Serialize;
 
 use super::scripts::{self, Code};
-use super::{arg, JobRecord, Store, StoreResult, Summary};
+use super::{arg, summary, JobRecord, Store, StoreResult, Summary};
 use crate::job::State;
 
 /// Partitions visited at most per page, so one request stays bounded.
@@ -675,11 +675,27 @@ impl Store {
                 } else {
                     0
                 };
+                let pieces: HashMap<&str, &[u8]> = entries
+                    .iter()
+                    .filter(|(field, _)| summary::is_continuation(field))
+                    .map(|(field, value)| (field.as_str(), value.as_slice()))
+                    .collect();
                 for (i, (id, value)) in entries.iter().enumerate().skip(skip) {
                     if items.len() == want {
                         return Ok((items, Some(format!("s{}.{shard}.{i}", bucket.start))));
                     }
-                    if let Some(record) = Summary::parse(value).map(|s| s.into_record(id)) {
+                    if summary::is_continuation(id) {
+                        continue;
+                    }
+                    let whole = summary::join(
+                        value,
+                        (1..=summary::continuations(value)).map(|k| {
+                            pieces
+                                .get(summary::continuation_field(id, k).as_str())
+                                .copied()
+                        }),
+                    );
+                    if let Some(record) = Summary::parse(&whole).map(|s| s.into_record(id)) {
                         if keep(&record) {
                             items.push(record);
                         }

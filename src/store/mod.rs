@@ -33,7 +33,7 @@ pub use keys::Keys;
 pub(crate) use record::JobRecord;
 use reply::EnqueuedJob;
 use scripts::{Code, ScriptDef, Scripts};
-pub use summary::{Delivery, Kept, Summary};
+pub use summary::{Delivery, Earlier, Kept, Summary};
 
 /// Errors talking to Redis.
 #[derive(Debug, thiserror::Error)]
@@ -1505,7 +1505,9 @@ impl Store {
     }
 
     /// The newest summary of finished job `id` of partition `p`: one read of
-    /// the partition's bucket index, then one HGET per bucket, pipelined.
+    /// the partition's bucket index, then one HGET per bucket, pipelined;
+    /// then, for a summary whose history goes on in continuation fields,
+    /// one HMGET of those.
     pub(crate) async fn find_summary(&self, p: u16, id: &str) -> StoreResult<Option<Summary>> {
         let buckets = self.summary_buckets(p).await?;
         if buckets.is_empty() {
@@ -1513,17 +1515,39 @@ impl Store {
         }
         let h = summary::id_hash(id);
         let mut pipe = redis::pipe();
+        let mut shards = Vec::with_capacity(buckets.len());
         for bucket in &buckets {
-            let shard = summary::shard_of(h, bucket.shards);
-            pipe.hget(self.keys.done_shard(p, &bucket.start, shard), id);
+            let shard = self
+                .keys
+                .done_shard(p, &bucket.start, summary::shard_of(h, bucket.shards));
+            pipe.hget(&shard, id);
+            shards.push(shard);
         }
         let mut conn = self.conn.clone();
         let values: Vec<Option<Vec<u8>>> = pipe.query_async(&mut conn).await?;
-        Ok(values
-            .iter()
-            .flatten()
-            .filter_map(|v| Summary::parse(v))
-            .max_by_key(|s| s.finished))
+        let Some((shard, value, _)) = values
+            .into_iter()
+            .zip(shards)
+            .filter_map(|(v, shard)| v.map(|v| (shard, v)))
+            .filter_map(|(shard, v)| Summary::finished_of(&v).map(|f| (shard, v, f)))
+            .max_by_key(|(_, _, finished)| *finished)
+        else {
+            return Ok(None);
+        };
+        let more = summary::continuations(&value);
+        if more > 0 {
+            let fields: Vec<String> = (1..=more)
+                .map(|k| summary::continuation_field(id, k))
+                .collect();
+            let pieces: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
+                .arg(&shard)
+                .arg(&fields)
+                .query_async(&mut conn)
+                .await?;
+            let whole = summary::join(&value, pieces.iter().map(|p| p.as_deref()));
+            return Ok(Summary::parse(&whole));
+        }
+        Ok(Summary::parse(&value))
     }
 
     /// The summary buckets of partition `p` (expired ones may linger in the
