@@ -162,12 +162,7 @@ async fn two_daemons_share_one_rate_limit() {
     );
     let (mut attempts, mut refused) = (Vec::new(), 0.0);
     for base in &bases {
-        let text = reqwest::get(format!("{base}/metrics"))
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("text");
+        let text = crate::metrics_text(base).await;
         attempts.push(crate::metric_sum(&text, "hookq_attempts_total"));
         refused += crate::metric_sum(&text, "hookq_host_rate_limited_total");
     }

@@ -91,6 +91,16 @@ pub async fn job_view(base: &str, id: &str) -> serde_json::Value {
     get_json(&format!("{base}/v1/jobs/{id}")).await.1
 }
 
+/// The `/metrics` text of the daemon at `base`.
+pub async fn metrics_text(base: &str) -> String {
+    reqwest::get(format!("{base}/metrics"))
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("metrics text")
+}
+
 /// Every key of the Redis with its DUMP, to prove a request changed nothing;
 /// the fleet's membership (`hookq:fleet`, which the daemons' heartbeats
 /// rewrite every second) is left out.

@@ -14,17 +14,7 @@ use crate::ops::serve_ready;
 use crate::support::receiver::{Receiver, Recorded, Reply};
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
-use crate::{post_created, post_json};
-
-/// The `/metrics` text of the daemon at `base`.
-async fn scrape(base: &str) -> String {
-    reqwest::get(format!("{base}/metrics"))
-        .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("metrics text")
-}
+use crate::{metrics_text, post_created, post_json};
 
 /// The value of the unlabelled series `name` in a `/metrics` text; None
 /// when the series is absent (so a test tells "0" from "missing").
@@ -39,7 +29,7 @@ async fn wait_series(base: &str, name: &str, want: f64) {
     wait_until(
         &format!("{name} reads {want}"),
         Duration::from_secs(30),
-        || async { series(&scrape(base).await, name) == Some(want) },
+        || async { series(&metrics_text(base).await, name) == Some(want) },
     )
     .await;
 }
@@ -129,7 +119,7 @@ async fn host_series_move_with_blocks_opens_and_parkings() {
         },
     )
     .await;
-    let text = scrape(&base).await;
+    let text = metrics_text(&base).await;
     assert_eq!(
         series(&text, "hookq_hosts_opened_total"),
         Some(1.0),
@@ -173,7 +163,7 @@ async fn alert_series_count_sent_and_dropped_events() {
     alerts.wait_for_count(1, Duration::from_secs(10)).await;
     // host.closed: waits behind the first batch's retries.
     pause("resume").await;
-    let text = scrape(&base).await;
+    let text = metrics_text(&base).await;
     assert_eq!(
         series(&text, "hookq_alerts_sent_total"),
         None,
@@ -184,7 +174,7 @@ async fn alert_series_count_sent_and_dropped_events() {
         "the first batch is dropped and the second sent",
         Duration::from_secs(60),
         || async {
-            let text = scrape(&base).await;
+            let text = metrics_text(&base).await;
             series(&text, "hookq_alerts_dropped_total") == Some(1.0)
                 && series(&text, "hookq_alerts_sent_total") == Some(1.0)
         },
@@ -224,7 +214,7 @@ async fn metrics_read_redis_at_most_once_every_two_seconds() {
     let before = gauge_reads(&redis).await;
     let started = Instant::now();
     for _ in 0..50 {
-        let text = scrape(&base).await;
+        let text = metrics_text(&base).await;
         assert!(text.contains("hookq_jobs{state=\"scheduled\"}"), "{text}");
     }
     let took = started.elapsed();
@@ -246,7 +236,7 @@ async fn metrics_read_redis_at_most_once_every_two_seconds() {
     })
     .await;
     let before = gauge_reads(&redis).await;
-    let text = scrape(&base).await;
+    let text = metrics_text(&base).await;
     assert_eq!(
         gauge_reads(&redis).await - before,
         1,

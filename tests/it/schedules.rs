@@ -126,12 +126,7 @@ async fn every_second_fires_jobs_exactly_a_second_apart() {
         .all(|r| r["outcome"] == "fired"
             && r["job_id"].as_str().is_some_and(|j| j.starts_with("tick:"))));
     // Firings are counted and their lateness measured.
-    let metrics = reqwest::get(format!("{base}/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = crate::metrics_text(&base).await;
     assert!(
         metrics.contains("hookq_schedule_firings_total{outcome=\"fired\"}")
             && metrics.contains("hookq_schedule_firing_lateness_seconds"),
@@ -298,12 +293,7 @@ async fn two_firers_on_one_partition_neither_skip_nor_double_a_firing() {
     }
     let mut counted = Vec::new();
     for base in &bases {
-        let text = reqwest::get(format!("{base}/metrics"))
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("text");
+        let text = crate::metrics_text(base).await;
         counted.push(crate::metric_sum(
             &text,
             "hookq_schedule_firings_total{outcome=\"fired\"}",

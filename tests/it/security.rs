@@ -958,12 +958,7 @@ async fn outcome_waits_for_its_replica(id: &str, receiver: &Receiver, state: &st
     let not_replicated = || {
         let base = base.clone();
         async move {
-            let text = reqwest::get(format!("{base}/metrics"))
-                .await
-                .expect("metrics")
-                .text()
-                .await
-                .expect("text");
+            let text = crate::metrics_text(&base).await;
             crate::metric_sum(&text, "hookq_writes_not_replicated_total")
         }
     };
