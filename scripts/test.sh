@@ -6,11 +6,14 @@
 #      test), chromium and chromium-driver (the console tests), wrk (the
 #      benchmark's single-create load), nginx (the
 #      benchmark's reference receiver; it runs its own on loopback ports),
-#      python3 with the `standardwebhooks` library (it verifies our
-#      signatures), and the rustfmt and clippy components;
+#      systemd's `systemd-analyze` (the unit file check), python3 with the
+#      `standardwebhooks` library (it verifies our signatures), and the
+#      rustfmt and clippy components;
 #   2. checks formatting (`cargo fmt --check`) and lints (`cargo clippy
 #      --all-targets -D warnings`);
-#   3. runs every test (`cargo test`: unit, integration, fuzz and doc tests);
+#   3. runs every test (`cargo test`: unit, integration, fuzz and doc tests),
+#      then `scripts/lua-guards.sh` (each Lua guard deleted in turn must fail
+#      the test named for it; about 7 minutes);
 #   4. fuzzes the HTTP API from its OpenAPI document (`scripts/api-fuzz.sh`:
 #      schemathesis, installed with pip if missing) and runs the benchmark's
 #      smoke test (`--quick`: every scenario at tiny sizes, release build, no
