@@ -1927,22 +1927,7 @@ async fn summary_shard_bytes(redis: &RedisServer) -> Res<i64> {
             .query_async(&mut conn)
             .await?;
         for key in keys {
-            let encoding: String = redis::cmd("OBJECT")
-                .arg("ENCODING")
-                .arg(&key)
-                .query_async(&mut conn)
-                .await?;
-            if encoding != "listpack" {
-                return Err(format!("{key} is a {encoding}, not a listpack").into());
-            }
-            let bytes: Option<i64> = redis::cmd("MEMORY")
-                .arg("USAGE")
-                .arg(&key)
-                .arg("SAMPLES")
-                .arg(0)
-                .query_async(&mut conn)
-                .await?;
-            total += bytes.unwrap_or(0);
+            total += redis.listpack_bytes(&key).await?;
         }
         if next == 0 {
             return Ok(total);

@@ -605,19 +605,6 @@ pub(crate) async fn fire_as_read(
     out[2]
 }
 
-/// Claims job `id` of partition `p` (a fired job lives in its schedule's
-/// partition, not its id's); panics if it is not claimed.
-async fn claim_in(store: &Store, p: u16, id: &str) -> Claimed {
-    store
-        .claim(p, 100)
-        .await
-        .expect("claim")
-        .jobs
-        .into_iter()
-        .find(|j| j.id == id)
-        .expect("the job is claimed")
-}
-
 /// A firer's call made from a read that is no longer current changes
 /// nothing (`fire_schedules.lua`: "of two daemons firing the same schedule
 /// at once one wins, the other changes nothing"):
@@ -660,7 +647,7 @@ async fn stale_firings_change_nothing() {
 
     // The winner fires t; its job is delivered.
     assert_eq!(fire_as_read(&redis, &store, id, t, 1, t, t + hour).await, 1);
-    let claim = claim_in(&store, p, &job).await;
+    let claim = crate::claim_in(&store, p, &job).await;
     let delivery = store.delivery_from_json(&claim.spec_json, "{}");
     assert!(store.complete(&claim, &delivery).await.expect("complete"));
     // A second firer read the same (t, version 1).
@@ -704,7 +691,7 @@ async fn stale_firings_change_nothing() {
         1
     );
     let job2 = format!("{id}:{t2}");
-    let claim2 = claim_in(&store, p, &job2).await;
+    let claim2 = crate::claim_in(&store, p, &job2).await;
     assert_eq!(claim2.attempt, 1);
     let back = ScheduleWrite::new(&config, id, &second, false, Some(t2), t - hour, Some(2));
     assert_eq!(

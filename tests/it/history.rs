@@ -423,22 +423,16 @@ async fn finish(store: &Store, ids: &[String], failures: u32) {
     }
 }
 
-/// A Redis with the stock listpack limits of a hash (128 entries of at
-/// most 64 bytes; some builds ship other defaults).
+/// A Redis with the hash listpack limits the summary layout is sized for:
+/// values of at most 64 bytes (Redis's default) and 128 entries (stricter
+/// than Redis's default 512, so a shard that would outgrow it shows).
 async fn stock_redis() -> RedisServer {
     let redis = RedisServer::start();
-    let mut conn = redis.conn().await;
     for (key, value) in [
         ("hash-max-listpack-entries", "128"),
         ("hash-max-listpack-value", "64"),
     ] {
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg(key)
-            .arg(value)
-            .query_async(&mut conn)
-            .await
-            .expect("CONFIG SET");
+        redis.config_set(key, value).await.expect("CONFIG SET");
     }
     redis
 }
@@ -446,33 +440,13 @@ async fn stock_redis() -> RedisServer {
 /// Bytes of the partition's summary shards (MEMORY USAGE, every element
 /// counted), after checking each is still a listpack.
 async fn summary_bytes(redis: &RedisServer, store: &Store) -> i64 {
-    let mut conn = redis.conn().await;
     let keys = store.keys();
     let mut total: i64 = 0;
-    let mut names = Vec::new();
     for bucket in store.summary_buckets(0).await.expect("buckets") {
         for shard in 0..bucket.shards {
             let key = keys.done_shard(0, &bucket.start, shard);
-            let encoding: String = redis::cmd("OBJECT")
-                .arg("ENCODING")
-                .arg(&key)
-                .query_async(&mut conn)
-                .await
-                .expect("encoding");
-            assert_eq!(encoding, "listpack", "{key}");
-            names.push(key);
+            total += redis.listpack_bytes(&key).await.expect("summary shard");
         }
-    }
-    for key in names {
-        let bytes: Option<i64> = redis::cmd("MEMORY")
-            .arg("USAGE")
-            .arg(&key)
-            .arg("SAMPLES")
-            .arg(0)
-            .query_async(&mut conn)
-            .await
-            .expect("MEMORY USAGE");
-        total += bytes.unwrap_or(0);
     }
     total
 }

@@ -235,7 +235,12 @@ pub async fn enqueue_direct(store: &hookq::store::Store, config: &Config, input:
 /// Claims job `id` (due now) through `store`, as a daemon would, and
 /// returns its claim; panics if the job is not claimed.
 pub async fn claim_direct(store: &hookq::store::Store, id: &str) -> hookq::store::Claimed {
-    let p = store.keys().partition_of(id);
+    claim_in(store, store.keys().partition_of(id), id).await
+}
+
+/// Claims job `id` of partition `p` (a fired job lives in its schedule's
+/// partition, not its id's); panics if it is not claimed.
+pub async fn claim_in(store: &hookq::store::Store, p: u16, id: &str) -> hookq::store::Claimed {
     store
         .claim(p, 100)
         .await

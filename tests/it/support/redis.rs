@@ -179,6 +179,31 @@ impl RedisServer {
             .await
     }
 
+    /// Bytes hash `key` takes (`MEMORY USAGE` with every element counted),
+    /// once it is checked to be still a listpack (an error naming its
+    /// encoding otherwise): what the summary memory figures sum.
+    pub async fn listpack_bytes(&self, key: &str) -> Result<i64, String> {
+        let mut conn = self.conn().await;
+        let encoding: String = ::redis::cmd("OBJECT")
+            .arg("ENCODING")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| format!("OBJECT ENCODING {key}: {e}"))?;
+        if encoding != "listpack" {
+            return Err(format!("{key} is a {encoding}, not a listpack"));
+        }
+        let bytes: Option<i64> = ::redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(key)
+            .arg("SAMPLES")
+            .arg(0)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| format!("MEMORY USAGE {key}: {e}"))?;
+        Ok(bytes.unwrap_or(0))
+    }
+
     /// Bytes of memory Redis uses (`INFO memory` `used_memory`).
     pub async fn used_memory(&self) -> ::redis::RedisResult<i64> {
         self.info_field("memory", "used_memory").await
