@@ -11,6 +11,7 @@ mod cluster;
 mod console;
 mod crash;
 mod delivery;
+mod docs;
 mod engine;
 mod fleet;
 mod footprint;
