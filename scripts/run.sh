@@ -17,7 +17,8 @@
 # SERVE ARGS pass through to `hookq serve`, e.g. --config config.example.toml.
 # Without --config, hookq uses its defaults plus HOOKQ_<SECTION>__<KEY>
 # variables. REDIS_URL (or HOOKQ_REDIS__URL) picks the Redis; it is exported
-# as HOOKQ_REDIS__URL, so it wins over a config file's redis.url.
+# as HOOKQ_REDIS__URL, so it wins over a config file's redis.url. HOOKQ_BIN
+# runs that hookq binary instead of building one (the tests use it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REDIS_URL="${REDIS_URL:-${HOOKQ_REDIS__URL:-redis://127.0.0.1:6379/0}}"
@@ -32,6 +33,14 @@ source scripts/lib.sh
 # True if the Redis at REDIS_URL answers PONG.
 redis_answers() {
   [ "$(redis-cli -u "$REDIS_URL" ping 2>/dev/null)" = "PONG" ]
+}
+
+# Half the machine's RAM in bytes, the maxmemory of the Redis this script
+# starts: with `noeviction`, Redis then answers writes with an error (hookq's
+# API a 503) instead of growing until the machine swaps or the OOM killer
+# picks it; `hookq doctor` projects memory against it.
+redis_maxmemory() {
+  awk '/^MemTotal:/ { printf "%d", $2 * 1024 / 2 }' /proc/meminfo
 }
 
 # True while the process in pid file $1 runs.
@@ -106,6 +115,7 @@ else
   echo "== starting redis-server on 127.0.0.1:$port (AOF on, data in data/redis)"
   redis-server --port "$port" --bind 127.0.0.1 --dir "$DATA/redis" \
     --appendonly yes --appendfsync everysec --maxmemory-policy noeviction \
+    --maxmemory "$(redis_maxmemory)" \
     --hash-max-listpack-value 1024 \
     --daemonize yes --pidfile "$REDIS_PID" --logfile "$DATA/redis/redis.log"
   # Wait up to 10 s (an AOF is replayed before PING answers).
@@ -119,9 +129,13 @@ else
   fi
 fi
 
-echo "== cargo build --release (a few minutes the first time)"
-cargo build --release --quiet
-BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/hookq"
+if [ -n "${HOOKQ_BIN:-}" ]; then
+  BIN="$HOOKQ_BIN"
+else
+  echo "== cargo build --release (a few minutes the first time)"
+  cargo build --release --quiet
+  BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/hookq"
+fi
 
 # The address hookq listens on: --listen, else HOOKQ_API__LISTEN, else the
 # config file's api.listen, else the default.
@@ -174,9 +188,13 @@ if [ "$background" -eq 1 ]; then
 fi
 
 echo "== hookq serve${*:+ $*} (Ctrl-C stops it)"
-"$BIN" serve "$@" &
+# hookq runs in a session of its own, so a Ctrl-C reaches only this script,
+# whose trap sends hookq one SIGTERM: a graceful drain. (In the terminal's
+# process group it would get the SIGINT too, and a second signal makes hookq
+# exit at once, leaving its attempts to their leases.)
+setsid "$BIN" serve "$@" &
 pid=$!
-trap 'kill -TERM "$pid" 2>/dev/null || true' INT TERM
+trap 'kill -TERM "$pid" 2>/dev/null || true' INT TERM HUP
 if wait_ready "$pid" ""; then
   if running "$REDIS_PID"; then
     echo "== the Redis this script started keeps running; scripts/run.sh stop stops it"

@@ -390,37 +390,53 @@ impl Daemon {
 
 /// Runs the daemon until SIGINT or SIGTERM; a second signal exits at once.
 pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
+    // Listening starts before the daemon does and lasts: a signal that
+    // arrives while the first is being handled still counts as the second.
+    let mut signals = StopSignals::listen()?;
     let daemon = Daemon::start(config).await?;
     let token = daemon.token();
     tokio::spawn(async move {
-        wait_for_signal().await;
+        signals.next().await;
         tracing::info!("stopping: no new work is claimed; attempts in flight may finish");
         token.cancel();
-        wait_for_signal().await;
+        signals.next().await;
         tracing::warn!("second signal: exiting now; unfinished attempts are left to their leases");
         std::process::exit(130);
     });
     daemon.wait().await
 }
 
-async fn wait_for_signal() {
+/// SIGINT and SIGTERM, each listened to from creation on, so that none is
+/// missed between two waits.
+struct StopSignals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn listen() -> anyhow::Result<StopSignals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(StopSignals {
+                interrupt: signal(SignalKind::interrupt()).context("listening for SIGINT")?,
+                terminate: signal(SignalKind::terminate()).context("listening for SIGTERM")?,
+            })
         }
+        #[cfg(not(unix))]
+        Ok(StopSignals {})
     }
-    #[cfg(not(unix))]
-    {
+
+    /// The next SIGINT or SIGTERM.
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+        #[cfg(not(unix))]
         let _ = tokio::signal::ctrl_c().await;
     }
 }

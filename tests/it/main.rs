@@ -22,6 +22,7 @@ mod metrics;
 mod migrate;
 mod ops;
 mod ordering;
+mod run_script;
 mod schedules;
 mod security;
 mod telemetry;

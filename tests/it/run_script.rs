@@ -1,0 +1,112 @@
+//! `scripts/run.sh`, the README's first command, driven as a person does:
+//! started in the foreground of its own process group (a terminal's
+//! foreground job) and stopped with one Ctrl-C (SIGINT to that group).
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::support::{self, redis::RedisServer};
+
+/// The output so far of the script, whose stdout and stderr go to `path`.
+fn output(path: &std::path::Path) -> String {
+    let mut text = String::new();
+    if let Ok(mut file) = std::fs::File::open(path) {
+        let _ = file.read_to_string(&mut text);
+    }
+    text
+}
+
+#[tokio::test]
+async fn one_ctrl_c_on_run_sh_drains_hookq_gracefully() {
+    let redis = RedisServer::start();
+    let port = support::free_port();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("run.log");
+    let out = std::fs::File::create(&log).expect("log file");
+    let mut script = Command::new("bash")
+        .arg("scripts/run.sh")
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("REDIS_URL", redis.url())
+        .env("HOOKQ_BIN", env!("CARGO_BIN_EXE_hookq"))
+        .env_remove("HOOKQ_REDIS__URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out.try_clone().expect("log file")))
+        .stderr(Stdio::from(out))
+        .process_group(0)
+        .spawn()
+        .expect("start scripts/run.sh");
+    let group = script.id();
+    let cleanup = Cleanup { group, port };
+    let hookq_pid = || hookq_pids(port);
+
+    support::wait_until(
+        "run.sh says hookq is ready",
+        Duration::from_secs(60),
+        || {
+            let text = output(&log);
+            async move { text.contains("hookq is ready at") }
+        },
+    )
+    .await;
+    assert_eq!(hookq_pid().len(), 1, "one hookq runs: {}", output(&log));
+
+    // A terminal's Ctrl-C: SIGINT to every process of the foreground group.
+    let sent = Command::new("kill")
+        .args(["-INT", "--", &format!("-{group}")])
+        .status()
+        .expect("kill -INT");
+    assert!(sent.success());
+    let status = tokio::task::spawn_blocking(move || script.wait())
+        .await
+        .expect("join")
+        .expect("wait for run.sh");
+    let text = output(&log);
+    assert!(
+        text.contains("stopping: no new work is claimed"),
+        "hookq did not begin a graceful stop: {text}"
+    );
+    assert!(
+        !text.contains("second signal"),
+        "one Ctrl-C reached hookq as two signals, so it skipped its drain: {text}"
+    );
+    assert_eq!(status.code(), Some(0), "run.sh's exit: {text}");
+    support::wait_until("hookq has exited", Duration::from_secs(10), || {
+        let left = hookq_pid();
+        async move { left.is_empty() }
+    })
+    .await;
+    drop(cleanup);
+}
+
+/// The pids of the hookq serving on `port` (it runs in a session of its
+/// own, outside the script's process group: that is the fix).
+fn hookq_pids(port: u16) -> Vec<u32> {
+    let pids = Command::new("pgrep")
+        .args(["-f", &format!("serve --listen 127.0.0.1:{port}")])
+        .output()
+        .expect("pgrep");
+    String::from_utf8_lossy(&pids.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse::<u32>().ok())
+        .collect()
+}
+
+/// Kills the script's group and its hookq, however the test ends.
+struct Cleanup {
+    group: u32,
+    port: u16,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        support::kill_process_group(self.group);
+        for pid in hookq_pids(self.port) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    }
+}
