@@ -363,6 +363,11 @@ const SUMMARY_BYTES: f64 = 100.0;
 /// with small bodies.
 const KEPT_RECORD_BYTES: f64 = 634.0;
 
+/// Fewest jobs held for a bytes-per-job figure: below it Redis's own
+/// overhead (the record hashes, indexes, the fleet's keys) outweighs the
+/// jobs, and two jobs read as 490 KB each.
+const PER_JOB_SAMPLE: u64 = 1_000;
+
 /// Share of `maxmemory` the projection may reach before the check warns
 /// (beyond it, a burst or an AOF rewrite's buffers reach the limit, and
 /// with `noeviction` the API answers 503).
@@ -591,7 +596,8 @@ fn parse_node_memory(info: &str, partitions: Vec<u16>) -> NodeMemory {
 struct Outlook {
     /// Jobs held.
     jobs: u64,
-    /// (`used_memory` − `used_memory_startup`) per job held; None without jobs.
+    /// (`used_memory` − `used_memory_startup`) per job held; None with fewer
+    /// than [`PER_JOB_SAMPLE`] jobs.
     per_job: Option<f64>,
     /// Bytes one retained finished job costs.
     per_finished: f64,
@@ -606,7 +612,8 @@ impl Outlook {
         let jobs = m.live_and_dead + m.summaries;
         let used: u64 = m.nodes.iter().map(|n| n.used).sum();
         let startup: u64 = m.nodes.iter().map(|n| n.startup).sum();
-        let per_job = (jobs > 0).then(|| used.saturating_sub(startup) as f64 / jobs as f64);
+        let per_job =
+            (jobs >= PER_JOB_SAMPLE).then(|| used.saturating_sub(startup) as f64 / jobs as f64);
         let per_finished = match (m.keep_bodies, per_job) {
             (false, _) => SUMMARY_BYTES,
             (true, Some(b)) => b,
@@ -721,7 +728,11 @@ fn describe_memory(m: &MemoryFigures, outlook: &Outlook, node: &NodeMemory) -> S
             "{} jobs held ({} scheduled, ready, in flight or dead, {} finished summaries), {per_job:.0} B per job",
             outlook.jobs, m.live_and_dead, m.summaries
         ),
-        None => "no jobs".to_string(),
+        None if outlook.jobs == 0 => "no jobs".to_string(),
+        None => format!(
+            "{} jobs held, too few for a bytes-per-job figure (it needs {PER_JOB_SAMPLE})",
+            outlook.jobs
+        ),
     };
     let not_counted = if m.keep_bodies {
         " (finished records kept by retention.keep_bodies are not counted, so this reads high)"
@@ -890,6 +901,31 @@ mod tests {
             fix.contains("maxmemory 267mb") && !fix.contains("retention"),
             "{fix}"
         );
+    }
+
+    #[test]
+    fn two_jobs_give_no_bytes_per_job_figure() {
+        // What `hookq doctor` met on the Redis scripts/run.sh starts: two
+        // jobs over Redis's own ~1 MB read as 489,672 B per job.
+        let c = judge_memory(&figures(
+            vec![node(MIB + 979_344, 1 << 30, 0..16)],
+            2,
+            0,
+            0.0,
+        ));
+        assert!(
+            c.detail
+                .contains("2 jobs held, too few for a bytes-per-job figure (it needs 1000)"),
+            "{c:?}"
+        );
+        assert!(!c.detail.contains("B per job"), "{c:?}");
+        let c = judge_memory(&figures(
+            vec![node(MIB + 979_344, 1 << 30, 0..16)],
+            999,
+            0,
+            0.0,
+        ));
+        assert!(!c.detail.contains("B per job"), "{c:?}");
     }
 
     #[test]
