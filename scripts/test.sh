@@ -18,7 +18,9 @@
 #      schemathesis, installed with pip if missing) and runs the benchmark's
 #      smoke test (`--quick`: every scenario at tiny sizes, release build, no
 #      timing assertions);
-#   5. fails if any process the suite started is still running, naming it.
+#   5. fails if any process the suite started is still running, naming it,
+#      or if the run changed a file git tracks (screenshots go to
+#      target/screenshots; HOOKQ_SCREENSHOTS=docs refreshes docs/ on purpose).
 #
 # A distro redis-server service that apt starts on 6379, or nginx service on
 # port 80, is not used by any test or the benchmark and is left running.
@@ -78,6 +80,9 @@ for component in rustfmt clippy; do
   fi
 done
 
+# Step 5 compares git's view of the checkout before and after the run.
+tracked_before="$(git status --porcelain --untracked-files=no 2>/dev/null | sort; git diff 2>/dev/null | sha256sum)"
+
 echo "== cargo fmt --check"
 cargo fmt --check
 echo "== cargo clippy --all-targets -- -D warnings"
@@ -134,6 +139,12 @@ if [ "${#leftovers[@]}" -gt 0 ] || [ -n "$shm_left" ]; then
     kill -KILL "$pid" 2>/dev/null || true
   done
   [ -n "$shm_left" ] && echo "$shm_left" | sed 's/^/  /' >&2
+  exit 1
+fi
+tracked_after="$(git status --porcelain --untracked-files=no 2>/dev/null | sort; git diff 2>/dev/null | sha256sum)"
+if [ "$tracked_before" != "$tracked_after" ] && [ "${HOOKQ_SCREENSHOTS:-}" != "docs" ]; then
+  echo "the test suite changed files git tracks:" >&2
+  git status --short --untracked-files=no >&2
   exit 1
 fi
 echo "== test suite passed"

@@ -5,7 +5,10 @@
 //! replaying a dead letter from the page (the job is live again and is
 //! delivered) and pausing a host, hostile bodies shown as text, the
 //! overview chart moving while jobs are delivered, and Redis down shown as
-//! such. Each page's screenshot goes to `docs/console-*.png`.
+//! such. Each page's screenshot goes to `target/screenshots/console-*.png`;
+//! with `HOOKQ_SCREENSHOTS=docs` to `docs/console-*.png`, the pictures the
+//! docs show (refreshed on purpose only, so a test run leaves the checkout
+//! clean).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -26,8 +29,12 @@ const XSS_BODY: &str =
     r#"<script>window.__xss = 1</script>"><img src=x onerror="window.__xss = 2">"#;
 
 fn screenshot_path(name: &str) -> PathBuf {
-    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/docs"));
-    std::fs::create_dir_all(&dir).expect("docs/");
+    let under = match std::env::var("HOOKQ_SCREENSHOTS").as_deref() {
+        Ok("docs") => "docs",
+        _ => "target/screenshots",
+    };
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(under);
+    std::fs::create_dir_all(&dir).expect("the screenshot directory");
     dir.join(format!("console-{name}.png"))
 }
 
