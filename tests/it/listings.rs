@@ -5,9 +5,11 @@
 //! which job holds the key and until when.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::api::send;
 use crate::support::redis::RedisServer;
 use crate::{get_json, post_json, start_daemon, test_config};
 
@@ -94,5 +96,110 @@ async fn a_schedule_listing_leaves_bodies_out_and_stops_at_the_byte_cap() {
         one["job"]["body"]["blob"].as_str().map(str::len),
         Some(BIG_BODY)
     );
+    daemon.stop().await.expect("clean stop");
+}
+
+/// A schedule that can never fire is refused naming the field to blame,
+/// on create and on PATCH, and nothing is written: `cron` when its
+/// expression matches no date from now on, `end_at` when its window closes
+/// before its first fire time. A rare date that does come (29 February), a
+/// window that holds exactly one fire time, and the re-create of a
+/// schedule that has since ended are accepted.
+#[tokio::test]
+async fn a_schedule_that_can_never_fire_is_refused() {
+    let redis = RedisServer::start();
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+    let job = json!({"url": "http://127.0.0.1:9/never"});
+    let now = chrono::Utc::now().timestamp_millis();
+    let hour = 3_600_000i64;
+    let refused = [
+        (json!({"cron": "0 0 30 2 *"}), "cron"),
+        (json!({"cron": "0 0 31 4 *"}), "cron"),
+        // Seconds, the five fields, and a year gone by.
+        (json!({"cron": "0 0 0 1 1 * 2020"}), "cron"),
+        (
+            json!({"cron": "0 0 30 2 *", "end_at": now + 10 * hour}),
+            "cron",
+        ),
+        (
+            json!({"cron": "@daily", "end_at": 1_600_000_000_000i64}),
+            "end_at",
+        ),
+        (
+            json!({"every": "1h", "start_at": now + hour, "end_at": now + hour + 30 * 60_000}),
+            "end_at",
+        ),
+        (json!({"every": "1h", "end_at": now + 60_000}), "end_at"),
+    ];
+    for (timing, field) in &refused {
+        let mut body = timing.clone();
+        body["id"] = json!("never");
+        body["job"] = job.clone();
+        let (status, answer) = post_json(&format!("{base}/v1/schedules"), body.clone()).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert_eq!(answer["error"]["field"], *field, "{body}: {answer}");
+        assert_eq!(answer["error"]["code"], "never_fires", "{body}: {answer}");
+    }
+    let (status, _) = get_json(&format!("{base}/v1/schedules/never")).await;
+    assert_eq!(status, 404, "a refused schedule was written");
+
+    // Fires on the next 29 February; and once, at the window's end.
+    for (id, timing) in [
+        ("leap", json!({"cron": "0 0 29 2 *"})),
+        (
+            "once",
+            json!({"every": "1h", "start_at": now + hour, "end_at": now + 2 * hour}),
+        ),
+    ] {
+        let mut body = timing;
+        body["id"] = json!(id);
+        body["job"] = job.clone();
+        let (status, answer) = post_json(&format!("{base}/v1/schedules"), body.clone()).await;
+        assert_eq!(status, 201, "{body}: {answer}");
+        assert_eq!(answer["state"], "active", "{answer}");
+    }
+    let (_, once) = get_json(&format!("{base}/v1/schedules/once")).await;
+    assert_eq!(
+        once["next_runs"].as_array().map(Vec::len),
+        Some(1),
+        "{once}"
+    );
+
+    // PATCH: new timing that can never fire is refused, the rest kept.
+    let (_, before) = get_json(&format!("{base}/v1/schedules/leap")).await;
+    for (patch, field) in &refused {
+        let (status, answer) = send(
+            reqwest::Method::PATCH,
+            &format!("{base}/v1/schedules/leap"),
+            Some(patch.clone()),
+        )
+        .await;
+        assert_eq!(status, 400, "{patch}: {answer}");
+        assert_eq!(answer["error"]["field"], *field, "{patch}: {answer}");
+    }
+    let (_, after) = get_json(&format!("{base}/v1/schedules/leap")).await;
+    assert_eq!(after, before, "a refused PATCH changed the schedule");
+
+    // A schedule that ends after two fire times: once it has ended, its
+    // re-create (a client's retry) is still the identical schedule.
+    let short = json!({"id": "short", "every": "2s", "end_at": now + 5_000, "job": job});
+    let (status, answer) = post_json(&format!("{base}/v1/schedules"), short.clone()).await;
+    assert_eq!(status, 201, "{answer}");
+    crate::support::wait_until("`short` ends", Duration::from_secs(30), || async {
+        get_json(&format!("{base}/v1/schedules/short")).await.1["state"] == "ended"
+    })
+    .await;
+    let (status, answer) = post_json(&format!("{base}/v1/schedules"), short).await;
+    assert_eq!(status, 200, "the re-create of an ended schedule: {answer}");
+    assert_eq!(answer["state"], "ended", "{answer}");
+    // And its template may still change (its timing stays as it was).
+    let (status, answer) = send(
+        reqwest::Method::PATCH,
+        &format!("{base}/v1/schedules/short"),
+        Some(json!({"overlap": "skip"})),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
     daemon.stop().await.expect("clean stop");
 }
