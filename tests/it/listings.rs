@@ -1,8 +1,8 @@
-//! Listings and the holes of the second security review that concern them
-//! (SPEC §14 "Second review", §12, §11.5): a schedule listing leaves its
-//! templates' bodies out and stops at the page byte cap, a schedule that
-//! can never fire is refused, and a job held behind its ordering key shows
-//! which job holds the key and until when.
+//! Listings, schedules and ordering: the holes of the second security
+//! review that concern them (SPEC §14 "Second review", §12, §11.5). A
+//! schedule listing leaves its templates' bodies out and stops at the page
+//! byte cap, a schedule that can never fire is refused, and a job held
+//! behind its ordering key shows which job holds the key and until when.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -10,8 +10,10 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::api::send;
+use crate::support::hanging::HangingHost;
+use crate::support::receiver::Receiver;
 use crate::support::redis::RedisServer;
-use crate::{get_json, post_json, start_daemon, test_config};
+use crate::{get_json, job_view, post_created, post_json, start_daemon, test_config};
 
 /// The bytes of stored records one listing page reads before it ends early
 /// with a cursor (`PAGE_READ_BYTES` in src/store/listing.rs, 8 MiB, the cap
@@ -201,5 +203,71 @@ async fn a_schedule_that_can_never_fire_is_refused() {
     )
     .await;
     assert_eq!(status, 200, "{answer}");
+    daemon.stop().await.expect("clean stop");
+}
+
+/// A job held behind its ordering key shows which job holds the key
+/// (`held_by`, the first of the key's unfinished jobs, whoever is just
+/// ahead) and until when (`waiting_until`, the holder's due time), null
+/// once the holder is due and in flight; the holder's own view has neither.
+#[tokio::test]
+async fn a_held_job_shows_which_job_holds_its_key_and_until_when() {
+    let redis = RedisServer::start();
+    let hanging = HangingHost::start().await;
+    let receiver = Receiver::with_status(200).await;
+    let mut config = test_config(&redis);
+    // The holder's attempt hangs for this long: long enough to read the
+    // views while it is in flight.
+    config.delivery.timeout = Duration::from_secs(30);
+    config.delivery.max_timeout = Duration::from_secs(30);
+    config.validate().expect("valid config");
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    let jobs = format!("{base}/v1/jobs");
+    let a = post_created(
+        &jobs,
+        json!({"id": "a", "url": hanging.url("/a"), "ordering_key": "k", "delay": "1h"}),
+    )
+    .await;
+    let run_at = a["next_attempt_at"]
+        .as_str()
+        .expect("a's due time")
+        .to_string();
+    for id in ["b", "c"] {
+        post_created(
+            &jobs,
+            json!({"id": id, "url": receiver.url("/"), "ordering_key": "k"}),
+        )
+        .await;
+    }
+
+    let b = job_view(&base, "b").await;
+    assert_eq!(b["waiting_for"], "a", "{b}");
+    assert_eq!(b["held_by"], "a", "{b}");
+    assert_eq!(b["waiting_until"], run_at.as_str(), "{b}");
+    let c = job_view(&base, "c").await;
+    assert_eq!(c["waiting_for"], "b", "{c}");
+    assert_eq!(c["held_by"], "a", "{c}");
+    assert_eq!(c["waiting_until"], run_at.as_str(), "{c}");
+    let a = job_view(&base, "a").await;
+    assert!(
+        a.get("held_by").is_none() && a.get("waiting_until").is_none(),
+        "{a}"
+    );
+
+    // The holder made due now: in flight (its host hangs), it holds the
+    // key with no due time to wait for.
+    let (status, answer) = send(
+        reqwest::Method::PATCH,
+        &format!("{base}/v1/jobs/a"),
+        Some(json!({"delay": "0s"})),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    crate::wait_state(&base, "a", "inflight").await;
+    let b = job_view(&base, "b").await;
+    assert_eq!(b["held_by"], "a", "{b}");
+    assert_eq!(b.get("waiting_until"), Some(&Value::Null), "{b}");
+    assert_eq!(receiver.count(), 0, "a held job was delivered");
     daemon.stop().await.expect("clean stop");
 }
