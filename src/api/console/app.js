@@ -379,7 +379,7 @@ function jobPage(id) {
     }
     if (job.held_by) {
       fields.push(['key held by', el('a', { href: '#/job/' + encodeURIComponent(job.held_by) }, job.held_by)]);
-      fields.push(['held until', job.waiting_until ? fmtTime(job.waiting_until) : 'due now']);
+      fields.push(['holder due', job.waiting_until ? fmtTime(job.waiting_until) : 'already (ready or in flight)']);
     }
     const headers = Object.keys(job.headers || {});
     const cancel = !['delivered', 'dead', 'cancelled'].includes(job.state) && can('write')
