@@ -20,16 +20,16 @@ use crate::{get_json, job_view, post_created, post_json, start_daemon, test_conf
 /// the README documents).
 const PAGE_READ_BYTES: usize = 8 << 20;
 
-/// A large template body: with [`BIG_SCHEDULES`] of them, more than a page's
+/// A large template body: with [`BIG_ITEMS`] of them, more than a page's
 /// read cap is stored, and each still fits the 1 MiB `api.max_body`.
 const BIG_BODY: usize = 800_000;
 
-/// Schedules with a [`BIG_BODY`] template: 9.6 MB, more than
+/// Schedules (or dead letters) with a [`BIG_BODY`] body: 9.6 MB, more than
 /// [`PAGE_READ_BYTES`] (a bounded load: 12 creates of under 1 MB).
-const BIG_SCHEDULES: usize = 12;
+const BIG_ITEMS: usize = 12;
 
-/// A listing page without bodies: about 1 KB per schedule shown, so a page
-/// of [`BIG_SCHEDULES`] stays far under this; one body alone is 12 times it.
+/// A listing page without bodies: about 1 KB per item shown, so a page of
+/// [`BIG_ITEMS`] stays far under this; one body alone is 12 times it.
 const SMALL_PAGE: usize = 64 * 1024;
 
 /// `GET /v1/schedules` over templates with large bodies answers small pages
@@ -37,12 +37,12 @@ const SMALL_PAGE: usize = 64 * 1024;
 /// every schedule once; the one schedule's view keeps its body.
 #[tokio::test]
 async fn a_schedule_listing_leaves_bodies_out_and_stops_at_the_byte_cap() {
-    const { assert!(BIG_SCHEDULES * BIG_BODY > PAGE_READ_BYTES) };
+    const { assert!(BIG_ITEMS * BIG_BODY > PAGE_READ_BYTES) };
     let redis = RedisServer::start();
     let daemon = start_daemon(&test_config(&redis)).await;
     let base = daemon.url();
     let blob = "x".repeat(BIG_BODY);
-    for i in 0..BIG_SCHEDULES {
+    for i in 0..BIG_ITEMS {
         let (status, answer) = post_json(
             &format!("{base}/v1/schedules"),
             json!({"id": format!("big-{i}"), "every": "1h", "paused": true,
@@ -83,11 +83,11 @@ async fn a_schedule_listing_leaves_bodies_out_and_stops_at_the_byte_cap() {
             None => break,
         }
     }
-    assert_eq!(seen.len(), BIG_SCHEDULES, "the pages missed schedules");
+    assert_eq!(seen.len(), BIG_ITEMS, "the pages missed schedules");
     assert!(seen.values().all(|&n| n == 1), "listed twice: {seen:?}");
     // 9.6 MB of schedules cannot be read by one page of an 8 MiB cap.
     assert!(
-        pages > BIG_SCHEDULES * BIG_BODY / PAGE_READ_BYTES,
+        pages > BIG_ITEMS * BIG_BODY / PAGE_READ_BYTES,
         "{pages} pages: the listing read past its byte cap"
     );
 
@@ -183,9 +183,12 @@ async fn a_schedule_that_can_never_fire_is_refused() {
     let (_, after) = get_json(&format!("{base}/v1/schedules/leap")).await;
     assert_eq!(after, before, "a refused PATCH changed the schedule");
 
-    // A schedule that ends after two fire times: once it has ended, its
-    // re-create (a client's retry) is still the identical schedule.
-    let short = json!({"id": "short", "every": "2s", "end_at": now + 5_000, "job": job});
+    // A schedule that ends after a few fire times: once it has ended, its
+    // re-create (a client's retry) is still the identical schedule. Its
+    // window is wide enough for a create slowed by a loaded machine (the
+    // create is refused if it takes 7 s).
+    let now = chrono::Utc::now().timestamp_millis();
+    let short = json!({"id": "short", "every": "1s", "end_at": now + 8_000, "job": job});
     let (status, answer) = post_json(&format!("{base}/v1/schedules"), short.clone()).await;
     assert_eq!(status, 201, "{answer}");
     crate::support::wait_until("`short` ends", Duration::from_secs(30), || async {
@@ -269,5 +272,77 @@ async fn a_held_job_shows_which_job_holds_its_key_and_until_when() {
     assert_eq!(b["held_by"], "a", "{b}");
     assert_eq!(b.get("waiting_until"), Some(&Value::Null), "{b}");
     assert_eq!(receiver.count(), 0, "a held job was delivered");
+    daemon.stop().await.expect("clean stop");
+}
+
+/// `GET /v1/dead-letters` over jobs with large bodies answers small pages
+/// without the bodies, pages that end at the read cap and together list
+/// every dead letter once; the one dead letter keeps its body. (Hosts, the
+/// other listing, hold no body.)
+#[tokio::test]
+async fn a_dead_letter_listing_leaves_bodies_out_and_stops_at_the_byte_cap() {
+    let redis = RedisServer::start();
+    let failing = Receiver::with_status(500).await;
+    let mut config = test_config(&redis);
+    // Every job fails once and is dead: no breaker in the way.
+    config.breaker.failures = 0;
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    let blob = "x".repeat(BIG_BODY);
+    for i in 0..BIG_ITEMS {
+        post_created(
+            &format!("{base}/v1/jobs"),
+            json!({"id": format!("dead-{i}"), "url": failing.url("/x"), "retry": [],
+                "body": {"blob": blob}}),
+        )
+        .await;
+    }
+    crate::wait_until_idle(&base, Duration::from_secs(60)).await;
+
+    let mut seen = BTreeMap::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut url = format!("{base}/v1/dead-letters?limit=1000");
+        if let Some(c) = &cursor {
+            url.push_str(&format!("&cursor={c}"));
+        }
+        let response = reqwest::get(&url).await.expect("GET /v1/dead-letters");
+        let status = response.status();
+        let text = response.text().await.expect("page body");
+        assert_eq!(status, 200, "{url}: {}", &text[..text.len().min(300)]);
+        assert!(
+            text.len() < SMALL_PAGE,
+            "a page of the dead-letter listing holds {} bytes",
+            text.len()
+        );
+        assert!(
+            !text.contains("xxxx"),
+            "a listed dead letter shows its body"
+        );
+        let page: Value = serde_json::from_str(&text).expect("JSON page");
+        for dead in page["dead_letters"].as_array().expect("dead_letters") {
+            let id = dead["id"].as_str().expect("id").to_string();
+            *seen.entry(id).or_insert(0) += 1;
+        }
+        pages += 1;
+        assert!(pages <= 64, "the listing does not end");
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), BIG_ITEMS, "the pages missed dead letters");
+    assert!(seen.values().all(|&n| n == 1), "listed twice: {seen:?}");
+    assert!(
+        pages > BIG_ITEMS * BIG_BODY / PAGE_READ_BYTES,
+        "{pages} pages: the listing read past its byte cap"
+    );
+    let (status, one) = get_json(&format!("{base}/v1/dead-letters/dead-0")).await;
+    assert_eq!(status, 200, "{one}");
+    assert_eq!(
+        one["job"]["body"]["blob"].as_str().map(str::len),
+        Some(BIG_BODY)
+    );
     daemon.stop().await.expect("clean stop");
 }
