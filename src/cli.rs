@@ -948,6 +948,14 @@ fn job_rows(view: &JobView) -> Vec<Vec<String>> {
     if let Some(ahead) = &view.waiting_for {
         rows.push(vec!["waiting_for".into(), ahead.clone()]);
     }
+    if let Some(holder) = &view.held_by {
+        rows.push(vec!["held_by".into(), holder.clone()]);
+        let until = view.waiting_until.clone().flatten();
+        rows.push(vec![
+            "waiting_until".into(),
+            until.unwrap_or_else(|| "-".into()),
+        ]);
+    }
     rows
 }
 

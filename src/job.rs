@@ -1139,6 +1139,15 @@ pub(crate) struct JobView {
     /// the id of the job just ahead of it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting_for: Option<String>,
+    /// While held (in the view of the one job): the job that holds its
+    /// ordering key, the first of the key's unfinished jobs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<String>,
+    /// With `held_by`: that job's due time while it waits for it (the key
+    /// is held at least until then), null once it is due (ready, in
+    /// flight, or parked for its host).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_until: Option<Option<String>>,
 }
 
 /// What a job's view shows besides its id and spec.
@@ -1161,6 +1170,10 @@ pub(crate) struct ViewFacts {
     pub summarized: bool,
     /// Held behind this id of its ordering key.
     pub waiting_for: Option<String>,
+    /// The job that holds its ordering key, when read.
+    pub held_by: Option<String>,
+    /// That job's due time (epoch ms) while it waits for it.
+    pub waiting_until: Option<i64>,
 }
 
 impl JobView {
@@ -1193,6 +1206,11 @@ impl JobView {
             ordering_key: spec.ordering_key,
             schedule_id: spec.schedule_id,
             waiting_for: facts.waiting_for,
+            waiting_until: facts
+                .held_by
+                .is_some()
+                .then(|| facts.waiting_until.map(format_ms)),
+            held_by: facts.held_by,
         }
     }
 
@@ -1218,6 +1236,8 @@ impl JobView {
             history: Vec::new(),
             summarized: false,
             waiting_for,
+            held_by: None,
+            waiting_until: None,
         };
         JobView::of(job.id, job.spec, facts)
     }
@@ -1517,6 +1537,8 @@ mod tests {
             ordering_key: None,
             schedule_id: None,
             waiting_for: None,
+            held_by: None,
+            waiting_until: None,
         };
         let json = serde_json::to_string(&view).expect("serializes");
         assert!(!json.contains("s3cret") && !json.contains("t1"), "{json}");

@@ -438,6 +438,41 @@ impl Timing {
         }
     }
 
+    /// The first fire time strictly after `now_ms` of a schedule whose
+    /// rule is anchored at `anchor`, or the refusal of a schedule that can
+    /// never fire: naming `cron` when its expression matches no time after
+    /// now (the 30th of February, a year past), else `end_at` when its
+    /// window closes before its first fire time (an `every` longer than the
+    /// window, or an `end_at` already past).
+    pub(crate) fn first_fire(&self, anchor: i64, now_ms: i64) -> Result<i64, FieldError> {
+        let rule = self.rule(anchor)?;
+        if let Some(next) = self.next_after(&rule, now_ms) {
+            return Ok(next);
+        }
+        let from = self.start_at.map_or(now_ms, |start| now_ms.max(start - 1));
+        match (&rule, rule.next_after(from), self.end_at) {
+            (_, Some(first), Some(end)) => Err(FieldError::new(
+                "never_fires",
+                "end_at",
+                format!(
+                    "end_at {} is before the first fire time {}: this schedule would never fire",
+                    crate::job::format_ms(end),
+                    crate::job::format_ms(first)
+                ),
+            )),
+            (Rule::Cron(..), _, _) => Err(FieldError::new(
+                "never_fires",
+                "cron",
+                "cron matches no time from now on (e.g. a day its month does not have): this schedule would never fire",
+            )),
+            _ => Err(FieldError::new(
+                "never_fires",
+                "every",
+                "every gives no fire time from now on: this schedule would never fire",
+            )),
+        }
+    }
+
     /// The next `n` fire times strictly after `after_ms`.
     pub(crate) fn next_runs(&self, rule: &Rule, after_ms: i64, n: usize) -> Vec<i64> {
         let mut runs = Vec::with_capacity(n);
@@ -692,6 +727,43 @@ mod tests {
                 ms("2026-10-25T03:00:00Z"),
                 ms("2026-10-25T04:00:00Z"),
             ]
+        );
+    }
+
+    #[test]
+    fn a_schedule_that_can_never_fire_names_the_field_to_blame() {
+        let timing = |cron: Option<&str>, every_ms, start_at, end_at| Timing {
+            cron: cron.map(String::from),
+            every_ms,
+            timezone: "UTC".into(),
+            start_at,
+            end_at,
+            catch_up: CatchUp::Latest,
+        };
+        let now = ms("2026-03-01T00:00:00Z");
+        let blame = |t: Timing| t.first_fire(now, now).map_err(|e| e.field);
+        let field = |name: &str| Err(Some(name.to_string()));
+        assert_eq!(
+            blame(timing(Some("0 0 30 2 *"), None, None, None)),
+            field("cron")
+        );
+        assert_eq!(
+            blame(timing(Some("0 0 31 4 *"), None, None, Some(now + 1))),
+            field("cron")
+        );
+        assert_eq!(
+            blame(timing(Some("@daily"), None, None, Some(now - 1))),
+            field("end_at")
+        );
+        // A window shorter than one `every` from its start.
+        let hour = 3_600_000;
+        let short = timing(None, Some(hour as u64), Some(now), Some(now + hour - 1));
+        assert_eq!(blame(short), field("end_at"));
+        let one = timing(None, Some(hour as u64), Some(now), Some(now + hour));
+        assert_eq!(blame(one), Ok(now + hour));
+        assert_eq!(
+            blame(timing(Some("0 0 29 2 *"), None, None, None)),
+            Ok(ms("2028-02-29T00:00:00Z"))
         );
     }
 

@@ -464,6 +464,7 @@ mod tests {
         JobRecord {
             held: waiting_for.is_some(),
             waiting_for,
+            holder: None,
             max_attempts: job.spec.max_attempts(config),
             spec_json: String::new(),
             id: job.id,

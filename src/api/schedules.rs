@@ -38,7 +38,9 @@ fn next_after(spec: &ScheduleSpec, anchor: i64, now: i64) -> Result<Option<i64>,
     Ok(spec.timing.next_after(&rule, now))
 }
 
-/// `POST /v1/schedules`: 201 new, 200 identical re-create, 409 conflict.
+/// `POST /v1/schedules`: 201 new, 200 identical re-create, 409 conflict;
+/// 400 `never_fires` naming `cron` or `end_at` for a schedule that can
+/// never fire.
 pub(super) async fn create(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
@@ -46,7 +48,19 @@ pub(super) async fn create(
     let input: ScheduleInput = parse_json(&body?)?;
     let valid = input.validate(&state.config)?;
     let now = state.store.redis_time_ms().await?;
-    let next = next_after(&valid.spec, now, now)?;
+    let next = match valid.spec.timing.first_fire(now, now) {
+        Ok(next) => Some(next),
+        // A schedule that can never fire is refused, unless it is the
+        // re-create of one that has since ended: still identical content.
+        Err(never) => {
+            return match state.store.get_schedule(&valid.id).await? {
+                Some(stored) if stored.spec.same_content(&valid.spec) => {
+                    Ok((StatusCode::OK, Json(stored.view())).into_response())
+                }
+                _ => Err(never.into()),
+            }
+        }
+    };
     let write = ScheduleWrite::new(
         &state.config,
         &valid.id,
@@ -219,7 +233,13 @@ pub(super) async fn patch(
     }
     let paused = patch.paused.unwrap_or(record.paused);
     let now = state.store.redis_time_ms().await?;
-    let next = next_after(&spec, record.anchor, now)?;
+    let next = if spec.timing == record.spec.timing {
+        // An ended schedule may still change its template or overlap.
+        next_after(&spec, record.anchor, now)?
+    } else {
+        // New timing that can never fire is refused.
+        Some(spec.timing.first_fire(record.anchor, now)?)
+    };
     change(&state, &id, &spec, paused, next, &record).await
 }
 

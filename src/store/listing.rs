@@ -33,15 +33,17 @@ pub(crate) const PAGE_READ_BYTES: usize = 8 << 20;
 const MAX_READ_BATCH: usize = 100;
 
 /// What one page may still read from Redis ([`PAGE_READ_BYTES`]), and how
-/// many records to ask for per call so that one call stays within it.
-struct ReadBudget {
+/// many records to ask for per call so that one call stays within it. Every
+/// listing of stored records (jobs, dead letters, schedules) pages with one.
+pub(super) struct ReadBudget {
     left: usize,
     read_bytes: usize,
     read_records: usize,
 }
 
 impl ReadBudget {
-    fn new() -> ReadBudget {
+    /// A page's budget: [`PAGE_READ_BYTES`], nothing read yet.
+    pub(super) fn new() -> ReadBudget {
         ReadBudget {
             left: PAGE_READ_BYTES,
             read_bytes: 0,
@@ -50,20 +52,20 @@ impl ReadBudget {
     }
 
     /// Counts one record of `bytes` read.
-    fn spend(&mut self, bytes: usize) {
+    pub(super) fn spend(&mut self, bytes: usize) {
         self.left = self.left.saturating_sub(bytes);
         self.read_bytes += bytes;
         self.read_records += 1;
     }
 
     /// Whether a page that holds `items` so far must end here.
-    fn exhausted(&self, items: usize) -> bool {
+    pub(super) fn exhausted(&self, items: usize) -> bool {
         self.left == 0 && items > 0
     }
 
     /// Records to read in the next call, at most `want`: 4 until sizes are
     /// known, then as many as the budget left holds at the average size.
-    fn batch(&self, want: usize) -> usize {
+    pub(super) fn batch(&self, want: usize) -> usize {
         let fit = match self.read_bytes.checked_div(self.read_records) {
             None => 4,
             Some(average) => self.left / average.max(1),

@@ -1470,7 +1470,7 @@ impl Store {
         let record = match JobRecord::decode(id, &value, history)? {
             Some(mut record) => {
                 if record.held {
-                    record.waiting_for = self.ahead_of(p, &record).await?;
+                    self.read_hold(p, &mut record).await?;
                 }
                 Some(record)
             }
@@ -1482,10 +1482,13 @@ impl Store {
         Ok(Ok(record))
     }
 
-    /// The id just ahead of held job `record` in its ordering list.
-    async fn ahead_of(&self, p: u16, record: &JobRecord) -> StoreResult<Option<String>> {
+    /// Fills in, for held job `record` of partition `p`, the id just ahead
+    /// of it in its ordering list and the job that holds the key (the
+    /// list's head) with its due time. Read for a held job's view alone:
+    /// three round trips, none on the path of a delivery.
+    async fn read_hold(&self, p: u16, record: &mut JobRecord) -> StoreResult<()> {
         let Some(order) = record.spec.ordering_list() else {
-            return Ok(None);
+            return Ok(());
         };
         let list = self.keys.order_list(p, &order);
         let mut conn = self.conn.clone();
@@ -1494,14 +1497,24 @@ impl Store {
             .arg(&record.id)
             .query_async(&mut conn)
             .await?;
-        match at {
-            Some(i) if i > 0 => Ok(redis::cmd("LINDEX")
-                .arg(&list)
-                .arg(i - 1)
-                .query_async(&mut conn)
-                .await?),
-            _ => Ok(None),
+        let Some(i) = at.filter(|&i| i > 0) else {
+            return Ok(());
+        };
+        let (ahead, head): (Option<String>, Option<String>) = redis::pipe()
+            .lindex(&list, (i - 1) as isize)
+            .lindex(&list, 0)
+            .query_async(&mut conn)
+            .await?;
+        record.waiting_for = ahead;
+        if let Some(head) = head {
+            // The head lives in the key's partition, as every job of it.
+            let header = self.record_header(p, &head).await?;
+            let until = header
+                .filter(|h| h.state == crate::job::State::Scheduled && h.due > crate::job::now_ms())
+                .map(|h| h.due);
+            record.holder = Some(record::Holder { id: head, until });
         }
+        Ok(())
     }
 
     /// The newest summary of finished job `id` of partition `p`: one read of

@@ -130,6 +130,20 @@ pub struct JobRecord {
     /// While held: the id of the job just ahead of it (read only for a
     /// single job's view).
     pub waiting_for: Option<String>,
+    /// While held: the job that holds its ordering key, and until when
+    /// (read only for a single job's view).
+    pub holder: Option<Holder>,
+}
+
+/// The job that holds an ordering key: the head of the key's list, the one
+/// job of the key that is scheduled, ready or in flight (SPEC §11.5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// Its id.
+    pub id: String,
+    /// Its due time (epoch ms) while it waits for it; None when it is due
+    /// already (ready, in flight, or parked for its host).
+    pub until: Option<i64>,
 }
 
 impl JobRecord {
@@ -166,6 +180,7 @@ impl JobRecord {
             summarized: false,
             held: header.held,
             waiting_for: None,
+            holder: None,
         }))
     }
 
@@ -185,6 +200,8 @@ impl JobRecord {
                 .collect(),
             summarized: self.summarized,
             waiting_for: self.waiting_for,
+            held_by: self.holder.as_ref().map(|h| h.id.clone()),
+            waiting_until: self.holder.and_then(|h| h.until),
         };
         JobView::of(self.id, self.spec, facts)
     }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::listing::ReadBudget;
 use super::{arg, scripts, Code, Store, StoreError, StoreResult};
 use crate::config::Config;
 use crate::job::{format_duration_ms, format_ms, JobSpec};
@@ -288,6 +289,15 @@ impl ScheduleView {
 }
 
 impl ScheduleRecord {
+    /// This schedule as a listing shows it: its template without `body`
+    /// and `body_text` (the schedule's own view has them), so that a
+    /// page's answer stays small.
+    fn listed(mut self) -> ScheduleRecord {
+        self.spec.job.body = None;
+        self.spec.job.body_text = None;
+        self
+    }
+
     /// The API view of this schedule.
     pub(crate) fn view(self) -> ScheduleView {
         let record = self;
@@ -567,50 +577,73 @@ impl Store {
     }
 
     /// A page of schedules in id order per partition, from `after`
-    /// (partition, last id shown), and where the next page starts.
+    /// (partition, last id shown), and where the next page starts. Each is
+    /// listed without its template's `body` and `body_text` (reading the one
+    /// schedule shows them), and a page ends early, once it holds one, when
+    /// it has read [`PAGE_READ_BYTES`](super::listing::PAGE_READ_BYTES) of
+    /// stored schedules: a page over large templates stays small in time
+    /// and memory however high its `limit`.
     pub(crate) async fn list_schedules(
         &self,
         limit: usize,
         after: Option<(u16, String)>,
     ) -> StoreResult<(Vec<ScheduleRecord>, Option<(u16, String)>)> {
         let mut items = Vec::new();
-        let (mut p, mut from) = match after {
-            Some((p, id)) => (p, format!("({id}")),
-            None => (0, "-".to_string()),
+        let mut budget = ReadBudget::new();
+        let (mut p, mut last) = match after {
+            // An empty id: from the partition's first schedule.
+            Some((p, id)) => (p, (!id.is_empty()).then_some(id)),
+            None => (0, None),
         };
-        let mut conn = self.conn.clone();
         while p < self.keys.partitions() && items.len() < limit {
-            let want = limit - items.len();
-            let ids: Vec<String> = redis::cmd("ZRANGE")
-                .arg(self.keys.schedules(p))
-                .arg(&from)
-                .arg("+")
-                .arg("BYLEX")
-                .arg("LIMIT")
-                .arg(0)
-                .arg(want)
-                .query_async(&mut conn)
-                .await?;
-            let mut pipe = redis::pipe();
-            for id in &ids {
-                pipe.hgetall(self.keys.schedule(p, id));
+            if budget.exhausted(items.len()) {
+                return Ok((items, Some((p, last.unwrap_or_default()))));
             }
-            let all: Vec<Vec<(String, String)>> = pipe.query_async(&mut conn).await?;
-            for (id, fields) in ids.iter().zip(&all) {
+            let want = budget.batch(limit - items.len());
+            let read = self.read_schedules(p, last.as_deref(), want).await?;
+            for (id, fields) in &read {
+                budget.spend(fields.iter().map(|(k, v)| k.len() + v.len()).sum());
                 if let Some(record) = ScheduleRecord::decode(id, fields)? {
-                    items.push(record);
+                    items.push(record.listed());
                 }
             }
-            if ids.len() == want {
-                if let Some(last) = ids.last() {
-                    return Ok((items, Some((p, last.clone()))));
-                }
+            if read.len() == want {
+                last = read.last().map(|(id, _)| id.clone());
+                continue;
             }
             p += 1;
-            from = "-".to_string();
+            last = None;
         }
         let more = p < self.keys.partitions();
-        Ok((items, more.then(|| (p, String::new()))))
+        Ok((items, more.then(|| (p, last.unwrap_or_default()))))
+    }
+
+    /// Up to `want` schedule hashes of partition `p` in id order, after id
+    /// `after` (from the first when None): each id with its fields.
+    async fn read_schedules(
+        &self,
+        p: u16,
+        after: Option<&str>,
+        want: usize,
+    ) -> StoreResult<Vec<(String, Vec<(String, String)>)>> {
+        let from = after.map_or_else(|| "-".to_string(), |id| format!("({id}"));
+        let mut conn = self.conn.clone();
+        let ids: Vec<String> = redis::cmd("ZRANGE")
+            .arg(self.keys.schedules(p))
+            .arg(&from)
+            .arg("+")
+            .arg("BYLEX")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(want)
+            .query_async(&mut conn)
+            .await?;
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            pipe.hgetall(self.keys.schedule(p, id));
+        }
+        let all: Vec<Vec<(String, String)>> = pipe.query_async(&mut conn).await?;
+        Ok(ids.into_iter().zip(all).collect())
     }
 
     /// Fires the due schedules of partition `p`, a batch at a time until

@@ -472,6 +472,7 @@ impl Summary {
             summarized: true,
             held: false,
             waiting_for: None,
+            holder: None,
         }
     }
 }

@@ -18,6 +18,7 @@ mod footprint;
 mod guards;
 mod history;
 mod hosts;
+mod listings;
 mod metrics;
 mod migrate;
 mod ops;

@@ -377,6 +377,10 @@ function jobPage(id) {
     if (job.waiting_for) {
       fields.push(['waiting for', el('a', { href: '#/job/' + encodeURIComponent(job.waiting_for) }, job.waiting_for)]);
     }
+    if (job.held_by) {
+      fields.push(['key held by', el('a', { href: '#/job/' + encodeURIComponent(job.held_by) }, job.held_by)]);
+      fields.push(['holder due', job.waiting_until ? fmtTime(job.waiting_until) : 'already (ready or in flight)']);
+    }
     const headers = Object.keys(job.headers || {});
     const cancel = !['delivered', 'dead', 'cancelled'].includes(job.state) && can('write')
       ? el('button', { type: 'button', id: 'cancel', onclick: () => attempt(() => api('DELETE', '/v1/jobs/' + encodeURIComponent(id)), () => jobPage(id)) }, 'Cancel job')
