@@ -15,6 +15,7 @@ mod engine;
 mod fleet;
 mod footprint;
 mod guards;
+mod hardening;
 mod history;
 mod hosts;
 mod metrics;
