@@ -140,13 +140,15 @@ pub struct ApiConfig {
     /// Request body limit of `POST /v1/jobs/batch`.
     #[serde(deserialize_with = "de_size")]
     pub max_batch_body: u64,
-    /// How long a client may take to send a request's headers.
+    /// How long a client may take to send a request's headers, in total.
     #[serde(with = "humantime_serde")]
     pub header_timeout: Duration,
-    /// How long a client may take to send a request's body.
+    /// How long a client may take to send a request's body, in total from
+    /// the end of its headers.
     #[serde(with = "humantime_serde")]
     pub body_timeout: Duration,
-    /// How long a connection may sit without traffic.
+    /// How long a connection may stay without a request in progress (bytes
+    /// trickled meanwhile do not count), or, with one, without traffic.
     #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
     /// Open connections at most; a connection past it is closed at once.
