@@ -538,7 +538,11 @@ fn from_another_origin(request: &Request) -> bool {
     let Some(origin) = headers.get(header::ORIGIN) else {
         return false;
     };
-    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    // HTTP/2 carries the host in the URI's authority.
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| request.uri().authority().map(|a| a.as_str()));
     let local = request
         .extensions()
         .get::<server::LocalAddr>()
