@@ -483,3 +483,53 @@ async fn alerts_are_signed_with_their_own_secret_in_per_origin_mode() {
     );
     daemon.stop().await.expect("clean stop");
 }
+
+/// A web page of another origin than the daemon's (same site: another
+/// port of 127.0.0.1): an HTTP server of its own answering every path with
+/// a small HTML page; its address and task.
+async fn another_origins_page() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let app = axum::Router::new().fallback(|| async {
+        axum::response::Html("<!doctype html><title>elsewhere</title><p>another origin</p>")
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the page's server");
+    let addr = listener.local_addr().expect("its address");
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (addr, task)
+}
+
+/// In a real browser (headless Chromium), without tokens: a page of
+/// another origin that POSTs to a host's pause (no body, `no-cors`, what
+/// any page may send without asking) pauses nothing, since the browser
+/// sends its `Origin` and `Sec-Fetch-Site`; the daemon's own page (the
+/// console's origin) pauses the host with the same request.
+#[tokio::test]
+async fn a_page_of_another_origin_cannot_pause_a_host_in_a_real_browser() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+    let host = format!("{base}/v1/hosts/{}", host_path(&receiver));
+    let (page, server) = another_origins_page().await;
+    let browser = crate::support::browser::Browser::start().await;
+    let post = format!(
+        "const done = arguments[arguments.length - 1];
+         fetch('{host}/pause', {{method: 'POST', mode: 'no-cors'}})
+           .then((r) => done(r.type + ' ' + r.status), (e) => done('error ' + e));"
+    );
+    browser.goto(&format!("http://{page}/")).await;
+    let sent = browser.eval_async(&post).await;
+    assert_eq!(sent, "opaque 0", "the page's request went out");
+    let (_, view) = send(reqwest::Method::GET, &host, &[], None).await;
+    assert_ne!(view["state"], "paused", "{view}");
+    browser.goto(&format!("{base}/ui")).await;
+    let sent = browser.eval_async(&post).await;
+    assert_eq!(sent, "basic 200", "the daemon's own page");
+    let (_, view) = send(reqwest::Method::GET, &host, &[], None).await;
+    assert_eq!(view["state"], "paused", "{view}");
+    server.abort();
+    daemon.stop().await.expect("clean stop");
+}
