@@ -1,8 +1,9 @@
 //! Operational events (SPEC §11.1): `host.opened`, `host.closed`,
 //! `host.paused` and `job.dead_lettered`, POSTed to `alerts.url` in batches
 //! (a JSON array of `{"type", "at", "data"}` items), signed with
-//! `alerts.signing_secret` (Standard Webhooks) and sent through the same SSRF
-//! guard as deliveries.
+//! `alerts.signing_secret` itself (Standard Webhooks; never a secret derived
+//! per origin, whatever `delivery.signing_mode` says) and sent through the
+//! same SSRF guard as deliveries.
 //!
 //! Losing an alert never blocks delivery: events go into a bounded queue
 //! (dropped, and counted, when it is full); one task sends a batch at a time
@@ -58,6 +59,10 @@ impl Alerts {
         } else {
             vec![config.alerts.signing_secret.clone()]
         };
+        // The alert receiver verifies with `alerts.signing_secret` itself:
+        // never a secret derived per origin (`delivery.signing_mode`
+        // concerns the jobs' receivers only).
+        own.delivery.signing_mode = crate::config::SigningMode::Shared;
         own.delivery.dead_letter_statuses = Vec::new();
         let deliverer = Deliverer::new(&own)?;
         let (tx, rx) = mpsc::channel(QUEUE);

@@ -159,6 +159,7 @@ const CONFIG_KEYS: &[(&str, &str)] = &[
     ("api", "body_timeout"),
     ("api", "idle_timeout"),
     ("api", "max_connections"),
+    ("api", "metrics_public"),
     ("delivery", "workers"),
     ("delivery", "timeout"),
     ("delivery", "max_timeout"),
@@ -446,6 +447,7 @@ fn held_and_written(
             }),
         ),
         ("api", "allow_unauthenticated") => pair(a.allow_unauthenticated, value.as_bool()),
+        ("api", "metrics_public") => pair(a.metrics_public, value.as_bool()),
         ("api", "max_body") => pair(a.max_body, size_of(value)),
         ("api", "max_batch_body") => pair(a.max_batch_body, size_of(value)),
         ("api", "header_timeout") => pair(a.header_timeout, duration_of(value)),
@@ -572,6 +574,7 @@ fn valid_value(section: &str, key: &str) -> BoxedStrategy<String> {
         ])
         .boxed(),
         ("api", "allow_unauthenticated")
+        | ("api", "metrics_public")
         | ("delivery", "allow_private")
         | ("retention", "keep_bodies") => one_of(&["true"]),
         ("api", "max_body") | ("api", "max_batch_body") => one_of(&sizes),

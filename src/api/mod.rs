@@ -151,11 +151,11 @@ impl From<BytesRejection> for ApiError {
         // A body that did not arrive within `api.body_timeout`.
         let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&r);
         while let Some(err) = source {
-            if err.is::<tower_http::timeout::TimeoutError>() {
+            if err.is::<server::BodyTimedOut>() {
                 return ApiError::new(
                     StatusCode::REQUEST_TIMEOUT,
                     "body_timeout",
-                    "the request body did not arrive within api.body_timeout",
+                    server::BodyTimedOut.to_string(),
                 );
             }
             source = err.source();
@@ -195,6 +195,7 @@ pub(crate) struct AppState {
 pub(crate) fn router(state: AppState) -> Router {
     let max_body = state.config.api.max_body as usize;
     let max_batch_body = state.config.api.max_batch_body as usize;
+    let credentials = Arc::new(Credentials::new(&state.config.api));
     let batch = Router::new()
         .route("/v1/jobs/batch", post(jobs::create_batch))
         .layer(DefaultBodyLimit::max(max_batch_body));
@@ -233,12 +234,21 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(batch)
         .route_layer(middleware::from_fn(require_json))
         .route_layer(middleware::from_fn_with_state(
-            Arc::new(Credentials::new(&state.config.api)),
+            credentials.clone(),
             require_scope,
         ));
+    // With tokens or keys, `/metrics` needs the read scope too (unless
+    // `api.metrics_public`): it names hosts and shows the traffic.
+    let scrape = Router::new().route("/metrics", get(metrics_text));
+    let scrape = if state.config.api.metrics_public {
+        scrape
+    } else {
+        scrape.route_layer(middleware::from_fn_with_state(credentials, require_scope))
+    };
     let open = state.config.api.is_open();
     let router = Router::new()
         .merge(v1)
+        .merge(scrape)
         .route("/openapi.json", get(openapi))
         .route("/ui", get(console::page))
         .route("/ui/", get(console::page))
@@ -246,7 +256,6 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/ui/app.css", get(console::style))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics_text))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
@@ -257,7 +266,9 @@ pub(crate) fn router(state: AppState) -> Router {
         })
         .layer(middleware::map_response(security_headers));
     let router = if open {
-        router.layer(middleware::from_fn(require_ip_host))
+        router
+            .layer(middleware::from_fn(refuse_cross_site))
+            .layer(middleware::from_fn(require_ip_host))
     } else {
         router
     };
@@ -376,7 +387,7 @@ async fn security_headers(mut response: Response) -> Response {
     response
 }
 
-/// With tokens or keys configured, answers a `/v1/*` request 401
+/// With tokens or keys configured, answers a `/v1/*` (or `/metrics`) request 401
 /// `unauthorized` without a known bearer token, and 403 `forbidden` when
 /// its key lacks the scope the request needs; otherwise passes it on with
 /// its [`Caller`].
@@ -485,6 +496,84 @@ async fn require_ip_host(request: Request, next: Next) -> Response {
         field: Some("host".into()),
     }
     .into_response()
+}
+
+/// Without tokens, refuses a request that changes state (any method but
+/// GET, HEAD and OPTIONS) sent by a web page of another origin, body or no
+/// body: 403 `forbidden` naming `origin` when its `Origin` is present and
+/// not this daemon's own ([`is_own_origin`]), or its `Sec-Fetch-Site` is
+/// `cross-site` or `same-site` (a page of another port of the same host is
+/// same-site, yet another origin). A browser sends `Origin` with every
+/// such request; curl and other programs send neither header and are
+/// served. With tokens, a page cannot attach one (no CORS is allowed).
+async fn refuse_cross_site(request: Request, next: Next) -> Response {
+    use axum::http::Method;
+    let safe = matches!(
+        *request.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS
+    );
+    if safe || !from_another_origin(&request) {
+        return next.run(request).await;
+    }
+    ApiError {
+        status: StatusCode::FORBIDDEN,
+        code: "forbidden",
+        message: "without api.tokens this API refuses changes sent by a web page of another \
+                  origin (`Origin` or `Sec-Fetch-Site`)"
+            .into(),
+        field: Some("origin".into()),
+    }
+    .into_response()
+}
+
+/// Whether `request` says it comes from a page of another origin.
+fn from_another_origin(request: &Request) -> bool {
+    let headers = request.headers();
+    let site = headers.get("sec-fetch-site").map(|v| v.as_bytes());
+    if site.is_some_and(|s| {
+        s.eq_ignore_ascii_case(b"cross-site") || s.eq_ignore_ascii_case(b"same-site")
+    }) {
+        return true;
+    }
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return false;
+    };
+    // HTTP/2 carries the host in the URI's authority.
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| request.uri().authority().map(|a| a.as_str()));
+    let local = request
+        .extensions()
+        .get::<server::LocalAddr>()
+        .map(|local| local.0);
+    !origin
+        .to_str()
+        .is_ok_and(|origin| is_own_origin(origin, host, local))
+}
+
+/// Whether `origin` (an `Origin` value) is this daemon's own: scheme
+/// http(s) and the host and port of the request's `Host`, of the local
+/// address the request came in on, or `localhost` with that port (default
+/// ports made explicit). `null` and anything else are not.
+fn is_own_origin(origin: &str, host: Option<&str>, local: Option<std::net::SocketAddr>) -> bool {
+    let Ok(origin) = url::Url::parse(origin) else {
+        return false;
+    };
+    let scheme = origin.scheme();
+    if !matches!(scheme, "http" | "https") {
+        return false;
+    }
+    let same = |authority: &str| {
+        url::Url::parse(&format!("{scheme}://{authority}")).is_ok_and(|own| {
+            own.host() == origin.host()
+                && own.port_or_known_default() == origin.port_or_known_default()
+        })
+    };
+    host.is_some_and(same)
+        || local.is_some_and(|local| {
+            same(&local.to_string()) || same(&format!("localhost:{}", local.port()))
+        })
 }
 
 /// Whether a `Host` value (with or without a port) is `localhost` or an IP
@@ -655,8 +744,8 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>
 async fn metrics_text(State(state): State<AppState>) -> Response {
     // Jobs by state are read from Redis at scrape time (a few commands per
     // partition), so every instance reports the shared truth; at most once
-    // per STATS_EVERY however often it is scraped (`/metrics` needs no
-    // token, and every read costs Redis).
+    // per STATS_EVERY however often it is scraped (`/metrics` may be
+    // open to anyone, and every read costs Redis).
     if stats_due() {
         refresh_job_gauges(&state).await;
     }
@@ -737,6 +826,31 @@ mod tests {
             "0x7f.1",
         ] {
             assert!(!host_is_ip_or_localhost(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn own_origins_are_the_host_the_local_address_or_localhost() {
+        let local: Option<std::net::SocketAddr> = "127.0.0.1:8080".parse().ok();
+        for (origin, host) in [
+            ("http://127.0.0.1:8080", None),
+            ("http://localhost:8080", None),
+            ("http://LOCALHOST:8080", None),
+            ("http://localhost:18080", Some("localhost:18080")),
+            ("http://10.0.0.5", Some("10.0.0.5:80")),
+            ("http://[::1]:9000", Some("[::1]:9000")),
+        ] {
+            assert!(is_own_origin(origin, host, local), "{origin} {host:?}");
+        }
+        for (origin, host) in [
+            ("http://evil.example", Some("127.0.0.1:8080")),
+            ("null", Some("127.0.0.1:8080")),
+            ("http://localhost:8081", Some("127.0.0.1:8080")),
+            ("http://127.0.0.2:8080", Some("127.0.0.1:8080")),
+            ("file://", None),
+            ("ftp://127.0.0.1:8080", None),
+        ] {
+            assert!(!is_own_origin(origin, host, local), "{origin} {host:?}");
         }
     }
 

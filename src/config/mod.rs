@@ -140,17 +140,23 @@ pub struct ApiConfig {
     /// Request body limit of `POST /v1/jobs/batch`.
     #[serde(deserialize_with = "de_size")]
     pub max_batch_body: u64,
-    /// How long a client may take to send a request's headers.
+    /// How long a client may take to send a request's headers, in total.
     #[serde(with = "humantime_serde")]
     pub header_timeout: Duration,
-    /// How long a client may take to send a request's body.
+    /// How long a client may take to send a request's body, in total from
+    /// the end of its headers.
     #[serde(with = "humantime_serde")]
     pub body_timeout: Duration,
-    /// How long a connection may sit without traffic.
+    /// How long a connection may stay without a request in progress (bytes
+    /// trickled meanwhile do not count), or, with one, without traffic.
     #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
     /// Open connections at most; a connection past it is closed at once.
     pub max_connections: usize,
+    /// Serve `/metrics` without a token even when `tokens` or `keys` are
+    /// set (for a scraper on a private network); otherwise it then needs a
+    /// key with the `read` scope.
+    pub metrics_public: bool,
 }
 
 /// What the secrets of `delivery.signing_secrets` sign with
@@ -339,6 +345,7 @@ impl Default for ApiConfig {
             body_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
             max_connections: 10_000,
+            metrics_public: false,
         }
     }
 }
@@ -408,7 +415,19 @@ pub(crate) const ENV_PREFIX: &str = "HOOKQ_";
 impl Config {
     /// Loads defaults, then `file` (if any), then `HOOKQ_<SECTION>__<KEY>`
     /// variables from `env`, and validates the result.
+    ///
+    /// A message that quotes a value (serde's, TOML's, a check's) has the
+    /// password of every URL in it masked ([`redact_urls_in`]).
     pub fn load<I>(file: Option<&Path>, env: I) -> anyhow::Result<Config>
+    where
+        I: IntoIterator<Item = (String, String)>,
+    {
+        Config::load_unmasked(file, env)
+            .map_err(|err| anyhow::anyhow!("{}", redact_urls_in(&format!("{err:#}"))))
+    }
+
+    /// [`Config::load`] before its message is masked.
+    fn load_unmasked<I>(file: Option<&Path>, env: I) -> anyhow::Result<Config>
     where
         I: IntoIterator<Item = (String, String)>,
     {
@@ -688,7 +707,10 @@ impl AlertsConfig {
     fn validate(&self) -> anyhow::Result<()> {
         if !self.url.is_empty() {
             let url = url::Url::parse(&self.url).map_err(|e| {
-                anyhow::anyhow!("config key `alerts.url`: `{}` is not a URL: {e}", self.url)
+                anyhow::anyhow!(
+                    "config key `alerts.url`: `{}` is not a URL: {e}",
+                    redact_url(&self.url)
+                )
             })?;
             if !matches!(url.scheme(), "http" | "https") {
                 bail!("config key `alerts.url`: must be an http:// or https:// URL");
@@ -856,6 +878,30 @@ pub(crate) fn redact_url(url: &str) -> String {
         Some(at) => format!("{}***{}", &url[..start], &url[start + at..]),
         None => url.to_string(),
     }
+}
+
+/// `text` with the credentials of every URL in it replaced by `***`: after
+/// each `://`, the text up to the last `@` before the next `/`, `?`, `#` or
+/// line end (so a quoted URL is masked whatever follows its password, at
+/// the cost of masking more than needed when the text goes on with an `@`).
+pub(crate) fn redact_urls_in(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let start = i + 3;
+        out.push_str(&rest[..start]);
+        let after = &rest[start..];
+        let end = after.find(['/', '?', '#', '\n']).unwrap_or(after.len());
+        rest = match after[..end].rfind('@') {
+            Some(at) => {
+                out.push_str("***");
+                &after[at..]
+            }
+            None => after,
+        };
+    }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]
@@ -1036,6 +1082,16 @@ mod tests {
         );
         assert_eq!(redact_url("not a url:pw@x"), "not a url:pw@x");
         assert_eq!(redact_url("redis://:pw@"), "redis://***@");
+        assert_eq!(
+            redact_urls_in(
+                "string \"redis://:pw@h:1\", expected a sequence; `http://a:b@c/d@e` and http://x/"
+            ),
+            "string \"redis://***@h:1\", expected a sequence; `http://***@c/d@e` and http://x/"
+        );
+        assert_eq!(
+            redact_urls_in("2 | url = \"redis://:p w\"@x:1\n  |  ^"),
+            "2 | url = \"redis://***@x:1\n  |  ^"
+        );
     }
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {

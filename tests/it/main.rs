@@ -16,6 +16,7 @@ mod engine;
 mod fleet;
 mod footprint;
 mod guards;
+mod hardening;
 mod history;
 mod hosts;
 mod listings;

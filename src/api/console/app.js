@@ -255,7 +255,8 @@ function overviewPage() {
  *  histogram from /metrics (upper bound → count), or null. */
 async function latenessBuckets() {
   try {
-    const response = await fetch('/metrics', { credentials: 'omit', cache: 'no-store' });
+    const headers = session.key ? { Authorization: 'Bearer ' + session.key } : {};
+    const response = await fetch('/metrics', { headers, credentials: 'omit', cache: 'no-store' });
     if (!response.ok) return null;
     const buckets = new Map();
     for (const line of (await response.text()).split('\n')) {
