@@ -17,6 +17,7 @@ mod footprint;
 mod guards;
 mod history;
 mod hosts;
+mod inputs;
 mod metrics;
 mod migrate;
 mod ops;

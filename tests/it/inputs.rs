@@ -1,0 +1,307 @@
+//! The job input holes of the second security review (issue 35), end to end
+//! against a real daemon and Redis: credentials in a job's URL, exact number
+//! identity, error messages that quote at most 100 bytes of their input,
+//! header names given twice, and a schedule's reserved fire ids.
+
+use serde_json::{json, Value};
+
+use crate::support::receiver::Receiver;
+use crate::support::redis::RedisServer;
+use crate::{get_json, post_created, post_json, start_daemon, test_config};
+
+/// Most bytes an error message quotes of its input (SPEC §14).
+const MAX_QUOTE: usize = 100;
+
+/// Sends `body` (JSON text, as written) with `method` to `url`; the status
+/// and the answer's text.
+async fn send_raw(method: reqwest::Method, url: &str, body: String) -> (u16, String) {
+    let response = reqwest::Client::new()
+        .request(method, url)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("request is sent");
+    let status = response.status().as_u16();
+    (status, response.text().await.unwrap_or_default())
+}
+
+/// POSTs `body` (JSON text, as written: numbers no `Value` can hold) to
+/// `url`; the status and the JSON answer.
+async fn post_raw(url: &str, body: String) -> (u16, Value) {
+    let (status, text) = send_raw(reqwest::Method::POST, url, body).await;
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+async fn patch(url: &str, body: Value) -> (u16, Value) {
+    let (status, text) = send_raw(reqwest::Method::PATCH, url, body.to_string()).await;
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// Panics unless `answer` is a 400 naming `field`.
+fn assert_refused(status: u16, answer: &Value, field: &str, what: &str) {
+    assert_eq!(status, 400, "{what}: {answer}");
+    assert_eq!(answer["error"]["field"], field, "{what}: {answer}");
+}
+
+/// A job's URL may not carry `user:password@`: create, batch item, PATCH,
+/// dead-letter replay and a schedule's job template all refuse it (400
+/// naming the url field), and no answer shows the password.
+#[tokio::test]
+async fn urls_with_credentials_are_refused_everywhere() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+    let jobs = format!("{base}/v1/jobs");
+    let secret = "S3cretPW";
+    let with_password = format!("http://alice:{secret}@{}/hook", receiver.addr());
+    let with_user = format!("http://apikey-4f2a@{}/hook", receiver.addr());
+    for url in [&with_password, &with_user] {
+        let (status, answer) = post_json(&jobs, json!({"url": url, "delay": "1h"})).await;
+        assert_refused(status, &answer, "url", "create");
+        assert!(!answer.to_string().contains(secret), "{answer}");
+    }
+    let (status, answer) = post_json(
+        &format!("{jobs}/batch"),
+        json!({"jobs": [{"id": "b-1", "url": with_password, "delay": "1h"}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let item = &answer["results"][0];
+    assert_eq!(item["status"], 400, "{answer}");
+    assert_eq!(item["error"]["field"], "url", "{answer}");
+    assert!(!answer.to_string().contains(secret), "{answer}");
+
+    post_created(
+        &jobs,
+        json!({"id": "p-1", "url": receiver.url("/hook"), "delay": "1h"}),
+    )
+    .await;
+    let (status, answer) = patch(&format!("{jobs}/p-1"), json!({"url": with_password})).await;
+    assert_refused(status, &answer, "url", "PATCH");
+    let (_, view) = get_json(&format!("{jobs}/p-1")).await;
+    assert_eq!(
+        view["url"],
+        receiver.url("/hook"),
+        "the PATCH changed nothing"
+    );
+
+    let (status, answer) = post_json(
+        &format!("{base}/v1/dead-letters/replay"),
+        json!({"ids": ["p-1"], "url": with_password}),
+    )
+    .await;
+    assert_refused(status, &answer, "url", "replay");
+
+    let (status, answer) = post_json(
+        &format!("{base}/v1/schedules"),
+        json!({"id": "s-1", "every": "1h", "job": {"url": with_password}}),
+    )
+    .await;
+    assert_refused(status, &answer, "job.url", "schedule");
+}
+
+/// Two bodies are the same content only if every number is the same
+/// exactly: `1e400` is refused (400 naming `body`), 2^64 and 2^64 + 1 are
+/// two bodies (409 on the second create of the id), and a body re-spelled
+/// with its numbers unchanged is the same job (200). Batch items and a
+/// schedule's job template are compared the same way.
+#[tokio::test]
+async fn numbers_are_compared_exactly() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+    let jobs = format!("{base}/v1/jobs");
+    let url = receiver.url("/hook");
+    let job = |id: &str, body: &str| {
+        format!(r#"{{"id":"{id}","url":"{url}","delay":"1h","body":{body}}}"#)
+    };
+    const TWO_64: &str = "18446744073709551616";
+    const TWO_64_PLUS_1: &str = "18446744073709551617";
+
+    let (status, answer) = post_raw(&jobs, job("huge", r#"{"x":1e400,"a":1}"#)).await;
+    assert_refused(status, &answer, "body", "1e400");
+    let (status, answer) = post_raw(&jobs, job("n-1", &format!(r#"{{"n":{TWO_64},"a":1}}"#))).await;
+    assert_eq!(status, 201, "{answer}");
+    let (status, answer) = post_raw(
+        &jobs,
+        job("n-1", &format!(r#"{{"n":{TWO_64_PLUS_1},"a":1}}"#)),
+    )
+    .await;
+    assert_eq!(status, 409, "2^64 + 1 is another body than 2^64: {answer}");
+    let (status, answer) = post_raw(
+        &jobs,
+        job("n-1", &format!(r#"{{ "a": 1, "n": {TWO_64} }}"#)),
+    )
+    .await;
+    assert_eq!(status, 200, "the same numbers re-spelled: {answer}");
+    let (_, view) = get_json(&format!("{jobs}/n-1")).await;
+    assert_eq!(view["body"]["a"], 1, "{view}");
+
+    // Batch items: the same rule, item by item.
+    let batch = format!(
+        r#"{{"jobs":[{},{},{}]}}"#,
+        job("n-1", &format!(r#"{{"n":{TWO_64_PLUS_1},"a":1}}"#)),
+        job("n-1", &format!(r#"{{"a":1,"n":{TWO_64}}}"#)),
+        job("huge", "[1e400]"),
+    );
+    let (status, answer) = post_raw(&format!("{jobs}/batch"), batch).await;
+    assert_eq!(status, 200, "{answer}");
+    let statuses: Vec<&Value> = (0..3).map(|i| &answer["results"][i]["status"]).collect();
+    assert_eq!(
+        statuses,
+        [&json!(409), &json!(200), &json!(400)],
+        "{answer}"
+    );
+    assert_eq!(answer["results"][2]["error"]["field"], "body", "{answer}");
+
+    // A schedule's job template.
+    let schedule = |n: &str| {
+        format!(r#"{{"id":"s-n","every":"1h","job":{{"url":"{url}","body":{{"n":{n}}}}}}}"#)
+    };
+    let schedules = format!("{base}/v1/schedules");
+    let (status, answer) = post_raw(&schedules, schedule(TWO_64)).await;
+    assert_eq!(status, 201, "{answer}");
+    let (status, answer) = post_raw(&schedules, schedule(TWO_64_PLUS_1)).await;
+    assert_eq!(status, 409, "{answer}");
+    let (status, answer) = post_raw(&schedules, schedule("1e400")).await;
+    assert_refused(status, &answer, "job.body", "a template with 1e400");
+}
+
+/// An error message quotes at most 100 bytes of what it refuses: a batch
+/// of 1,000 items, each with a 10 KB header name that is not valid, answers
+/// about 1,000 short errors (it answered each name twice, 20 MB); a 1 MB
+/// value of a field that is quoted answers under 1 KB.
+#[tokio::test]
+async fn error_messages_quote_at_most_100_bytes_of_their_input() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+    let jobs = format!("{base}/v1/jobs");
+    let url = receiver.url("/hook");
+
+    let items = 1000;
+    let bad_name = format!("{} x", "n".repeat(10_000));
+    let batch: Vec<Value> = (0..items)
+        .map(|i| json!({"id": format!("q-{i}"), "url": url, "headers": {bad_name.clone(): "v"}}))
+        .collect();
+    let (status, text) = send_raw(
+        reqwest::Method::POST,
+        &format!("{jobs}/batch"),
+        json!({"jobs": batch}).to_string(),
+    )
+    .await;
+    assert_eq!(status, 200, "{}", &text[..text.len().min(500)]);
+    let answer: Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(
+        answer["results"][items - 1]["error"]["code"],
+        "invalid_header"
+    );
+    // Per item: the name quoted twice (message and field), each at most
+    // MAX_QUOTE bytes and `…`, and under 200 bytes of JSON around them.
+    let bound = items * (2 * (MAX_QUOTE + 3) + 200);
+    assert!(
+        text.len() < bound,
+        "{} bytes answered for {items} refused items (bound {bound})",
+        text.len()
+    );
+
+    // One field at a time: 1 MB of it (under api.max_body), quoted in
+    // the answer at most MAX_QUOTE bytes.
+    let huge = "7".repeat(1_000_000);
+    for (field, body) in [
+        ("url", json!({"url": format!("http://a.example/{huge}")})),
+        ("method", json!({"url": url, "method": huge})),
+        ("delay", json!({"url": url, "delay": huge})),
+        ("run_at", json!({"url": url, "run_at": huge})),
+        ("retry[0]", json!({"url": url, "retry": [huge]})),
+        ("retry", json!({"url": url, "retry": huge})),
+        ("id", json!({"url": url, "id": huge})),
+        ("topic", json!({"url": url, "topic": huge})),
+        ("ordering_key", json!({"url": url, "ordering_key": huge})),
+        (huge.as_str(), json!({"url": url, huge.clone(): 1})),
+    ] {
+        let (status, text) = send_raw(reqwest::Method::POST, &jobs, body.to_string()).await;
+        let name = &field[..field.len().min(20)];
+        assert_eq!(status, 400, "{name}: {}", &text[..text.len().min(500)]);
+        assert!(
+            text.len() < 1024,
+            "{name}: {} bytes: {}",
+            text.len(),
+            &text[..500]
+        );
+    }
+    let (status, text) = send_raw(
+        reqwest::Method::POST,
+        &format!("{base}/v1/dead-letters/replay"),
+        json!({"all": true, "since": huge}).to_string(),
+    )
+    .await;
+    assert_eq!(status, 400, "{}", &text[..text.len().min(500)]);
+    assert!(text.len() < 1024, "since: {} bytes", text.len());
+    // A query parameter's name (hyper takes a URI of some 64 KB).
+    let long_name = "p".repeat(30_000);
+    let (status, answer) = get_json(&format!("{jobs}?{long_name}=1")).await;
+    assert_eq!(status, 400);
+    assert!(
+        answer.to_string().len() < 1024,
+        "{} bytes",
+        answer.to_string().len()
+    );
+}
+
+/// Header names are case-insensitive: `X-A` and `x-a` in one job's
+/// `headers` would both be sent; create, batch item, PATCH, replay and a
+/// schedule's job template refuse them, naming `headers`.
+#[tokio::test]
+async fn header_names_given_twice_in_any_case_are_refused() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+    let jobs = format!("{base}/v1/jobs");
+    let url = receiver.url("/hook");
+    let twice = json!({"X-A": "1", "x-a": "2"});
+
+    let (status, answer) =
+        post_json(&jobs, json!({"url": url, "delay": "1h", "headers": twice})).await;
+    assert_refused(status, &answer, "headers", "create");
+    let (_, answer) = post_json(
+        &format!("{jobs}/batch"),
+        json!({"jobs": [{"id": "h-b", "url": url, "delay": "1h", "headers": twice}]}),
+    )
+    .await;
+    assert_eq!(answer["results"][0]["status"], 400, "{answer}");
+    assert_eq!(
+        answer["results"][0]["error"]["field"], "headers",
+        "{answer}"
+    );
+    post_created(
+        &jobs,
+        json!({"id": "h-1", "url": url, "delay": "1h", "headers": {"X-A": "1"}}),
+    )
+    .await;
+    let (status, answer) = patch(&format!("{jobs}/h-1"), json!({"headers": twice})).await;
+    assert_refused(status, &answer, "headers", "PATCH");
+    let (status, answer) = post_json(
+        &format!("{base}/v1/dead-letters/replay"),
+        json!({"ids": ["h-1"], "headers": twice}),
+    )
+    .await;
+    assert_refused(status, &answer, "headers", "replay");
+    let (status, answer) = post_json(
+        &format!("{base}/v1/schedules"),
+        json!({"id": "s-h", "every": "1h", "job": {"url": url, "headers": twice}}),
+    )
+    .await;
+    assert_refused(status, &answer, "job.headers", "schedule");
+    // One name in each case is fine.
+    post_created(
+        &jobs,
+        json!({"url": url, "delay": "1h", "headers": {"X-A": "1", "X-B": "2"}}),
+    )
+    .await;
+}
