@@ -39,6 +39,20 @@ fn conflict(id: &str) -> ApiError {
     }
 }
 
+/// 409 `reserved_id` naming `id`: `<schedule id>:<13 digits>` of an
+/// existing schedule is that schedule's fire id (SPEC §14).
+fn reserved(id: &str) -> ApiError {
+    ApiError {
+        status: StatusCode::CONFLICT,
+        code: "reserved_id",
+        message: format!(
+            "job id `{}` is a fire id of an existing schedule; only its firing creates that job",
+            quote(id)
+        ),
+        field: Some("id".into()),
+    }
+}
+
 fn not_found(id: &str) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
@@ -91,6 +105,7 @@ async fn outcome_view(
             None => Err(not_found(&job.id)),
         },
         EnqueueOutcome::Conflict => Err(conflict(&job.id)),
+        EnqueueOutcome::Reserved => Err(reserved(&job.id)),
     }
 }
 

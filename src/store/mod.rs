@@ -183,6 +183,9 @@ pub enum EnqueueOutcome {
     Identical,
     /// A job with this id exists with different content; nothing changed.
     Conflict,
+    /// The id is `<schedule id>:<13 digits>` of an existing schedule: its
+    /// fire ids are the schedule's own (SPEC §14); nothing changed.
+    Reserved,
 }
 
 /// A record found where a schedule's firing puts the job of its id: a
@@ -221,6 +224,15 @@ fn fail_group<T>(
     for &(i, _) in items {
         steps[i] = EnqueueStep::Done(Err(StoreError::Shared(err.clone())));
     }
+}
+
+/// The schedule a job id of the fire id shape belongs to (see
+/// [`Store::fired_schedule`]).
+struct FiredSchedule {
+    /// The partition it lives in (its fired jobs live there too).
+    home: u16,
+    /// Whether it exists.
+    exists: bool,
 }
 
 /// What one `enqueue_jobs` call found for a job.
@@ -671,15 +683,29 @@ impl Store {
         jobs: &[NewJob],
     ) -> StoreResult<Vec<StoreResult<EnqueueOutcome>>> {
         // Where the schedule lives whose firing gives a job's id, for the
-        // rare ids of that shape (a read each; none for other ids).
+        // rare ids of that shape (a read or two each; none for other ids).
+        // An existing schedule's fire id is the schedule's: the script
+        // refuses it, atomically, in the schedule's partition, where every
+        // create of such an id without an ordering key is made or compared
+        // first. One with an ordering key is placed with its key instead:
+        // it is refused here (a schedule created between this read and the
+        // create does not see it, as for a job made before its schedule).
         let mut fired = vec![None; jobs.len()];
-        for (home, job) in fired.iter_mut().zip(jobs) {
-            *home = self.fired_home(&job.id).await?;
+        let mut reserved = vec![false; jobs.len()];
+        for ((home, taken), job) in fired.iter_mut().zip(&mut reserved).zip(jobs) {
+            if let Some(schedule) = self.fired_schedule(&job.id).await? {
+                *home = Some(schedule.home);
+                *taken = schedule.exists && job.order.is_some();
+            }
         }
         let mut steps: Vec<EnqueueStep> = jobs
             .iter()
             .zip(&fired)
-            .map(|(job, &fired)| self.first_step(job, fired))
+            .zip(&reserved)
+            .map(|((job, &fired), &taken)| match taken {
+                true => EnqueueStep::Done(Ok(EnqueueOutcome::Reserved)),
+                false => self.first_step(job, fired),
+            })
             .collect();
         let mut first_error: Option<StoreError> = None;
         for _ in 0..4 {
@@ -813,6 +839,49 @@ impl Store {
         }
     }
 
+    /// The schedule whose firing would give job id `id`, if it is such an
+    /// id: the partition it lives in (or would) and whether it exists. Its
+    /// id's partition holds it or, with an ordering key, a stub naming the
+    /// partition it lives in (then a second read).
+    async fn fired_schedule(&self, id: &str) -> StoreResult<Option<FiredSchedule>> {
+        let Some((schedule, _)) = crate::schedule::fired_by(id) else {
+            return Ok(None);
+        };
+        let own = self.keys.partition_of(schedule);
+        let mut conn = self.conn.clone();
+        let key = self.keys.schedule(own, schedule);
+        let spec: bool = redis::cmd("HEXISTS")
+            .arg(&key)
+            .arg("spec")
+            .query_async(&mut conn)
+            .await?;
+        let at: Option<u16> = match spec {
+            true => None,
+            false => {
+                redis::cmd("HGET")
+                    .arg(&key)
+                    .arg("at")
+                    .query_async(&mut conn)
+                    .await?
+            }
+        };
+        let found = match at.filter(|&p| p < self.keys.partitions() && p != own) {
+            Some(home) => {
+                let exists: bool = redis::cmd("HEXISTS")
+                    .arg(self.keys.schedule(home, schedule))
+                    .arg("spec")
+                    .query_async(&mut conn)
+                    .await?;
+                FiredSchedule { home, exists }
+            }
+            _ => FiredSchedule {
+                home: own,
+                exists: spec,
+            },
+        };
+        Ok(Some(found))
+    }
+
     /// The partition of the schedule whose firing would give job id `id`
     /// (see [`crate::schedule::fired_by`]), if it is such an id.
     fn fired_partition(&self, id: &str) -> Option<u16> {
@@ -918,6 +987,7 @@ impl Store {
                     },
                     EnqueuedJob::Identical => EnqueueOutcome::Identical,
                     EnqueuedJob::Conflict => EnqueueOutcome::Conflict,
+                    EnqueuedJob::Reserved => EnqueueOutcome::Reserved,
                     EnqueuedJob::Summarized(stored) => {
                         // A finished job's summary: compare content digests.
                         let spec: Option<JobSpec> = serde_json::from_str(&job.spec_json).ok();
@@ -949,9 +1019,9 @@ impl Store {
     }
 
     /// The arguments of one `enqueue_jobs` call in partition `p`: the
-    /// partition's, then nine per job (see the script's header).
+    /// partition's, then ten per job (see the script's header).
     fn enqueue_args(&self, p: u16, jobs: &[(&NewJob, bool)]) -> Vec<Vec<u8>> {
-        let mut args = Vec::with_capacity(3 + 9 * jobs.len());
+        let mut args = Vec::with_capacity(3 + 10 * jobs.len());
         args.push(arg(&self.keys.job_prefix(p)));
         args.push(arg(&*self.channel));
         args.push(arg(&p));
@@ -972,6 +1042,10 @@ impl Store {
             args.push(arg(&job.given));
             args.push(arg(&job.order.as_deref().unwrap_or_default()));
             args.push(arg(&if *compare_only { "c" } else { "" }));
+            // The hash its schedule would have here, for a fire id.
+            let schedule = crate::schedule::fired_by(&job.id)
+                .map(|(schedule, _)| self.keys.schedule(p, schedule));
+            args.push(arg(&schedule.unwrap_or_default()));
         }
         args
     }

@@ -3,6 +3,8 @@
 //! identity, error messages that quote at most 100 bytes of their input,
 //! header names given twice, and a schedule's reserved fire ids.
 
+use std::time::Duration;
+
 use serde_json::{json, Value};
 
 use crate::support::receiver::Receiver;
@@ -304,4 +306,116 @@ async fn header_names_given_twice_in_any_case_are_refused() {
         json!({"url": url, "delay": "1h", "headers": {"X-A": "1", "X-B": "2"}}),
     )
     .await;
+}
+
+/// A schedule's fire ids (`<schedule id>:<13 digits>`) are its own: a
+/// create of one by hand is refused (409 `reserved_id` naming `id`), alone,
+/// in a batch, or with an ordering key that places the job elsewhere, and
+/// whether the schedule lives in its id's partition or, with an ordering
+/// key of its own, in its key's. The schedule's firing still creates its
+/// job, with the template's URL (a hand-made job of that id took its place:
+/// the receiver got the hand-made URL).
+#[tokio::test]
+async fn a_schedules_fire_ids_are_its_own() {
+    let redis = RedisServer::start();
+    let template = Receiver::ok().await;
+    let hand = Receiver::ok().await;
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+    let jobs = format!("{base}/v1/jobs");
+    let schedules = format!("{base}/v1/schedules");
+    post_created(
+        &schedules,
+        json!({"id": "tk", "every": "2s", "job": {"url": template.url("/tmpl")}}),
+    )
+    .await;
+    post_created(
+        &schedules,
+        json!({"id": "tko", "every": "1h", "job": {"url": template.url("/o"), "ordering_key": "ko"}}),
+    )
+    .await;
+    let first = template.wait_for_count(1, Duration::from_secs(15)).await;
+    let fired = first[0]
+        .header("webhook-id")
+        .expect("webhook-id")
+        .to_string();
+    let at: i64 = fired
+        .strip_prefix("tk:")
+        .and_then(|t| t.parse().ok())
+        .expect("a fire id");
+    let next = format!("tk:{}", at + 2000);
+
+    let assert_reserved = |status: u16, answer: &Value, what: &str| {
+        assert_eq!(status, 409, "{what}: {answer}");
+        assert_eq!(answer["error"]["code"], "reserved_id", "{what}: {answer}");
+        assert_eq!(answer["error"]["field"], "id", "{what}: {answer}");
+    };
+    let (status, answer) = post_json(&jobs, json!({"id": next, "url": hand.url("/hand")})).await;
+    assert_reserved(status, &answer, "the next fire time");
+    // An ordering key whose jobs live in neither the schedule's partition
+    // nor the job id's (a create there never passes where the schedule
+    // lives: only a check before it can see the schedule).
+    let config = test_config(&redis);
+    let keys = hookq::store::keys::Keys::new(&config.redis.namespace, config.redis.partitions);
+    let elsewhere = |schedule_home: &str, id: &str| {
+        let taken = [keys.partition_of(schedule_home), keys.partition_of(id)];
+        (0..)
+            .map(|i| format!("k{i}"))
+            .find(|k| !taken.contains(&keys.partition_of(&format!("default:{k}"))))
+            .expect("a key in another partition")
+    };
+    let id = format!("tk:{}", at + 4000);
+    let (status, answer) = post_json(
+        &jobs,
+        json!({"id": id, "url": hand.url("/hand"), "ordering_key": elsewhere("tk", &id)}),
+    )
+    .await;
+    assert_reserved(status, &answer, "with an ordering key");
+    let (_, answer) = post_json(
+        &format!("{jobs}/batch"),
+        json!({"jobs": [{"id": format!("tk:{}", at + 6000), "url": hand.url("/hand")}]}),
+    )
+    .await;
+    let item = &answer["results"][0];
+    assert_eq!(item["status"], 409, "batch: {answer}");
+    assert_eq!(item["error"]["code"], "reserved_id", "batch: {answer}");
+    // `tko` lives in the partition of its key `ko` (a stub in its id's).
+    for body in [
+        json!({"id": "tko:1234567890123", "url": hand.url("/hand")}),
+        json!({"id": "tko:1234567890123", "url": hand.url("/hand"),
+            "ordering_key": elsewhere("default:ko", "tko:1234567890123")}),
+        json!({"id": "tko:1234567890123", "url": hand.url("/hand"), "ordering_key": "ko"}),
+    ] {
+        let (status, answer) = post_json(&jobs, body.clone()).await;
+        assert_reserved(status, &answer, &body.to_string());
+    }
+    // No such schedule, or not 13 digits: an id like any other.
+    for id in ["nosuch:1234567890123", "tk:123456789012"] {
+        post_created(
+            &jobs,
+            json!({"id": id, "url": hand.url("/later"), "delay": "1h"}),
+        )
+        .await;
+    }
+
+    // The firing of `next` creates the schedule's job, sent to the
+    // template's URL (the receiver of the template's URL got it).
+    crate::support::wait_until(
+        "the next fire time is delivered",
+        Duration::from_secs(15),
+        || {
+            let template = &template;
+            let next = next.clone();
+            async move {
+                template
+                    .requests()
+                    .iter()
+                    .any(|r| r.header("webhook-id") == Some(next.as_str()))
+            }
+        },
+    )
+    .await;
+    let (_, view) = get_json(&format!("{jobs}/{next}")).await;
+    assert_eq!(view["schedule_id"], "tk", "{view}");
+    assert_eq!(hand.count(), 0, "a hand-made job was delivered");
 }
