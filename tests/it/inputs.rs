@@ -104,6 +104,62 @@ async fn urls_with_credentials_are_refused_everywhere() {
     assert_refused(status, &answer, "job.url", "schedule");
 }
 
+/// A job stored with credentials in its URL (before they were refused:
+/// written here straight through the store, as an older hookq did) never
+/// shows its password: job view, listing, dead letter (listed and read)
+/// and `hookq show` show the URL with its credentials masked.
+#[tokio::test]
+async fn a_url_stored_with_credentials_is_masked_in_every_view() {
+    let redis = RedisServer::start();
+    let failing = Receiver::with_status(500).await;
+    let config = test_config(&redis);
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    let store = hookq::store::Store::connect(&config).await.expect("store");
+    let secret = "S3cretPW";
+    let stored_url = format!("http://alice:{secret}@{}/hook", failing.addr());
+    for (id, extra) in [
+        ("cred-live", json!({"delay": "1h"})),
+        ("cred-dead", json!({"retry": []})),
+    ] {
+        let mut input = json!({"id": id, "url": failing.url("/hook")});
+        input
+            .as_object_mut()
+            .expect("object")
+            .extend(extra.as_object().expect("object").clone());
+        let input: hookq::job::JobInput = serde_json::from_value(input).expect("input");
+        let mut job = input.validate(&config).expect("valid");
+        job.spec.url = stored_url.clone();
+        store.enqueue(&job.new_job(&config)).await.expect("stored");
+    }
+    crate::wait_state(&base, "cred-dead", "dead").await;
+
+    let masked = format!("http://***@{}/hook", failing.addr());
+    let (_, view) = get_json(&format!("{base}/v1/jobs/cred-live")).await;
+    assert_eq!(view["url"], masked, "{view}");
+    let (_, list) = get_json(&format!("{base}/v1/jobs?state=scheduled")).await;
+    assert_eq!(list["jobs"][0]["url"], masked, "{list}");
+    let (_, letters) = get_json(&format!("{base}/v1/dead-letters")).await;
+    assert_eq!(
+        letters["dead_letters"][0]["job"]["url"], masked,
+        "{letters}"
+    );
+    let (_, letter) = get_json(&format!("{base}/v1/dead-letters/cred-dead")).await;
+    assert_eq!(letter["job"]["url"], masked, "{letter}");
+    let shown = crate::ops::hookq(&redis, &config.redis.namespace, &["show", "cred-live"]);
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains(&masked), "{shown}");
+    for text in [
+        view.to_string(),
+        list.to_string(),
+        letters.to_string(),
+        letter.to_string(),
+        shown.to_string(),
+    ] {
+        assert!(!text.contains(secret), "{text}");
+    }
+}
+
 /// Two bodies are the same content only if every number is the same
 /// exactly: `1e400` is refused (400 naming `body`), 2^64 and 2^64 + 1 are
 /// two bodies (409 on the second create of the id), and a body re-spelled
