@@ -226,15 +226,6 @@ fn fail_group<T>(
     }
 }
 
-/// The schedule a job id of the fire id shape belongs to (see
-/// [`Store::fired_schedule`]).
-struct FiredSchedule {
-    /// The partition it lives in (its fired jobs live there too).
-    home: u16,
-    /// Whether it exists.
-    exists: bool,
-}
-
 /// What one `enqueue_jobs` call found for a job.
 enum Placed {
     /// The outcome, here.
@@ -683,7 +674,8 @@ impl Store {
         jobs: &[NewJob],
     ) -> StoreResult<Vec<StoreResult<EnqueueOutcome>>> {
         // Where the schedule lives whose firing gives a job's id, for the
-        // rare ids of that shape (a read or two each; none for other ids).
+        // rare ids of that shape (a read each, two with an ordering key;
+        // none for other ids).
         // An existing schedule's fire id is the schedule's: the script
         // refuses it, atomically, in the schedule's partition, where every
         // create of such an id without an ordering key is made or compared
@@ -693,9 +685,11 @@ impl Store {
         let mut fired = vec![None; jobs.len()];
         let mut reserved = vec![false; jobs.len()];
         for ((home, taken), job) in fired.iter_mut().zip(&mut reserved).zip(jobs) {
-            if let Some(schedule) = self.fired_schedule(&job.id).await? {
-                *home = Some(schedule.home);
-                *taken = schedule.exists && job.order.is_some();
+            *home = self.fired_home(&job.id).await?;
+            if let (Some(p), Some(_), Some((schedule, _))) =
+                (*home, &job.order, crate::schedule::fired_by(&job.id))
+            {
+                *taken = self.schedule_exists(p, schedule).await?;
             }
         }
         let mut steps: Vec<EnqueueStep> = jobs
@@ -839,47 +833,15 @@ impl Store {
         }
     }
 
-    /// The schedule whose firing would give job id `id`, if it is such an
-    /// id: the partition it lives in (or would) and whether it exists. Its
-    /// id's partition holds it or, with an ordering key, a stub naming the
-    /// partition it lives in (then a second read).
-    async fn fired_schedule(&self, id: &str) -> StoreResult<Option<FiredSchedule>> {
-        let Some((schedule, _)) = crate::schedule::fired_by(id) else {
-            return Ok(None);
-        };
-        let own = self.keys.partition_of(schedule);
+    /// Whether schedule `schedule`, living (if it exists) in partition
+    /// `home` ([`Store::fired_home`]), exists.
+    async fn schedule_exists(&self, home: u16, schedule: &str) -> StoreResult<bool> {
         let mut conn = self.conn.clone();
-        let key = self.keys.schedule(own, schedule);
-        let spec: bool = redis::cmd("HEXISTS")
-            .arg(&key)
+        Ok(redis::cmd("HEXISTS")
+            .arg(self.keys.schedule(home, schedule))
             .arg("spec")
             .query_async(&mut conn)
-            .await?;
-        let at: Option<u16> = match spec {
-            true => None,
-            false => {
-                redis::cmd("HGET")
-                    .arg(&key)
-                    .arg("at")
-                    .query_async(&mut conn)
-                    .await?
-            }
-        };
-        let found = match at.filter(|&p| p < self.keys.partitions() && p != own) {
-            Some(home) => {
-                let exists: bool = redis::cmd("HEXISTS")
-                    .arg(self.keys.schedule(home, schedule))
-                    .arg("spec")
-                    .query_async(&mut conn)
-                    .await?;
-                FiredSchedule { home, exists }
-            }
-            _ => FiredSchedule {
-                home: own,
-                exists: spec,
-            },
-        };
-        Ok(Some(found))
+            .await?)
     }
 
     /// The partition of the schedule whose firing would give job id `id`
