@@ -19,7 +19,7 @@
     ARGV[1] job key prefix  <ns>:{p}:job:  (same hash tag; records as the prelude lays them out)
     ARGV[2] wake channel
     ARGV[3] partition number
-    ARGV[4] id of the first job; then, for every job, nine arguments:
+    ARGV[4] id of the first job; then, for every job, ten arguments:
     ARGV[5] its spec JSON (canonical; compared byte for byte on re-create)
     ARGV[6] its absolute due time in epoch ms, or "" for relative
     ARGV[7] its delay in ms (used when the due time is "")
@@ -30,6 +30,10 @@
     ARGV[11] its ordering list `<topic>:<ordering key>`, or "" for none
     ARGV[12] "c" to compare only: an absent id is NOT_FOUND, not created
             (the job belongs in another partition); "" to create
+    ARGV[13] for an id of a schedule's fire id shape `<schedule id>:<13
+            digits>`, that schedule's hash as it would be in this
+            partition `<ns>:{p}:sched:<schedule id>` (same hash tag), else
+            "": while the schedule lives here the id is its own, RESERVED
   Keys built here (same hash tag): the live record hashes `<ns>:{p}:jobs:*`
   and kept records `<ns>:{p}:job:<id>`, read, and for ids with neither the
   summary index and shards `<ns>:{p}:done*` (see the prelude); new records
@@ -42,7 +46,10 @@
     then `due` is the summary's content digest, which the caller compares
     with the job's own (computed only in this rare case); ELSEWHERE the
     id's job lives in partition `due` (a pointer; nothing changed);
-    NOT_FOUND (compare only) no such id here. `ahead` is, for a job created
+    NOT_FOUND (compare only) no such id here; RESERVED the id is the fire
+    id of a schedule living here (nothing changed: only the schedule's
+    firing creates it, so a hand-made job never takes a firing's place).
+    `ahead` is, for a job created
     held, the id just ahead of it in its ordering list, else "".
     TRYAGAIN, with nothing changed, while the partition's slot is migrating.
 ]]
@@ -58,11 +65,13 @@ local prefix = partition_prefix(ARGV[1], 'job:')
 local done_index = nil -- the partition's summary buckets, read once if needed
 local tails = {}       -- ordering list -> its last id, as this call leaves it
 local ordered = false
-for i = 4, #ARGV, 9 do
+for i = 4, #ARGV, 10 do
   local id, spec, order = ARGV[i], ARGV[i + 1], ARGV[i + 7]
   local existing = nil
   local earlier = seen[id]
-  if earlier then
+  if ARGV[i + 9] ~= '' and rcall('HEXISTS', ARGV[i + 9], 'spec') == 1 then
+    existing = {RESERVED, '', 0}
+  elseif earlier then
     existing = {earlier[1] == spec .. ARGV[i + 6], earlier[2], earlier[3]}
   else
     local v = rcall('HGET', live(prefix, id).h, id)
@@ -92,7 +101,7 @@ for i = 4, #ARGV, 9 do
     local code = CHANGED
     if existing[1] == 3 then
       code = SUMMARIZED
-    elseif existing[1] == ELSEWHERE or existing[1] == NOT_FOUND then
+    elseif existing[1] == ELSEWHERE or existing[1] == NOT_FOUND or existing[1] == RESERVED then
       code = existing[1]
     elseif existing[1] then
       code = UNCHANGED

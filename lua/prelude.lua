@@ -28,6 +28,7 @@ local WRONG_STATE = -2  -- the job's state does not allow it
 local CHANGED = -3      -- the job differs from what the caller expected
 local SUMMARIZED = -4   -- only a finished job's summary remains
 local ELSEWHERE = -5    -- the id's job lives in another partition (a pointer)
+local RESERVED = -6     -- (enqueue_jobs) the id is a schedule's fire id
 
 -- Whether the cluster slot of `key` is migrating from or importing to this
 -- node right now; always false outside a cluster.

@@ -885,6 +885,13 @@ async fn enqueue(config: &Config, args: EnqueueArgs, json: bool) -> Result<ExitC
             4,
             format!("--id: job `{}` exists with different content", job.id),
         )),
+        EnqueueOutcome::Reserved => Err(fail(
+            4,
+            format!(
+                "--id: `{}` is a fire id of an existing schedule; only its firing creates that job",
+                job.id
+            ),
+        )),
     }
 }
 

@@ -106,7 +106,8 @@ pub(crate) fn parse_since(text: &str, field: &str) -> Result<i64, FieldError> {
         "invalid_time",
         field,
         format!(
-            "{field} `{text}` is not an RFC 3339 time, epoch milliseconds or a duration like 2h"
+            "{field} `{}` is not an RFC 3339 time, epoch milliseconds or a duration like 2h",
+            crate::job::quote(text)
         ),
     ))
 }

@@ -16,6 +16,10 @@ use time::OffsetDateTime;
 
 use crate::config::Config;
 
+mod identity;
+
+use identity::BodyIdentity;
+
 /// Topic given to jobs that name none.
 pub(crate) const DEFAULT_TOPIC: &str = "default";
 /// Longest URL accepted, in bytes.
@@ -286,13 +290,15 @@ impl JobSpec {
     }
 
     /// Whether `other` means the same job: every field equal, and `body` the
-    /// same JSON value whatever its whitespace or key order (`body_text` is
-    /// compared byte for byte, as it is sent).
+    /// same JSON value whatever its whitespace or key order, numbers
+    /// compared exactly ([`BodyIdentity`]; a body that is not JSON only
+    /// equals itself byte for byte; `body_text` is compared byte for byte,
+    /// as it is sent).
     pub(crate) fn same_content(&self, other: &JobSpec) -> bool {
         let body_value = |spec: &JobSpec| {
             spec.body
                 .as_ref()
-                .map(|raw| serde_json::from_str::<serde_json::Value>(raw.get()).ok())
+                .map(|raw| BodyIdentity::of(raw.get()).ok_or_else(|| raw.get().to_string()))
         };
         self.topic == other.topic
             && self.url == other.url
@@ -332,20 +338,37 @@ impl JobSpec {
     /// An 8-byte digest of the content, equal for two specs exactly when
     /// [`JobSpec::same_content`] holds but for the due time (up to SHA-1
     /// collisions): the SHA-1 of the spec as a JSON value (object keys
-    /// sorted, `body` parsed), without `run_at` and `delay_ms`. A finished
-    /// job's summary keeps it in place of the spec, so an identical re-create
-    /// is still known as one (a finished job's due time is no longer
-    /// compared).
+    /// sorted, `body` parsed), without `run_at` and `delay_ms`, followed,
+    /// when the body has numbers a JSON value cannot hold exactly, by
+    /// those numbers ([`BodyIdentity`]; a body that is not JSON, by its
+    /// text). A finished job's summary keeps it in place of the spec, so
+    /// an identical re-create is still known as one (a finished job's due
+    /// time is no longer compared).
     pub(crate) fn content_digest(&self) -> [u8; 8] {
         use sha1::Digest;
         let undated = JobSpec {
             run_at: None,
             delay_ms: None,
             trace: None,
+            body: None,
             ..self.clone()
         };
-        let value = serde_json::to_value(&undated).unwrap_or_default();
-        let digest = sha1::Sha1::digest(value.to_string().as_bytes());
+        let mut value = serde_json::to_value(&undated).unwrap_or_default();
+        let mut text = String::new();
+        if let (Some(raw), Some(fields)) = (&self.body, value.as_object_mut()) {
+            match BodyIdentity::of(raw.get()) {
+                Some(body) => {
+                    if let Some(exact) = body.exact_json() {
+                        // JSON text never holds a raw NUL: no collision.
+                        text = format!("\0{exact}");
+                    }
+                    fields.insert("body".into(), body.value);
+                }
+                None => text = format!("\0\0{}", raw.get()),
+            }
+        }
+        let text = format!("{value}{text}");
+        let digest = sha1::Sha1::digest(text.as_bytes());
         let mut out = [0u8; 8];
         out.copy_from_slice(&digest[..8]);
         out
@@ -373,10 +396,12 @@ impl JobSpec {
         }
     }
 
-    /// The spec as a client would write it, with `run_at` in RFC 3339 and
-    /// header values [`REDACTED`]: what a dead letter shows.
+    /// The spec as a client would write it, with `run_at` in RFC 3339,
+    /// header values [`REDACTED`] and URL credentials masked
+    /// ([`shown_url`]): what a dead letter and a schedule's template show.
     pub(crate) fn to_shown_json(&self) -> serde_json::Value {
         let mut input = self.to_input(None);
+        input.url = input.url.as_deref().map(shown_url);
         input.run_at = self.run_at.map(|ms| RunAt::Text(format_ms(ms)));
         if let Some(headers) = &mut input.headers {
             headers.values_mut().for_each(|v| *v = REDACTED.to_string());
@@ -653,6 +678,15 @@ pub(crate) fn validate_url(url: &str, field: &str) -> Result<String, FieldError>
             format!("{field} has no host"),
         ));
     }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        // Views show URLs, and a password in one would be shown with it;
+        // header values are write-only (SPEC §14).
+        return Err(FieldError::new(
+            "invalid_url",
+            field,
+            format!("{field} must not carry credentials (user:password@); send them in a header such as authorization, whose value no view shows"),
+        ));
+    }
     let normalised = String::from(parsed);
     if normalised.len() > MAX_URL_LEN {
         return Err(FieldError::new(
@@ -662,6 +696,36 @@ pub(crate) fn validate_url(url: &str, field: &str) -> Result<String, FieldError>
         ));
     }
     Ok(normalised)
+}
+
+/// Most bytes of a refused input an error message quotes (SPEC §14): a
+/// request of 16 MB of bad header names must not answer twice that.
+pub(crate) const MAX_QUOTE: usize = 100;
+
+/// `text` as an error message quotes it: whole up to [`MAX_QUOTE`] bytes,
+/// else its first bytes (cut on a character boundary) and `…`.
+pub(crate) fn quote(text: &str) -> std::borrow::Cow<'_, str> {
+    cut(text, MAX_QUOTE)
+}
+
+/// `text` whole up to `max` bytes, else its first bytes up to `max` (cut
+/// on a character boundary) followed by `…`.
+pub(crate) fn cut(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!("{}…", &text[..end]))
+}
+
+/// A stored URL as every view shows it: any `user:password@` masked
+/// (`http://***@host/`). New jobs cannot carry credentials
+/// ([`validate_url`] refuses them); this covers jobs stored before that.
+pub(crate) fn shown_url(url: &str) -> String {
+    crate::config::redact_url(url)
 }
 
 /// Whether two URLs share an origin (scheme, host and port). A URL that
@@ -692,7 +756,11 @@ pub(crate) fn parse_duration(text: &str, field: &str) -> Result<Duration, FieldE
         FieldError::new(
             "invalid_duration",
             field,
-            format!("{field} `{text}` is not a duration like 30s or 1h 30m: {e}"),
+            format!(
+                "{field} `{}` is not a duration like 30s or 1h 30m: {}",
+                quote(text),
+                quote(&e.to_string())
+            ),
         )
     })
 }
@@ -706,7 +774,10 @@ pub(crate) fn parse_run_at(run_at: &RunAt) -> Result<i64, FieldError> {
                 FieldError::new(
                     "invalid_time",
                     "run_at",
-                    format!("run_at `{text}` is not an RFC 3339 time or epoch milliseconds: {e}"),
+                    format!(
+                        "run_at `{}` is not an RFC 3339 time or epoch milliseconds: {e}",
+                        quote(text)
+                    ),
                 )
             })?;
             (t.unix_timestamp_nanos() / 1_000_000) as i64
@@ -786,7 +857,9 @@ pub(crate) fn parse_timeout(text: &str, config: &Config) -> Result<u64, FieldErr
     Ok(d.as_millis() as u64)
 }
 
-/// Checks extra headers: valid names and values, none reserved.
+/// Checks extra headers: valid names and values, none reserved, no name
+/// given twice (HTTP names are case-insensitive: `X-A` and `x-a` would
+/// both be sent).
 pub(crate) fn validate_headers(headers: &BTreeMap<String, String>) -> Result<(), FieldError> {
     if headers.len() > MAX_HEADERS {
         return Err(FieldError::new(
@@ -795,21 +868,31 @@ pub(crate) fn validate_headers(headers: &BTreeMap<String, String>) -> Result<(),
             format!("at most {MAX_HEADERS} headers"),
         ));
     }
+    let mut seen = std::collections::HashSet::with_capacity(headers.len());
     for (name, value) in headers {
-        let field = format!("headers.{name}");
+        // Names are quoted (in the message and the field) cut at MAX_QUOTE.
+        let shown = quote(name);
+        let field = format!("headers.{shown}");
         if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
             return Err(FieldError::new(
                 "invalid_header",
                 &field,
-                format!("`{name}` is not a valid header name"),
+                format!("`{shown}` is not a valid header name"),
             ));
         }
         let lower = name.to_ascii_lowercase();
+        if !seen.insert(lower.clone()) {
+            return Err(FieldError::new(
+                "duplicate_header",
+                "headers",
+                format!("header `{shown}` is given twice (header names are case-insensitive)"),
+            ));
+        }
         if RESERVED_HEADERS.contains(&lower.as_str()) || lower.starts_with("hookq-") {
             return Err(FieldError::new(
                 "reserved_header",
                 &field,
-                format!("header `{name}` is set by hookq (hop-by-hop, framing, signature or trace-context header; a trace context goes in the create request's own `traceparent` header) and may not be given"),
+                format!("header `{shown}` is set by hookq (hop-by-hop, framing, signature or trace-context header; a trace context goes in the create request's own `traceparent` header) and may not be given"),
             ));
         }
         if value.len() > MAX_HEADER_VALUE
@@ -819,7 +902,7 @@ pub(crate) fn validate_headers(headers: &BTreeMap<String, String>) -> Result<(),
             return Err(FieldError::new(
                 "invalid_header",
                 &field,
-                format!("the value of header `{name}` is not a valid header value (visible ASCII, at most {MAX_HEADER_VALUE} bytes)"),
+                format!("the value of header `{shown}` is not a valid header value (visible ASCII, at most {MAX_HEADER_VALUE} bytes)"),
             ));
         }
     }
@@ -829,6 +912,46 @@ pub(crate) fn validate_headers(headers: &BTreeMap<String, String>) -> Result<(),
 /// Deepest nesting of arrays and objects a JSON body may have (serde_json's
 /// own recursion limit, so every accepted body can be parsed again).
 pub(crate) const MAX_BODY_DEPTH: usize = 128;
+
+/// The first number of valid JSON text `text` that is out of range for a
+/// JSON reader (beyond ±1.8e308, such as `1e400`), if any: such a body is
+/// refused, since no reader (serde_json included) can tell its numbers apart.
+fn number_out_of_range(text: &str) -> Option<&str> {
+    let bytes = text.as_bytes();
+    let (mut i, mut in_string, mut escaped) = (0usize, false, false);
+    while i < bytes.len() {
+        let b = bytes[i];
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            i += 1;
+            continue;
+        }
+        if b == b'"' {
+            in_string = true;
+        } else if b == b'-' || b.is_ascii_digit() {
+            let start = i;
+            while i < bytes.len()
+                && matches!(bytes[i], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+            {
+                i += 1;
+            }
+            let number = &text[start..i];
+            // Up to 15 digits without an exponent always fit an f64.
+            let may_overflow = number.len() > 15 || number.contains(['e', 'E']);
+            if may_overflow && !number.parse::<f64>().is_ok_and(f64::is_finite) {
+                return Some(number);
+            }
+            continue;
+        }
+        i += 1;
+    }
+    None
+}
 
 /// Nesting depth of valid JSON text, counting brackets outside strings.
 fn json_depth(text: &str) -> usize {
@@ -879,6 +1002,16 @@ fn validate_body(input: &JobInput, config: &Config) -> Result<(), FieldError> {
                 "body_too_deep",
                 "body",
                 format!("body nests arrays and objects deeper than {MAX_BODY_DEPTH} levels"),
+            ));
+        }
+        if let Some(number) = number_out_of_range(raw.get()) {
+            return Err(FieldError::new(
+                "invalid_body",
+                "body",
+                format!(
+                    "body holds the number `{}`, beyond the range of a JSON number reader (±1.8e308)",
+                    quote(number)
+                ),
             ));
         }
     }
@@ -999,7 +1132,7 @@ fn parse_method(method: Option<&str>) -> Result<Method, FieldError> {
         Some(m) => Err(FieldError::new(
             "invalid_method",
             "method",
-            format!("method `{m}` is not POST, PUT or PATCH"),
+            format!("method `{}` is not POST, PUT or PATCH", quote(m)),
         )),
     }
 }
@@ -1079,7 +1212,8 @@ pub(crate) struct JobView {
     pub id: String,
     /// Topic.
     pub topic: String,
-    /// Target URL (absent from a finished job's summary).
+    /// Target URL, credentials masked ([`shown_url`]; absent from a
+    /// finished job's summary).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// HTTP method (absent from a finished job's summary).
@@ -1184,7 +1318,7 @@ impl JobView {
             trace_id: (!summarized).then(|| trace_id_of(&id, spec.trace.as_ref())),
             id,
             topic: spec.topic,
-            url: (!summarized).then_some(spec.url),
+            url: (!summarized).then(|| shown_url(&spec.url)),
             method: (!summarized).then_some(spec.method),
             headers: spec.headers,
             body: spec.body,
@@ -1366,6 +1500,122 @@ mod tests {
         let text = spec(r#"{"url":"https://a.example/","body_text":"a=1&b=2"}"#);
         let spaced = spec(r#"{"url":"https://a.example/","body_text":"a=1& b=2"}"#);
         assert!(!text.same_content(&spaced));
+    }
+
+    /// Numbers are compared exactly: 2^64 and 2^64 + 1 differ, as do
+    /// bodies with numbers past an f64's precision; the digest agrees, and
+    /// for a body of ordinary numbers it is the digest summaries stored
+    /// before (the spec as one JSON value).
+    #[test]
+    fn numbers_are_content_to_the_last_digit() {
+        let spec = |json: &str| input(json).expect("valid").spec;
+        let a = spec(r#"{"url":"https://a.example/","body":{"n":18446744073709551616,"x":1}}"#);
+        let b = spec(r#"{"url":"https://a.example/","body":{"n":18446744073709551617,"x":1}}"#);
+        let a_again =
+            spec(r#"{"url":"https://a.example/","body":{"x":1, "n":18446744073709551616}}"#);
+        assert!(!a.same_content(&b));
+        assert_ne!(a.content_digest(), b.content_digest());
+        assert!(a.same_content(&a_again));
+        assert_eq!(a.content_digest(), a_again.content_digest());
+        let plain =
+            spec(r#"{"url":"https://a.example/","topic":"t","body":{"b":[0.5,-3],"a":"x"}}"#);
+        let undated = JobSpec {
+            run_at: None,
+            delay_ms: None,
+            trace: None,
+            ..plain.clone()
+        };
+        use sha1::Digest;
+        let before = sha1::Sha1::digest(
+            serde_json::to_value(&undated)
+                .expect("value")
+                .to_string()
+                .as_bytes(),
+        );
+        assert_eq!(plain.content_digest()[..], before[..8]);
+    }
+
+    #[test]
+    fn numbers_out_of_range_are_refused() {
+        for body in ["1e400", "[1, -1E309]", r#"{"x":1e400,"y":"1e400"}"#] {
+            let json = format!(r#"{{"url":"https://a.example/","body":{body}}}"#);
+            let err = input(&json).expect_err(body);
+            assert_eq!(err.field.as_deref(), Some("body"), "{body}");
+        }
+        let long = format!("1{}", "0".repeat(400));
+        let json = format!(r#"{{"url":"https://a.example/","body":[{long}]}}"#);
+        assert!(input(&json).is_err());
+        for body in [
+            r#""1e400""#,
+            "1e308",
+            "1e-400",
+            "18446744073709551617",
+            "-0.5e-3",
+        ] {
+            let json = format!(r#"{{"url":"https://a.example/","body":{body}}}"#);
+            assert!(input(&json).is_ok(), "{body}");
+        }
+    }
+
+    #[test]
+    fn urls_with_credentials_are_refused_and_never_shown() {
+        for url in [
+            "http://alice:S3cretPW@a.example/hook",
+            "http://alice@a.example/",
+            "https://:pw@a.example/",
+        ] {
+            let err = validate_url(url, "url").expect_err(url);
+            assert_eq!(err.field.as_deref(), Some("url"));
+            assert!(!err.message.contains("S3cretPW"), "{}", err.message);
+        }
+        // A job stored before they were refused shows them masked.
+        let mut spec = input(r#"{"url":"http://a.example/hook"}"#)
+            .expect("valid")
+            .spec;
+        spec.url = "http://alice:S3cretPW@a.example/hook?q=1".into();
+        let shown = spec.to_shown_json().to_string();
+        assert!(
+            !shown.contains("S3cretPW") && shown.contains("***@a.example"),
+            "{shown}"
+        );
+        let facts = ViewFacts {
+            state: State::Scheduled,
+            attempts: 0,
+            max_attempts: 1,
+            due: 0,
+            created: 0,
+            updated: 0,
+            history: Vec::new(),
+            summarized: false,
+            waiting_for: None,
+        };
+        let view = JobView::of("a".into(), spec, facts);
+        assert_eq!(view.url.as_deref(), Some("http://***@a.example/hook?q=1"));
+    }
+
+    #[test]
+    fn header_names_are_unique_in_any_case() {
+        let err = input(r#"{"url":"http://a.example/","headers":{"X-A":"1","x-a":"2"}}"#)
+            .expect_err("duplicate");
+        assert_eq!(err.field.as_deref(), Some("headers"));
+        assert_eq!(err.code, "duplicate_header");
+        assert!(input(r#"{"url":"http://a.example/","headers":{"X-A":"1","X-B":"2"}}"#).is_ok());
+    }
+
+    #[test]
+    fn quotes_are_cut_at_100_bytes_on_a_character_boundary() {
+        assert_eq!(quote("short"), "short");
+        let long = "é".repeat(80);
+        let cut = quote(&long);
+        assert!(cut.len() <= MAX_QUOTE + "…".len(), "{}", cut.len());
+        assert!(cut.ends_with('…') && cut.starts_with("éé"));
+        let name = "x".repeat(10_000) + "\n";
+        let headers = BTreeMap::from([(name, "v".to_string())]);
+        let err = validate_headers(&headers).expect_err("bad name");
+        assert!(err.message.len() < 200, "{}", err.message.len());
+        assert!(err.field.as_deref().is_some_and(|f| f.len() < 120));
+        let err = parse_duration(&"9".repeat(10_000), "delay").expect_err("too large");
+        assert!(err.message.len() < 300, "{}", err.message);
     }
 
     #[test]

@@ -112,7 +112,7 @@ fn no_dead_letter(id: &str) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         "not_found",
-        format!("no dead letter for job `{id}`"),
+        format!("no dead letter for job `{}`", crate::job::quote(id)),
     )
 }
 

@@ -13,7 +13,8 @@ use serde_json::value::RawValue;
 
 use super::{parse_json, parse_limit, parse_query, ApiError, AppState};
 use crate::job::{
-    validate_id, FieldError, JobInput, JobView, RunAt, State as JobState, TraceContext, ValidJob,
+    quote, validate_id, FieldError, JobInput, JobView, RunAt, State as JobState, TraceContext,
+    ValidJob,
 };
 use crate::store::listing::{Cursor, CursorKind};
 use crate::store::{CancelOutcome, EnqueueOutcome, JobRecord, Reschedule, RescheduleOutcome};
@@ -21,11 +22,33 @@ use crate::store::{CancelOutcome, EnqueueOutcome, JobRecord, Reschedule, Resched
 /// Most jobs in one batch.
 pub(crate) const MAX_BATCH: usize = 1000;
 
+/// `text` quoted as an error quotes input ([`quote`]), owned.
+fn quote_owned(text: &str) -> String {
+    quote(text).into_owned()
+}
+
 fn conflict(id: &str) -> ApiError {
     ApiError {
         status: StatusCode::CONFLICT,
         code: "conflict",
-        message: format!("a job with id `{id}` exists with different content"),
+        message: format!(
+            "a job with id `{}` exists with different content",
+            quote(id)
+        ),
+        field: Some("id".into()),
+    }
+}
+
+/// 409 `reserved_id` naming `id`: `<schedule id>:<13 digits>` of an
+/// existing schedule is that schedule's fire id (SPEC §14).
+fn reserved(id: &str) -> ApiError {
+    ApiError {
+        status: StatusCode::CONFLICT,
+        code: "reserved_id",
+        message: format!(
+            "job id `{}` is a fire id of an existing schedule; only its firing creates that job",
+            quote(id)
+        ),
         field: Some("id".into()),
     }
 }
@@ -34,7 +57,7 @@ fn not_found(id: &str) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         "not_found",
-        format!("no job with id `{id}`"),
+        format!("no job with id `{}`", quote(id)),
     )
 }
 
@@ -82,6 +105,7 @@ async fn outcome_view(
             None => Err(not_found(&job.id)),
         },
         EnqueueOutcome::Conflict => Err(conflict(&job.id)),
+        EnqueueOutcome::Reserved => Err(reserved(&job.id)),
     }
 }
 
@@ -118,9 +142,7 @@ impl BatchResult {
             id,
             status: e.status.as_u16(),
             job: None,
-            error: Some(
-                serde_json::json!({"code": e.code, "message": e.message, "field": e.field}),
-            ),
+            error: Some(e.to_json()),
         }
     }
 }
@@ -154,9 +176,10 @@ pub(super) async fn create_batch(
                 valid.push((i, job));
             }
             Err(e) => {
+                // The item's id as given, quoted like any refused input.
                 let id = serde_json::from_str::<serde_json::Value>(raw.get())
                     .ok()
-                    .and_then(|v| v.get("id").and_then(|id| id.as_str()).map(str::to_string));
+                    .and_then(|v| v.get("id").and_then(|id| id.as_str()).map(quote_owned));
                 results.push(Some(BatchResult::error(id, e)));
             }
         }
@@ -318,7 +341,10 @@ fn check_changeable(
             ..ApiError::new(
                 StatusCode::CONFLICT,
                 "ordering_key_fixed",
-                format!("job `{id}`'s ordering_key cannot change; create a new job instead"),
+                format!(
+                    "job `{}`'s ordering_key cannot change; create a new job instead",
+                    quote(id)
+                ),
             )
         });
     }
@@ -360,7 +386,10 @@ async fn store_change(
         RescheduleOutcome::Modified => Err(ApiError::new(
             StatusCode::CONFLICT,
             "modified",
-            format!("job `{id}` changed while this change was prepared; read it again and retry"),
+            format!(
+                "job `{}` changed while this change was prepared; read it again and retry",
+                quote(id)
+            ),
         )),
     }
 }
@@ -370,7 +399,8 @@ fn not_scheduled(id: &str, state: JobState) -> ApiError {
         StatusCode::CONFLICT,
         "not_scheduled",
         format!(
-            "job `{id}` is {}; only a scheduled job can be changed",
+            "job `{}` is {}; only a scheduled job can be changed",
+            quote(id),
             state.as_str()
         ),
     )
@@ -390,7 +420,7 @@ pub(super) async fn cancel_job(
         CancelOutcome::Finished => Err(ApiError::new(
             StatusCode::CONFLICT,
             "finished",
-            format!("job `{id}` is already delivered or dead"),
+            format!("job `{}` is already delivered or dead", quote(&id)),
         )),
     }
 }

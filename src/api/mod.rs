@@ -56,10 +56,27 @@ impl ApiError {
     }
 }
 
+/// Longest error message sent, in bytes: a backstop behind each message's
+/// own quote of its input ([`crate::job::quote`]).
+pub(crate) const MAX_MESSAGE: usize = 1024;
+/// Longest `field` sent, in bytes (a backstop: a field quotes its input's
+/// names cut at [`crate::job::MAX_QUOTE`]).
+const MAX_FIELD: usize = 256;
+
+impl ApiError {
+    /// The error as its JSON shows it (`{"code", "message", "field"}`),
+    /// the message cut at [`MAX_MESSAGE`] bytes and the field at
+    /// [`MAX_FIELD`].
+    pub(crate) fn to_json(&self) -> serde_json::Value {
+        let message = crate::job::cut(&self.message, MAX_MESSAGE);
+        let field = self.field.as_deref().map(|f| crate::job::cut(f, MAX_FIELD));
+        json!({"code": self.code, "message": message, "field": field})
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body =
-            json!({"error": {"code": self.code, "message": self.message, "field": self.field}});
+        let body = json!({"error": self.to_json()});
         (self.status, Json(body)).into_response()
     }
 }
@@ -648,8 +665,9 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         } else {
             path
         };
+        let path = crate::job::quote(&path).into_owned();
         let inner = err.into_inner();
-        let message = inner.to_string();
+        let message = quote_serde_input(&inner.to_string());
         let missing = message
             .strip_prefix("missing field `")
             .and_then(|rest| rest.split('`').next());
@@ -678,6 +696,31 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     Ok(value)
 }
 
+/// A serde error message with the input it quotes (an unknown field's
+/// name in backticks, a string value in double quotes) cut at
+/// [`crate::job::MAX_QUOTE`] bytes.
+fn quote_serde_input(message: &str) -> String {
+    let Some(open) = message.find(['`', '"']) else {
+        return message.to_string();
+    };
+    let delimiter = &message[open..open + 1];
+    let rest = &message[open + 1..];
+    // The quote ends before serde's `, expected ...`, or at the last
+    // delimiter (the input itself may hold either).
+    let close = rest
+        .rfind(&format!("{delimiter}, expected"))
+        .or_else(|| rest.rfind(delimiter));
+    match close {
+        Some(close) => format!(
+            "{}{}{}",
+            &message[..=open],
+            crate::job::quote(&rest[..close]),
+            &rest[close..]
+        ),
+        None => crate::job::cut(message, 2 * crate::job::MAX_QUOTE).into_owned(),
+    }
+}
+
 /// The OpenAPI document of this API (also `openapi.json` in the repository).
 pub(crate) const OPENAPI: &str = include_str!("../../openapi.json");
 
@@ -695,9 +738,10 @@ pub(crate) fn parse_query(
         .collect();
     for (name, _) in &pairs {
         if !allowed.contains(&name.as_str()) {
+            let name = crate::job::quote(name);
             return Err(FieldError::new(
                 "unknown_parameter",
-                name,
+                &name,
                 format!(
                     "unknown query parameter `{name}` (allowed: {})",
                     allowed.join(", ")
@@ -948,5 +992,24 @@ mod tests {
         let e = parse_json::<JobInput>(br#"{"url": "http://a.example/"} trailing"#)
             .expect_err("trailing");
         assert_eq!(e.code, "invalid_json");
+        // The input a message quotes is cut at 100 bytes.
+        let long = "k".repeat(10_000);
+        for body in [
+            format!(r#"{{"url": "http://a.example/", "{long}": 1}}"#),
+            format!(r#"{{"url": "http://a.example/", "retry": "{long}"}}"#),
+            format!(r#"{{"url": "http://a.example/", "headers": {{"{long}": 5}}}}"#),
+        ] {
+            let e = parse_json::<JobInput>(body.as_bytes()).expect_err("refused");
+            let shown = e.to_json().to_string();
+            assert!(shown.len() < 500, "{shown}");
+            assert!(shown.contains(&"k".repeat(90)), "{shown}");
+        }
+        assert_eq!(
+            quote_serde_input(&format!("unknown field `{long}`, expected `id` at line 1")),
+            format!(
+                "unknown field `{}…`, expected `id` at line 1",
+                "k".repeat(100)
+            )
+        );
     }
 }

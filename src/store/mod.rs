@@ -183,6 +183,9 @@ pub enum EnqueueOutcome {
     Identical,
     /// A job with this id exists with different content; nothing changed.
     Conflict,
+    /// The id is `<schedule id>:<13 digits>` of an existing schedule: its
+    /// fire ids are the schedule's own (SPEC §14); nothing changed.
+    Reserved,
 }
 
 /// A record found where a schedule's firing puts the job of its id: a
@@ -671,15 +674,32 @@ impl Store {
         jobs: &[NewJob],
     ) -> StoreResult<Vec<StoreResult<EnqueueOutcome>>> {
         // Where the schedule lives whose firing gives a job's id, for the
-        // rare ids of that shape (a read each; none for other ids).
+        // rare ids of that shape (a read each, two with an ordering key;
+        // none for other ids).
+        // An existing schedule's fire id is the schedule's: the script
+        // refuses it, atomically, in the schedule's partition, where every
+        // create of such an id without an ordering key is made or compared
+        // first. One with an ordering key is placed with its key instead:
+        // it is refused here (a schedule created between this read and the
+        // create does not see it, as for a job made before its schedule).
         let mut fired = vec![None; jobs.len()];
-        for (home, job) in fired.iter_mut().zip(jobs) {
+        let mut reserved = vec![false; jobs.len()];
+        for ((home, taken), job) in fired.iter_mut().zip(&mut reserved).zip(jobs) {
             *home = self.fired_home(&job.id).await?;
+            if let (Some(p), Some(_), Some((schedule, _))) =
+                (*home, &job.order, crate::schedule::fired_by(&job.id))
+            {
+                *taken = self.schedule_exists(p, schedule).await?;
+            }
         }
         let mut steps: Vec<EnqueueStep> = jobs
             .iter()
             .zip(&fired)
-            .map(|(job, &fired)| self.first_step(job, fired))
+            .zip(&reserved)
+            .map(|((job, &fired), &taken)| match taken {
+                true => EnqueueStep::Done(Ok(EnqueueOutcome::Reserved)),
+                false => self.first_step(job, fired),
+            })
             .collect();
         let mut first_error: Option<StoreError> = None;
         for _ in 0..4 {
@@ -813,6 +833,17 @@ impl Store {
         }
     }
 
+    /// Whether schedule `schedule`, living (if it exists) in partition
+    /// `home` ([`Store::fired_home`]), exists.
+    async fn schedule_exists(&self, home: u16, schedule: &str) -> StoreResult<bool> {
+        let mut conn = self.conn.clone();
+        Ok(redis::cmd("HEXISTS")
+            .arg(self.keys.schedule(home, schedule))
+            .arg("spec")
+            .query_async(&mut conn)
+            .await?)
+    }
+
     /// The partition of the schedule whose firing would give job id `id`
     /// (see [`crate::schedule::fired_by`]), if it is such an id.
     fn fired_partition(&self, id: &str) -> Option<u16> {
@@ -918,6 +949,7 @@ impl Store {
                     },
                     EnqueuedJob::Identical => EnqueueOutcome::Identical,
                     EnqueuedJob::Conflict => EnqueueOutcome::Conflict,
+                    EnqueuedJob::Reserved => EnqueueOutcome::Reserved,
                     EnqueuedJob::Summarized(stored) => {
                         // A finished job's summary: compare content digests.
                         let spec: Option<JobSpec> = serde_json::from_str(&job.spec_json).ok();
@@ -949,9 +981,9 @@ impl Store {
     }
 
     /// The arguments of one `enqueue_jobs` call in partition `p`: the
-    /// partition's, then nine per job (see the script's header).
+    /// partition's, then ten per job (see the script's header).
     fn enqueue_args(&self, p: u16, jobs: &[(&NewJob, bool)]) -> Vec<Vec<u8>> {
-        let mut args = Vec::with_capacity(3 + 9 * jobs.len());
+        let mut args = Vec::with_capacity(3 + 10 * jobs.len());
         args.push(arg(&self.keys.job_prefix(p)));
         args.push(arg(&*self.channel));
         args.push(arg(&p));
@@ -972,6 +1004,10 @@ impl Store {
             args.push(arg(&job.given));
             args.push(arg(&job.order.as_deref().unwrap_or_default()));
             args.push(arg(&if *compare_only { "c" } else { "" }));
+            // The hash its schedule would have here, for a fire id.
+            let schedule = crate::schedule::fired_by(&job.id)
+                .map(|(schedule, _)| self.keys.schedule(p, schedule));
+            args.push(arg(&schedule.unwrap_or_default()));
         }
         args
     }

@@ -220,6 +220,8 @@ pub(super) enum EnqueuedJob {
     Elsewhere(u16),
     /// Compare only: no such id here.
     Absent,
+    /// The id is one of an existing schedule's fire ids (nothing changed).
+    Reserved,
 }
 
 /// `enqueue_jobs`: `{now, code1, state1, due1, ahead1, code2, ...}`.
@@ -257,13 +259,14 @@ impl EnqueueReply {
                         let _: String = f.next("ahead")?;
                         EnqueuedJob::Elsewhere(partition)
                     }
-                    Code::Unchanged | Code::Changed | Code::NotFound => {
+                    Code::Unchanged | Code::Changed | Code::NotFound | Code::Reserved => {
                         for what in ["state", "due", "ahead"] {
                             let _: Value = f.next(what)?;
                         }
                         match code {
                             Code::Unchanged => EnqueuedJob::Identical,
                             Code::Changed => EnqueuedJob::Conflict,
+                            Code::Reserved => EnqueuedJob::Reserved,
                             _ => EnqueuedJob::Absent,
                         }
                     }

@@ -29,11 +29,13 @@ pub(crate) enum Code {
     Summarized,
     /// The id's job lives in another partition (a placement pointer).
     Elsewhere,
+    /// (`enqueue_jobs`) the id is one of an existing schedule's fire ids.
+    Reserved,
 }
 
 impl Code {
     /// Every code with its number.
-    const ALL: [(Code, i64); 8] = [
+    const ALL: [(Code, i64); 9] = [
         (Code::Done, 1),
         (Code::DeadLettered, 2),
         (Code::Unchanged, 0),
@@ -42,6 +44,7 @@ impl Code {
         (Code::Changed, -3),
         (Code::Summarized, -4),
         (Code::Elsewhere, -5),
+        (Code::Reserved, -6),
     ];
 
     /// The code numbered `n`, if the prelude has one.
@@ -90,8 +93,8 @@ macro_rules! script {
 }
 
 /// `enqueue_jobs`: create jobs of one partition (each idempotent by id),
-/// nine ARGV per job.
-pub(crate) const ENQUEUE_JOBS: ScriptDef = script!("enqueue_jobs", 3, 3, repeat 9);
+/// ten ARGV per job.
+pub(crate) const ENQUEUE_JOBS: ScriptDef = script!("enqueue_jobs", 3, 3, repeat 10);
 /// `place_jobs`: point ids at the partition their jobs live in, three ARGV
 /// per job.
 pub(crate) const PLACE_JOBS: ScriptDef = script!("place_jobs", 1, 3, repeat 3);
@@ -408,6 +411,7 @@ mod tests {
                 Code::Changed => "CHANGED",
                 Code::Summarized => "SUMMARIZED",
                 Code::Elsewhere => "ELSEWHERE",
+                Code::Reserved => "RESERVED",
             };
             let line = format!("local {name} = {n} ");
             assert!(prelude.contains(&line), "the prelude lacks `{line}`");
