@@ -1588,6 +1588,8 @@ mod tests {
             history: Vec::new(),
             summarized: false,
             waiting_for: None,
+            held_by: None,
+            waiting_until: None,
         };
         let view = JobView::of("a".into(), spec, facts);
         assert_eq!(view.url.as_deref(), Some("http://***@a.example/hook?q=1"));
