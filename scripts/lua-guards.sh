@@ -79,6 +79,7 @@ GUARDS=(
   "enqueue: a finished job's summary counts as existing|lua/enqueue_jobs.lua|local s = #done_index > 0 and summary_find(prefix, id, now, done_index)|local s = nil|footprint::finished_jobs_leave_summaries_that_still_answer"
   "cancel: a finished job's summary stays finished|lua/cancel_job.lua|    if summary then return WRONG_STATE end||$E::late_moves_change_nothing"
   "enqueue: a job behind its key's earlier jobs is held|lua/enqueue_jobs.lua|    if ahead ~= '' then|    if false then|ordering::cancel_and_dead_letter_of_the_head_release_the_next"
+  "enqueue: a schedule's fire id is refused to a hand-made create|lua/enqueue_jobs.lua|  if ARGV[i + 9] ~= '' and rcall('HEXISTS', ARGV[i + 9], 'spec') == 1 then|  if false then|inputs::a_schedules_fire_ids_are_its_own"
   "order: only the head's finish releases the next|lua/prelude.lua|  if plan.head ~= id then|  if false then|ordering::cancel_and_dead_letter_of_the_head_release_the_next"
   "reschedule: a held job stays held|lua/reschedule_job.lua|if r.state == 'o' then|if false then|ordering::cancel_and_dead_letter_of_the_head_release_the_next"
   "place: a job that exists keeps its place|lua/place_jobs.lua|  elseif plan.exists then|  elseif false then|ordering::jobs_placed_by_their_key_are_found_by_id_and_pointers_are_swept"

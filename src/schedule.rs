@@ -291,8 +291,13 @@ impl ScheduleInput {
             .job
             .as_ref()
             .ok_or_else(|| FieldError::new("missing_field", "job", "job is required"))?;
-        let input: JobInput = serde_json::from_str(job.get())
-            .map_err(|e| FieldError::new("invalid_json", "job", format!("job: {e}")))?;
+        let input: JobInput = serde_json::from_str(job.get()).map_err(|e| {
+            FieldError::new(
+                "invalid_json",
+                "job",
+                format!("job: {}", crate::job::quote(&e.to_string())),
+            )
+        })?;
         for (given, field) in [
             (input.id.is_some(), "id"),
             (input.run_at.is_some(), "run_at"),
@@ -318,7 +323,10 @@ fn parse_overlap(text: Option<&str>) -> Result<Overlap, FieldError> {
         Some(other) => Err(FieldError::new(
             "invalid_overlap",
             "overlap",
-            format!("overlap `{other}` is not allow or skip"),
+            format!(
+                "overlap `{}` is not allow or skip",
+                crate::job::quote(other)
+            ),
         )),
     }
 }
@@ -332,7 +340,10 @@ fn parse_catch_up(text: Option<&str>) -> Result<CatchUp, FieldError> {
         Some(other) => Err(FieldError::new(
             "invalid_catch_up",
             "catch_up",
-            format!("catch_up `{other}` is not latest, none or all"),
+            format!(
+                "catch_up `{}` is not latest, none or all",
+                crate::job::quote(other)
+            ),
         )),
     }
 }
@@ -349,7 +360,11 @@ pub(crate) fn parse_cron(text: &str) -> Result<croner::Cron, FieldError> {
             FieldError::new(
                 "invalid_cron",
                 "cron",
-                format!("cron `{text}` is not a valid cron expression: {e}"),
+                format!(
+                    "cron `{}` is not a valid cron expression: {}",
+                    crate::job::quote(text),
+                    crate::job::quote(&e.to_string())
+                ),
             )
         })
 }
@@ -360,7 +375,10 @@ pub(crate) fn parse_timezone(name: &str) -> Result<Tz, FieldError> {
         FieldError::new(
             "invalid_timezone",
             "timezone",
-            format!("timezone `{name}` is not an IANA time zone name (e.g. Europe/Berlin)"),
+            format!(
+                "timezone `{}` is not an IANA time zone name (e.g. Europe/Berlin)",
+                crate::job::quote(name)
+            ),
         )
     })
 }
@@ -607,6 +625,23 @@ fn gap_end(tz: Tz, wall: NaiveDateTime) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn schedule_errors_quote_at_most_100_bytes_of_the_input() {
+        let long = "x".repeat(10_000);
+        let cron = parse_cron(&format!("* * * * * {long}")).expect_err("bad cron");
+        let zone = parse_timezone(&long).expect_err("bad zone");
+        let overlap = parse_overlap(Some(&long)).expect_err("bad overlap");
+        let catch_up = parse_catch_up(Some(&long)).expect_err("bad catch_up");
+        for err in [cron, zone, overlap, catch_up] {
+            assert!(
+                err.message.len() < 400,
+                "{}: {}",
+                err.message.len(),
+                err.message
+            );
+        }
+    }
 
     fn ms(text: &str) -> i64 {
         chrono::DateTime::parse_from_rfc3339(text)

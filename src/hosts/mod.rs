@@ -19,9 +19,14 @@ use crate::job::host_key;
 /// Without a scheme, `https` is assumed; without a port, the scheme's default.
 pub(crate) fn parse_host(text: &str) -> Result<String, String> {
     let text = text.trim();
+    // What the messages quote: at most 100 bytes of the input (SPEC §14).
+    let shown = crate::job::quote(text);
     if let Some((scheme, rest)) = text.split_once("://") {
         if rest.trim_end_matches('/').is_empty() {
-            return Err(format!("`{text}` names no host after {scheme}://"));
+            return Err(format!(
+                "`{shown}` names no host after {}://",
+                crate::job::quote(scheme)
+            ));
         }
     }
     let text = text.strip_suffix('/').unwrap_or(text);
@@ -34,22 +39,22 @@ pub(crate) fn parse_host(text: &str) -> Result<String, String> {
         format!("https://{text}")
     };
     let url = url::Url::parse(&with_scheme)
-        .map_err(|e| format!("`{text}` is not a host like https://api.example.com:443 ({e})"))?;
+        .map_err(|e| format!("`{shown}` is not a host like https://api.example.com:443 ({e})"))?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!("`{text}`: the scheme must be http or https"));
+        return Err(format!("`{shown}`: the scheme must be http or https"));
     }
     if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
         return Err(format!(
-            "`{text}` has a path; a host is scheme://host:port only"
+            "`{shown}` has a path; a host is scheme://host:port only"
         ));
     }
     if !url.username().is_empty() || url.password().is_some() {
         return Err(format!(
-            "`{text}` carries credentials; a host is scheme://host:port only"
+            "`{shown}` carries credentials; a host is scheme://host:port only"
         ));
     }
     if url.host_str().is_none_or(str::is_empty) {
-        return Err(format!("`{text}` names no host"));
+        return Err(format!("`{shown}` names no host"));
     }
     // As typed (before IDNA mapping): an ASCII name (internationalised names
     // in their xn-- form), an IPv4 address or a bracketed IPv6 address.
@@ -63,7 +68,7 @@ pub(crate) fn parse_host(text: &str) -> Result<String, String> {
     };
     if !typed.starts_with('[') && !valid_name(typed_host) {
         return Err(format!(
-            "`{text}`: a host name is ASCII letters, digits, `-` and `.` (an international name in its xn-- form)"
+            "`{shown}`: a host name is ASCII letters, digits, `-` and `.` (an international name in its xn-- form)"
         ));
     }
     Ok(host_key(url.as_str()))
@@ -145,6 +150,21 @@ impl HostRules {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_errors_quote_at_most_100_bytes_of_the_input() {
+        let long = "a".repeat(10_000);
+        for text in [
+            format!("{long}://"),
+            format!("https://{long}/path"),
+            format!("ftp://{long}"),
+            format!("https://u:p@{long}"),
+            format!("h_{long}"),
+        ] {
+            let err = parse_host(&text).expect_err("refused");
+            assert!(err.len() < 400, "{} bytes: {}", err.len(), &err[..200]);
+        }
+    }
 
     #[test]
     fn keys_name_scheme_host_and_port() {
