@@ -18,6 +18,7 @@ mod footprint;
 mod guards;
 mod history;
 mod hosts;
+mod image;
 mod metrics;
 mod migrate;
 mod ops;
