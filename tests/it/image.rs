@@ -5,7 +5,7 @@
 //! port. It must answer `/readyz`, deliver a job to a receiver on the host,
 //! run `hookq doctor` inside the container, and stop cleanly on SIGTERM; and
 //! with nothing but a Redis URL it must refuse to serve its open API on
-//! 0.0.0.0.
+//! 0.0.0.0. `deploy/compose.yaml` is checked to run this version's image.
 //!
 //! Nothing is pulled from a registry (the image is `FROM scratch`). With
 //! podman the test uses a storage and state of its own in a temp dir
@@ -381,4 +381,44 @@ async fn image_serves_delivers_runs_doctor_and_stops_on_sigterm() {
         "the log shows a graceful stop: {log}"
     );
     assert_eq!(exit, "0", "hookq's exit code after SIGTERM: {log}");
+}
+
+/// `deploy/compose.yaml` runs the image this version builds, read-only as
+/// its user, with a token required, beside a Redis with AOF and noeviction.
+#[test]
+fn compose_file_runs_this_version_beside_a_durable_redis() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/compose.yaml");
+    let compose = std::fs::read_to_string(&path).expect("read deploy/compose.yaml");
+    let lines: Vec<&str> = compose
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#'))
+        .collect();
+    let image = format!("image: hookq:{}", env!("CARGO_PKG_VERSION"));
+    for wanted in [
+        image.as_str(),
+        "read_only: true",
+        "user: \"10001:10001\"",
+        "HOOKQ_REDIS__URL: redis://redis:6379",
+        "- noeviction",
+        "- everysec",
+    ] {
+        assert!(
+            lines.contains(&wanted),
+            "deploy/compose.yaml has a line {wanted:?} (outside comments)"
+        );
+    }
+    let aof = lines
+        .windows(2)
+        .any(|w| w[0] == "- --appendonly" && w[1] == "- \"yes\"");
+    assert!(
+        aof,
+        "deploy/compose.yaml starts Redis with --appendonly yes"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("HOOKQ_API__TOKENS:") && l.contains("${HOOKQ_TOKEN:?")),
+        "deploy/compose.yaml requires a token (HOOKQ_TOKEN)"
+    );
 }
