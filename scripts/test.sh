@@ -6,7 +6,8 @@
 #      test), chromium and chromium-driver (the console tests), wrk (the
 #      benchmark's single-create load), nginx (the
 #      benchmark's reference receiver; it runs its own on loopback ports),
-#      systemd's `systemd-analyze` (the unit file check), python3 with the
+#      systemd's `systemd-analyze` (the unit file check), podman and runc
+#      (the container image test, unless docker works), python3 with the
 #      `standardwebhooks` library (it verifies our signatures), and the
 #      rustfmt and clippy components;
 #   2. checks formatting (`cargo fmt --check`) and lints (`cargo clippy
@@ -56,6 +57,14 @@ fi
 # The console tests drive a real headless Chromium over WebDriver.
 if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
   apt_install chromium chromium-driver
+fi
+# The image test builds and runs the container image (scripts/image.sh) with
+# docker or podman, whichever works (a docker CLI without its daemon does
+# not); it runs podman's containers with runc (crun refuses some hosts'
+# cgroups).
+if ! docker info >/dev/null 2>&1 \
+  && ! { podman info >/dev/null 2>&1 && { command -v runc || [ -x /usr/sbin/runc ]; } >/dev/null 2>&1; }; then
+  apt_install podman runc
 fi
 if ! command -v python3 >/dev/null 2>&1; then
   apt_install python3 python3-pip

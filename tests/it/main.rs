@@ -19,6 +19,7 @@ mod guards;
 mod hardening;
 mod history;
 mod hosts;
+mod image;
 mod inputs;
 mod listings;
 mod metrics;
