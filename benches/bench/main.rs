@@ -40,7 +40,7 @@ use hookq::store::Store;
 use serde_json::{json, Value};
 
 /// The test kit: free ports, Redis servers and clusters, waits.
-#[path = "../tests/it/support/mod.rs"]
+#[path = "../../tests/it/support/mod.rs"]
 mod support;
 use support::cluster::RedisCluster;
 use support::free_port;
