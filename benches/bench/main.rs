@@ -27,6 +27,7 @@
 //! its length, rate, `retention.finished` and sampling period.
 
 mod common;
+mod naive;
 mod nginx;
 mod sink;
 
@@ -47,6 +48,7 @@ use common::{
     check_lead, cluster_config, config, cpu_seconds_of, default_config, job, lead_ms, loaded_store,
     median, own_cpu_seconds, percentile, preload, start_redis, Meter,
 };
+use naive::Runner;
 use nginx::{Nginx, NginxStats, NGINX_SERVERS};
 use sink::{run_sink, Sink};
 
@@ -2123,153 +2125,6 @@ async fn wait_for_bullmq_answers(
             .into());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-// ---------------------------------------------------------------- runners
-
-/// hookq or the naive design, delivering to a receiver.
-enum Runner {
-    Hookq(Daemon),
-    Naive(
-        tokio_util::sync::CancellationToken,
-        Vec<tokio::task::JoinHandle<()>>,
-    ),
-}
-
-impl Runner {
-    async fn start(redis: &RedisServer, cfg: &Config, naive: bool, url: String) -> Res<Runner> {
-        if naive {
-            Ok(naive::start(redis.url(), url).await?)
-        } else {
-            Ok(Runner::Hookq(Daemon::start(cfg.clone()).await?))
-        }
-    }
-
-    async fn stop(self) -> Res<()> {
-        match self {
-            Runner::Hookq(d) => d.stop().await?,
-            Runner::Naive(token, tasks) => {
-                token.cancel();
-                for t in tasks {
-                    let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The naive design of the seed notes: a 1-second polling loop over the
-/// ZSET moving jobs one round trip at a time, and workers popping a list.
-mod naive {
-    use super::*;
-    use redis::aio::MultiplexedConnection;
-    use tokio_util::sync::CancellationToken;
-
-    pub async fn preload(redis: &RedisServer, jobs: Vec<(String, i64)>) -> Res<()> {
-        let mut c = redis::Client::open(redis.url())?
-            .get_multiplexed_async_connection()
-            .await?;
-        for chunk in jobs.chunks(1000) {
-            let mut pipe = redis::pipe();
-            for (id, due) in chunk {
-                pipe.zadd("naive:due", id, *due).ignore();
-                pipe.set(format!("naive:job:{id}"), format!("{{\"due\":{due}}}"))
-                    .ignore();
-            }
-            pipe.query_async::<()>(&mut c).await?;
-        }
-        Ok(())
-    }
-
-    pub async fn start(redis_url: String, sink_url: String) -> Res<Runner> {
-        let token = tokio_util::sync::CancellationToken::new();
-        let client = redis::Client::open(redis_url)?;
-        let mut tasks = Vec::new();
-        let conn = client.get_multiplexed_async_connection().await?;
-        tasks.push(tokio::spawn(poll_due(token.clone(), conn)));
-        let http = reqwest::Client::new();
-        for _ in 0..64 {
-            let conn = client.get_multiplexed_async_connection().await?;
-            tasks.push(tokio::spawn(work(
-                token.clone(),
-                http.clone(),
-                sink_url.clone(),
-                conn,
-            )));
-        }
-        Ok(Runner::Naive(token, tasks))
-    }
-
-    /// The polling loop: every second until `token` is cancelled, moves the
-    /// due jobs from `naive:due` to `naive:ready`, one round trip at a time.
-    async fn poll_due(token: CancellationToken, mut conn: MultiplexedConnection) {
-        while !token.is_cancelled() {
-            let now = now_ms() as f64;
-            let due: Vec<String> = redis::cmd("ZRANGEBYSCORE")
-                .arg("naive:due")
-                .arg(0)
-                .arg(now)
-                .query_async(&mut conn)
-                .await
-                .unwrap_or_default();
-            for id in due {
-                let removed: i64 = redis::cmd("ZREM")
-                    .arg("naive:due")
-                    .arg(&id)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap_or(0);
-                if removed == 1 {
-                    let _: Result<i64, _> = redis::cmd("RPUSH")
-                        .arg("naive:ready")
-                        .arg(&id)
-                        .query_async(&mut conn)
-                        .await;
-                }
-            }
-            tokio::select! {
-                _ = token.cancelled() => {}
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            }
-        }
-    }
-
-    /// A worker: until `token` is cancelled, pops a ready job (BLPOP, 0.5 s),
-    /// POSTs its body to `url` and deletes it.
-    async fn work(
-        token: CancellationToken,
-        http: reqwest::Client,
-        url: String,
-        mut conn: MultiplexedConnection,
-    ) {
-        while !token.is_cancelled() {
-            let popped: Option<(String, String)> = redis::cmd("BLPOP")
-                .arg("naive:ready")
-                .arg(0.5)
-                .query_async(&mut conn)
-                .await
-                .unwrap_or(None);
-            let Some((_, id)) = popped else { continue };
-            let body: Option<String> = redis::cmd("GET")
-                .arg(format!("naive:job:{id}"))
-                .query_async(&mut conn)
-                .await
-                .unwrap_or(None);
-            if let Some(body) = body {
-                let _ = http
-                    .post(&url)
-                    .header("content-type", "application/json")
-                    .body(body)
-                    .send()
-                    .await;
-                let _: Result<i64, _> = redis::cmd("DEL")
-                    .arg(format!("naive:job:{id}"))
-                    .query_async(&mut conn)
-                    .await;
-            }
-        }
     }
 }
 
