@@ -26,6 +26,7 @@
 //! `--steady-rate N`, `--steady-retention N` and `--steady-sample N` change
 //! its length, rate, `retention.finished` and sampling period.
 
+mod backlog;
 mod common;
 mod delivery;
 mod fleet;
@@ -45,12 +46,10 @@ use std::time::{Duration, Instant};
 use hookq::config::SigningMode;
 use hookq::daemon::Daemon;
 use hookq::doctor::RECOMMENDED_LISTPACK_VALUE;
-use hookq::job::JobInput;
 use serde_json::{json, Value};
 
-use common::{
-    config, cpu_seconds_of, default_config, job, loaded_store, median, preload, start_redis, Meter,
-};
+use backlog::{console_paint, promotion};
+use common::{cpu_seconds_of, default_config, median, start_redis, Meter};
 use delivery::{
     delivery_rate, delivery_rate_cluster, delivery_rate_ordered, hanging, many_hosts, one_host,
     open_host_backlog, rate_two_daemons, sign,
@@ -85,114 +84,6 @@ type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 /// One scenario's figures from one run.
 type Figures = HashMap<&'static str, f64>;
-
-/// The console's first paint with `n` jobs scheduled in Redis (SPEC
-/// §11.3: under 300 ms with 1,000,000): the daemon in-process with its
-/// default config, a headless Chromium loading each page afresh `loads`
-/// times. A page's figure is the median time from the start of its
-/// navigation until its data is drawn (`document.body.dataset.painted`,
-/// which the console sets then).
-async fn console_paint(redis: &RedisServer, n: usize, loads: usize) -> Res<Figures> {
-    redis.flush().await?;
-    let cfg = default_config(redis);
-    let store = loaded_store(&cfg).await?;
-    let first_due = store.redis_time_ms().await? + 3_600_000;
-    let spacing = 86_400_000 / n as i64;
-    let jobs: Vec<JobInput> = (0..n)
-        .map(|i| {
-            let due = first_due + i as i64 * spacing;
-            job(
-                format!("ui-{i:023}"),
-                "http://sink.example/hook".into(),
-                due,
-            )
-        })
-        .collect();
-    preload(&store, &cfg, jobs).await?;
-    let daemon = Daemon::start(cfg).await?;
-    let base = daemon.url();
-    let browser = support::browser::Browser::start().await;
-    let mut figures = Figures::new();
-    let one_job = format!("#/job/ui-{:023}", n / 2);
-    for (name, page) in [
-        ("overview_ms", "#/overview"),
-        ("jobs_ms", "#/jobs"),
-        ("job_ms", one_job.as_str()),
-        ("dead_letters_ms", "#/dead"),
-        ("hosts_ms", "#/hosts"),
-    ] {
-        let mut times = Vec::new();
-        for _ in 0..loads {
-            browser.goto("about:blank").await;
-            browser.goto(&format!("{base}/ui{page}")).await;
-            browser.wait_for("body[data-painted]").await;
-            let painted = browser
-                .eval("return Number(document.body.dataset.painted)")
-                .await;
-            times.push(painted.as_f64().ok_or("no paint time")?);
-        }
-        figures.insert(name, median(times));
-    }
-    daemon.stop().await?;
-    redis.flush().await?;
-    Ok(figures)
-}
-
-/// Time to promote `due` jobs while `parked` other jobs wait far ahead.
-async fn promotion(redis: &RedisServer, parked: usize, due_n: usize) -> Res<Figures> {
-    redis.flush().await?;
-    let mut cfg = config(redis);
-    cfg.redis.partitions = 16;
-    let store = loaded_store(&cfg).await?;
-    let now = store.redis_time_ms().await?;
-    preload(
-        &store,
-        &cfg,
-        (0..parked)
-            .map(|i| {
-                job(
-                    format!("park-{i}"),
-                    "http://x.example/".into(),
-                    now + 86_400_000 + i as i64,
-                )
-            })
-            .collect(),
-    )
-    .await?;
-    // Read the clock again: parking a million jobs takes a while, and jobs
-    // already due when created would skip the due set altogether.
-    let now = store.redis_time_ms().await?;
-    preload(
-        &store,
-        &cfg,
-        (0..due_n)
-            .map(|i| job(format!("due-{i}"), "http://x.example/".into(), now + 1500))
-            .collect(),
-    )
-    .await?;
-    while store.redis_time_ms().await? < now + 1600 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let started = Instant::now();
-    let mut moved = 0;
-    for p in 0..cfg.redis.partitions {
-        loop {
-            let r = store.promote(p, hookq::carrier::PROMOTE_BATCH).await?;
-            moved += r.moved;
-            if r.moved < hookq::carrier::PROMOTE_BATCH {
-                break;
-            }
-        }
-    }
-    let took = started.elapsed();
-    if moved != due_n {
-        return Err(format!("promoted {moved} of {due_n}").into());
-    }
-    Ok(HashMap::from([(
-        "us_per_job",
-        took.as_secs_f64() * 1e6 / due_n as f64,
-    )]))
-}
 
 // ---------------------------------------------------------------- steady load
 
