@@ -1,6 +1,8 @@
 //! The catalogue: every scenario's name, sizes (full run and `--quick`) and
-//! runs, in the order the report lists them, grouped as the modules that
-//! implement them; [`Rig`] is what they share and runs each one.
+//! runs, in the order the report lists them (ingest, delivery, one host,
+//! fleet, lateness, memory, backlog, then `memory_steady_load`); the
+//! functions they call live in the module of their group. [`Rig`] is what
+//! they share and runs each one.
 
 use std::time::Duration;
 
