@@ -1,4 +1,4 @@
-// BullMQ as a peer of hookq for benches/bench.rs (`--peers`): the one-host
+// BullMQ as a peer of hookq for benches/bench/peers.rs (`--peers`): the one-host
 // shape of `one_host_default`, on the same Redis and the same nginx receiver.
 //
 //   node bullmq.js REDIS_URL TARGET_URL N CONCURRENCY LEAD_MS
