@@ -267,6 +267,11 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(v1)
         .merge(scrape)
         .route("/openapi.json", get(openapi))
+        // A person who opens the daemon's address finds the console.
+        .route(
+            "/",
+            get(|| async { axum::response::Redirect::temporary("/ui") }),
+        )
         .route("/ui", get(console::page))
         .route("/ui/", get(console::page))
         .route("/ui/app.js", get(console::script))

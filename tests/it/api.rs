@@ -331,13 +331,13 @@ fn routed_paths_in_source() -> Vec<String> {
 /// The router serves exactly what `openapi.json` documents: every
 /// documented operation is routed, and no route or method is served that
 /// the document leaves out. Routes come from `fn router`'s source (the
-/// console's page and assets are the only ones left out of the API's
-/// document); what each path answers to every method comes from the
+/// console's page and assets, and `/` that leads to it, are the only
+/// ones left out of the API's document); what each path answers to every method comes from the
 /// running daemon (the fallback answers 404 "no such route", a path
 /// without the method 405).
 #[tokio::test]
 async fn openapi_document_is_served_and_matches_the_router() {
-    const CONSOLE: [&str; 4] = ["/ui", "/ui/", "/ui/app.js", "/ui/app.css"];
+    const CONSOLE: [&str; 5] = ["/", "/ui", "/ui/", "/ui/app.js", "/ui/app.css"];
     let redis = RedisServer::start();
     let daemon = start_daemon(&test_config(&redis)).await;
     let base = daemon.url();
@@ -1583,4 +1583,30 @@ async fn without_tokens_only_ip_or_localhost_hosts_are_served() {
         assert_eq!(get(host.clone()).await.status(), 200, "{host}");
     }
     daemon.stop().await.expect("clean stop");
+}
+
+/// `/` leads a person who opens the daemon's address to the console.
+#[tokio::test]
+async fn the_root_leads_to_the_console() {
+    let redis = RedisServer::start();
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let answer = client
+        .get(format!("{}/", daemon.url()))
+        .send()
+        .await
+        .expect("GET /");
+    assert_eq!(answer.status(), 307);
+    assert_eq!(answer.headers()["location"], "/ui");
+    let page = reqwest::get(format!("{}/", daemon.url()))
+        .await
+        .expect("GET / followed");
+    assert_eq!(page.status(), 200);
+    assert!(
+        page.text().await.expect("text").contains("app.js"),
+        "the console's page"
+    );
 }
