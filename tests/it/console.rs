@@ -325,3 +325,56 @@ async fn the_console_is_served_with_a_strict_policy() {
     }
     daemon.stop().await.expect("clean stop");
 }
+
+/// The jobs page's filters live in the URL: a link with them opens the
+/// filtered list (before, `#/jobs?state=…` opened the overview), a filter
+/// chosen on the page goes into the URL, and a reload keeps it.
+#[tokio::test]
+async fn the_jobs_filters_live_in_the_url() {
+    let redis = RedisServer::start();
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+    for (id, topic) in [("filter-a", "alpha"), ("filter-b", "beta")] {
+        let (status, body) = crate::post_json(
+            &format!("{base}/v1/jobs"),
+            json!({"id": id, "topic": topic, "url": "http://127.0.0.1:9/", "delay": "1h"}),
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let browser = Browser::start().await;
+    let listed = |want: &'static str, not: &'static str| {
+        move |text: &str| text.contains(want) && !text.contains(not)
+    };
+
+    browser
+        .goto(&format!("{base}/ui#/jobs?state=scheduled&topic=alpha"))
+        .await;
+    browser
+        .wait_text("#jobs", listed("filter-a", "filter-b"))
+        .await;
+    let chosen = browser
+        .eval("return [document.querySelector('select[name=state]').value, document.querySelector('input[name=topic]').value]")
+        .await;
+    assert_eq!(chosen, json!(["scheduled", "alpha"]));
+
+    browser
+        .eval("const t = document.querySelector('input[name=topic]'); t.value = 'beta'; t.form.requestSubmit(); return null")
+        .await;
+    browser
+        .wait_text("#jobs", listed("filter-b", "filter-a"))
+        .await;
+    wait_until("the filter is in the URL", Duration::from_secs(10), || {
+        let browser = &browser;
+        async move {
+            browser.eval("return location.hash").await == json!("#/jobs?state=scheduled&topic=beta")
+        }
+    })
+    .await;
+
+    browser.eval("location.reload(); return null").await;
+    browser
+        .wait_text("#jobs", listed("filter-b", "filter-a"))
+        .await;
+    daemon.stop().await.expect("clean stop");
+}

@@ -195,14 +195,16 @@ function route() {
   stopTimer();
   banner(null);
   const hash = location.hash.replace(/^#\/?/, '') || 'overview';
-  const [page, ...rest] = hash.split('/');
+  // `jobs?state=ready`: the page's name comes before its query.
+  const [path, query = ''] = hash.split(/\?(.*)/s);
+  const [page, ...rest] = path.split('/');
   for (const a of document.querySelectorAll('#nav a')) {
     a.classList.toggle('active', a.dataset.page === page || (page === 'job' && a.dataset.page === 'jobs')
       || (page === 'schedule' && a.dataset.page === 'schedules'));
   }
   if (!session.open && !session.key) return login();
-  if (page === 'jobs') return jobsPage(new URLSearchParams(location.hash.split('?')[1] || ''));
-  if (page === 'job') return jobPage(decodeURIComponent(rest.join('/').split('?')[0]));
+  if (page === 'jobs') return jobsPage(new URLSearchParams(query));
+  if (page === 'job') return jobPage(decodeURIComponent(rest.join('/')));
   if (page === 'dead') return deadPage();
   if (page === 'hosts') return hostsPage();
   if (page === 'schedules') return schedulesPage();
@@ -344,8 +346,18 @@ function jobsPage(params) {
     painted();
   });
   more.addEventListener('click', () => load(false));
+  // The filters go into the URL, so a reload or a shared link shows the
+  // same list; the hash change lists it.
+  const filter = () => {
+    const wanted = new URLSearchParams();
+    if (stateSelect.value) wanted.set('state', stateSelect.value);
+    if (topic.value.trim()) wanted.set('topic', topic.value.trim());
+    const target = '#/jobs' + (wanted.toString() ? '?' + wanted : '');
+    if (location.hash === target) load(true);
+    else location.hash = target;
+  };
   show(el('h1', {}, 'Jobs'),
-    el('form', { class: 'row', onsubmit: (e) => { e.preventDefault(); load(true); } },
+    el('form', { class: 'row', onsubmit: (e) => { e.preventDefault(); filter(); } },
       stateSelect, topic, el('button', { type: 'submit' }, 'List')),
     el('form', { class: 'row', onsubmit: (e) => { e.preventDefault(); if (lookup.value.trim()) location.hash = '#/job/' + encodeURIComponent(lookup.value.trim()); } },
       lookup, el('button', { type: 'submit' }, 'Open job')),
