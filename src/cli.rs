@@ -332,6 +332,22 @@ fn field_error(e: FieldError) -> CliError {
     fail(2, format!("{flag}: {}", e.message))
 }
 
+/// A replay's selection refused, in the CLI's words (the API's speak of
+/// `ids` and `all: true`).
+fn replay_selection_error(e: FieldError) -> CliError {
+    let message = match (e.code, e.field.as_deref()) {
+        ("missing_field", Some("all")) => {
+            "give the jobs with --id ID (repeatable), or --all (optionally narrowed by --topic and --since)"
+        }
+        ("conflicting_fields", Some("all")) => "--all: give either --id or --all, not both",
+        ("conflicting_fields", Some("ids")) => {
+            "--topic and --since narrow --all; they do not combine with --id"
+        }
+        _ => return field_error(e),
+    };
+    fail(2, message.into())
+}
+
 /// Loads the config for `cli`, applying `serve`'s flag overrides.
 pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
     let mut config = Config::from_process(cli.config.as_deref())?;
@@ -1010,7 +1026,7 @@ async fn replay(config: &Config, args: ReplayArgs, json: bool) -> Result<ExitCod
             .transpose()
             .map_err(field_error)?,
     };
-    selection.validate().map_err(field_error)?;
+    selection.validate().map_err(replay_selection_error)?;
     let headers = (!args.headers.is_empty())
         .then(|| parse_header_flags(&args.headers))
         .transpose()?;

@@ -267,6 +267,26 @@ async fn cli_subcommands_work_against_real_redis() {
 
     let out = hookq(&redis, ns, &["replay", "--all"]);
     assert_eq!(out.status.code(), Some(2), "--dead-letters is required");
+    // A selection refused in the CLI's words, not the API's (`ids`, `all: true`).
+    for (args, flag) in [
+        (&["replay", "--dead-letters"][..], "--id ID"),
+        (
+            &["replay", "--dead-letters", "--id", "a", "--all"][..],
+            "--all",
+        ),
+        (
+            &["replay", "--dead-letters", "--id", "a", "--topic", "t"][..],
+            "--topic",
+        ),
+    ] {
+        let out = hookq(&redis, ns, args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(flag) && !err.contains("all: true") && !err.contains("ids"),
+            "{args:?} answered in API words: {err}"
+        );
+    }
     let out = hookq(
         &redis,
         ns,
@@ -409,7 +429,8 @@ async fn doctor_memory_is_ok_without_a_finish_rate() {
     let config = test_config(&redis);
     let store = Store::connect(&config).await.expect("store");
     store.load_scripts().await.expect("scripts");
-    for i in 0..200 {
+    // 1,000: the fewest the doctor computes bytes per job from.
+    for i in 0..1000 {
         let input = JobInput {
             id: Some(format!("idle-{i}")),
             url: Some("http://127.0.0.1:9/".into()),
@@ -427,7 +448,7 @@ async fn doctor_memory_is_ok_without_a_finish_rate() {
         .unwrap_or_else(|| panic!("no memory line in:\n{text}"));
     assert!(line.starts_with("ok "), "{line}");
     assert!(
-        line.contains("200 jobs held") && line.contains(" B per job"),
+        line.contains("1000 jobs held") && line.contains(" B per job"),
         "{line}"
     );
     assert!(
