@@ -64,6 +64,21 @@ pub enum Command {
         /// Job id.
         id: String,
     },
+    /// List jobs (partition by partition, as `GET /v1/jobs` pages them),
+    /// optionally of one state and one topic.
+    #[command(alias = "list")]
+    Jobs {
+        /// Only jobs in this state: scheduled, ready, inflight, delivered,
+        /// dead or cancelled.
+        #[arg(long)]
+        state: Option<String>,
+        /// Only this topic.
+        #[arg(long)]
+        topic: Option<String>,
+        /// At most this many (1-10000).
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
     /// Counts per state and delivery counters.
     Stats,
     /// List dead letters.
@@ -640,10 +655,11 @@ fn print_table(header: &[&str], rows: &[Vec<String>]) {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
+            let widest = cell.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+            *w = (*w).max(widest);
         }
     }
-    let line = |cells: Vec<String>| {
+    let line = |cells: Vec<&str>| {
         let padded: Vec<String> = cells
             .iter()
             .zip(&widths)
@@ -651,10 +667,47 @@ fn print_table(header: &[&str], rows: &[Vec<String>]) {
             .collect();
         println!("{}", padded.join("  ").trim_end());
     };
-    line(header.iter().map(|h| h.to_string()).collect());
+    line(header.to_vec());
     for row in rows {
-        line(row.clone());
+        // A cell of several lines (a wrapped message) takes as many
+        // lines of the table; the other cells leave them blank.
+        let cells: Vec<Vec<&str>> = row.iter().map(|c| c.lines().collect()).collect();
+        let height = cells.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        for i in 0..height {
+            line(
+                cells
+                    .iter()
+                    .map(|c| c.get(i).copied().unwrap_or(""))
+                    .collect(),
+            );
+        }
     }
+}
+
+/// `text` on lines of at most `width` characters, broken between words
+/// (a longer word alone is cut into pieces): a table shows an error's
+/// whole cause, not its first words.
+fn wrap(text: &str, width: usize) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    let mut current = String::new();
+    for word in text.split_whitespace() {
+        let chars: Vec<char> = word.chars().collect();
+        for piece in chars.chunks(width.max(1)) {
+            let piece: String = piece.iter().collect();
+            let len = current.chars().count();
+            if len > 0 && len + 1 + piece.chars().count() > width {
+                lines.push(std::mem::take(&mut current));
+            }
+            if !current.is_empty() {
+                current.push(' ');
+            }
+            current.push_str(&piece);
+        }
+    }
+    if !current.is_empty() {
+        lines.push(current);
+    }
+    lines.join("\n")
 }
 
 /// Runs the parsed command.
@@ -668,6 +721,11 @@ pub async fn run(cli: Cli, config: Config) -> Result<ExitCode, CliError> {
         Command::Enqueue(args) => enqueue(&config, args, json).await,
         Command::Show { id } => show(&config, &id, json).await,
         Command::Cancel { id } => cancel(&config, &id, json).await,
+        Command::Jobs {
+            state,
+            topic,
+            limit,
+        } => list_jobs(&config, state.as_deref(), topic, limit, json).await,
         Command::Stats => stats(&config, json).await,
         Command::DeadLetters { topic, limit } => dead_letters(&config, topic, limit, json).await,
         Command::Replay(args) => replay(&config, args, json).await,
@@ -750,6 +808,91 @@ async fn stats(config: &Config, json: bool) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Most jobs `hookq jobs` lists in one run.
+const MAX_JOBS_LISTED: usize = 10_000;
+
+/// `hookq jobs [--state S] [--topic T] [--limit N]`: the API's listing,
+/// paged through until `limit` jobs or the end.
+async fn list_jobs(
+    config: &Config,
+    state: Option<&str>,
+    topic: Option<String>,
+    limit: usize,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    let state = state
+        .map(|s| {
+            crate::job::State::parse(s).ok_or_else(|| {
+                fail(
+                    2,
+                    format!(
+                        "--state: `{}` is not scheduled, ready, inflight, delivered, dead or cancelled",
+                        crate::job::quote(s)
+                    ),
+                )
+            })
+        })
+        .transpose()?;
+    if let Some(t) = &topic {
+        crate::job::validate_topic(t).map_err(field_error)?;
+    }
+    if !(1..=MAX_JOBS_LISTED).contains(&limit) {
+        return Err(fail(
+            2,
+            format!("--limit: must be from 1 to {MAX_JOBS_LISTED}"),
+        ));
+    }
+    let store = connect(config).await?;
+    let mut views: Vec<JobView> = Vec::new();
+    let mut cursor = None;
+    let more = loop {
+        let want = (limit - views.len()).min(1000);
+        let page = store
+            .list_jobs(state, topic.as_deref(), want, cursor.take())
+            .await?;
+        views.extend(page.items.into_iter().map(crate::store::JobRecord::view));
+        match page.next_cursor {
+            Some(next) if views.len() < limit => {
+                cursor = Some(
+                    crate::store::listing::Cursor::parse(
+                        &next,
+                        store.keys().partitions(),
+                        crate::store::listing::CursorKind::Jobs,
+                        "cursor",
+                    )
+                    .map_err(|_| fail(1, "the listing's own cursor did not parse".into()))?,
+                )
+            }
+            next => break next.is_some(),
+        }
+    };
+    if json {
+        print_json(&views)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<Vec<String>> = views
+        .iter()
+        .map(|j| {
+            vec![
+                j.id.clone(),
+                j.state.as_str().to_string(),
+                j.topic.clone(),
+                format!("{}/{}", j.attempts, j.max_attempts),
+                j.next_attempt_at.clone().unwrap_or_else(|| "-".into()),
+                j.url.clone().unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    print_table(
+        &["id", "state", "topic", "attempts", "next_attempt", "url"],
+        &rows,
+    );
+    if more {
+        println!("(more than {limit}; raise --limit, narrow with --state/--topic, or page with GET /v1/jobs)");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `hookq dead-letters [--topic T] [--limit N]`.
 async fn dead_letters(
     config: &Config,
@@ -781,7 +924,7 @@ async fn dead_letters(
                     .map(|s| s.to_string())
                     .unwrap_or_else(|| "-".into()),
                 d.dead_at.clone(),
-                d.last_error.chars().take(60).collect(),
+                wrap(&d.last_error, 60),
             ]
         })
         .collect();
@@ -1000,11 +1143,7 @@ fn print_history(history: &[serde_json::Value]) {
                     .unwrap_or_default(),
                 text("status").unwrap_or_else(|| "-".into()),
                 text("error").unwrap_or_default(),
-                text("message")
-                    .unwrap_or_default()
-                    .chars()
-                    .take(60)
-                    .collect(),
+                wrap(&text("message").unwrap_or_default(), 60),
             ]
         })
         .collect();
@@ -1072,4 +1211,26 @@ async fn replay(config: &Config, args: ReplayArgs, json: bool) -> Result<ExitCod
         return Ok(ExitCode::from(3));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrap_keeps_every_word_on_lines_of_the_width() {
+        let cause = "error sending request for url (http://127.0.0.1:9/hook): client error (Connect): tcp connect error: Connection refused (os error 111)";
+        let wrapped = wrap(cause, 60);
+        assert!(
+            wrapped.lines().all(|l| l.chars().count() <= 60),
+            "{wrapped}"
+        );
+        assert_eq!(
+            wrapped.split_whitespace().collect::<Vec<_>>(),
+            cause.split_whitespace().collect::<Vec<_>>()
+        );
+        assert!(wrapped.contains("(os error 111)"), "{wrapped}");
+        assert_eq!(wrap(&"x".repeat(130), 60).lines().count(), 3);
+        assert_eq!(wrap("", 60), "");
+    }
 }

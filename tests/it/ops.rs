@@ -223,6 +223,61 @@ async fn cli_subcommands_work_against_real_redis() {
 
     let out = hookq(&redis, ns, &["--json", "stats"]);
     assert_eq!(stdout_json(&out)["scheduled"], 1);
+
+    // `hookq jobs` (alias `list`) lists, filtered by state and topic.
+    for (id, topic) in [("j-1", "alpha"), ("j-2", "beta")] {
+        let out = hookq(
+            &redis,
+            ns,
+            &[
+                "enqueue",
+                "--url",
+                "http://127.0.0.1:9/x",
+                "--id",
+                id,
+                "--topic",
+                topic,
+                "--delay",
+                "1h",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = hookq(&redis, ns, &["--json", "jobs", "--state", "scheduled"]);
+    let mut listed: Vec<String> = stdout_json(&out)
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|j| j["id"].as_str().expect("id").to_string())
+        .collect();
+    listed.sort();
+    assert_eq!(listed, ["c-1", "j-1", "j-2"]);
+    let out = hookq(&redis, ns, &["list", "--topic", "beta"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("id") && text.contains("j-2") && !text.contains("j-1"),
+        "{text}"
+    );
+    let out = hookq(&redis, ns, &["--json", "jobs", "--limit", "2"]);
+    assert_eq!(stdout_json(&out).as_array().map(Vec::len), Some(2));
+    for (args, flag) in [
+        (&["jobs", "--state", "asleep"][..], "--state"),
+        (&["jobs", "--limit", "0"][..], "--limit"),
+        (&["jobs", "--topic", "a b"][..], "--topic"),
+    ] {
+        let out = hookq(&redis, ns, args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?}: {err}");
+    }
+    for id in ["j-1", "j-2"] {
+        assert!(hookq(&redis, ns, &["cancel", id]).status.success());
+    }
+
     let out = hookq(&redis, ns, &["cancel", "c-1"]);
     assert!(out.status.success());
     let out = hookq(&redis, ns, &["--json", "stats"]);
