@@ -3,9 +3,18 @@
 //! ([`scripts`]); every state change of a job is one script call here.
 //!
 //! Redis structures, per partition `p` (see [`Keys`] for the exact names):
-//! job records (one string each, laid out in [`record`]) and history lists,
-//! the `due` zset, the `ready` list, the
+//! job records (live ones as fields of the record hashes, laid out in
+//! [`record`]; finished ones kept whole or as [`summary`] entries) and
+//! history lists, the `due` zset, the `ready` list, the
 //! `inflight` zset of leases, the `dead` stream and the `seq` counter.
+//!
+//! Where each part lives: this file holds the [`Store`] handle and
+//! [`StoreError`]; `connection` connects and runs the scripts; `enqueue`
+//! creates jobs; `attempts` holds the delivery path's calls (promote, claim,
+//! complete, fail, defer, reclaim); `changes` cancels, reschedules and
+//! replays; `lookup` finds one job; [`listing`] pages through jobs and dead
+//! letters and counts them; `fleet`, [`hosts`], [`schedules`] and
+//! `placement` hold their own structures.
 
 mod attempts;
 mod changes;
