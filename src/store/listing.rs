@@ -1,7 +1,9 @@
-//! Read-only views across partitions: paging through jobs by state or topic,
-//! the counts of `GET /v1/stats`, and reading dead letters. Nothing here
-//! changes state, so none of it needs a script; each page costs a few
-//! pipelined round trips per partition visited and never reads a whole set.
+//! Views across partitions: paging through jobs by state or topic (this
+//! file), the counts of `GET /v1/stats` (`stats`), and dead letters
+//! (`dead_letters`). The reads need no script; the only writes, deleting a
+//! dead letter and indexing the dead-letter streams, are in `dead_letters`.
+//! Each page costs a few pipelined round trips per partition visited and
+//! never reads a whole set; pages and cursors are in `cursor`.
 //!
 //! Cursors are `<partition>:<position>`, where the position is an index into
 //! the partition's zset or list, a `SCAN` cursor (with the keys of its step
