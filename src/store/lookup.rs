@@ -53,7 +53,7 @@ impl Store {
     }
 
     /// The partition job `id` lives in: its id's, unless a placement
-    /// pointer there names another (see [`Keys::placed`]).
+    /// pointer there names another (see [`Keys::placed`](super::Keys::placed)).
     pub(crate) async fn home_of(&self, id: &str) -> StoreResult<u16> {
         let own = self.keys.partition_of(id);
         let mut conn = self.conn.clone();
