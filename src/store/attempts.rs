@@ -1,0 +1,339 @@
+//! The delivery path's calls, partition by partition: promoting due jobs,
+//! claiming ready ones under a lease, recording each attempt's outcome
+//! (complete, fail: next rung or dead letter, defer), taking back expired
+//! leases, and a host's shared request budget.
+
+use std::time::Duration;
+
+use super::reply;
+use super::scripts::{self, Code};
+use super::{arg, summary, Delivery, Kept, Store, StoreError, StoreResult};
+use crate::job::JobSpec;
+use crate::retry::FailAction;
+
+/// A job claimed for an attempt.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    /// Partition the job lives in.
+    pub partition: u16,
+    /// Job id.
+    pub id: String,
+    /// Attempt number, also the lease's fencing token.
+    pub attempt: u32,
+    /// When this attempt was due (epoch ms).
+    pub due: i64,
+    /// Spec JSON.
+    pub spec_json: String,
+    /// Redis time of the claim (epoch ms).
+    pub claimed_at: i64,
+}
+
+/// Result of one claim call on a partition.
+#[derive(Debug, Clone)]
+pub struct ClaimBatch {
+    /// The jobs now leased to this daemon.
+    pub jobs: Vec<Claimed>,
+    /// Whether the ready list may hold more.
+    pub more: bool,
+    /// Redis time (epoch ms).
+    pub now: i64,
+    /// What the promotion before the claim did, when one was asked for.
+    pub promotion: Option<Promotion>,
+}
+
+/// Result of one promotion call on a partition.
+#[derive(Debug, Clone, Copy)]
+pub struct Promotion {
+    /// Jobs moved to the ready list.
+    pub moved: usize,
+    /// Earliest due time left (epoch ms), if any.
+    pub next_due: Option<i64>,
+    /// Redis time (epoch ms).
+    pub now: i64,
+}
+
+/// Result of one reclaim call on a partition.
+#[derive(Debug, Clone, Copy)]
+pub struct Reclaim {
+    /// Jobs put back on the ready list.
+    pub requeued: usize,
+    /// Jobs dead-lettered because the lost attempt was their last.
+    pub dead: usize,
+    /// Earliest lease deadline left (epoch ms), if any.
+    pub next_deadline: Option<i64>,
+    /// Redis time (epoch ms).
+    pub now: i64,
+}
+
+/// What `fail` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FailOutcome {
+    /// The next attempt is due at this epoch ms.
+    Scheduled(i64),
+    /// Dead-lettered under this stream entry id.
+    DeadLettered(String),
+    /// The lease was taken over or the job cancelled; nothing changed.
+    Stale,
+}
+
+/// A failed attempt, as recorded on the job.
+#[derive(Debug, Clone)]
+pub struct Failure<'a> {
+    /// Attempt record JSON for the history.
+    pub record: &'a str,
+    /// `kind: message` of the failure.
+    pub last_error: &'a str,
+    /// HTTP status, when a response came.
+    pub last_status: Option<u16>,
+    /// The job's topic.
+    pub topic: &'a str,
+    /// Next rung or dead letter.
+    pub action: FailAction,
+}
+
+impl Store {
+    /// Moves up to `batch` due jobs of partition `p` to its ready list.
+    pub async fn promote(&self, p: u16, batch: usize) -> StoreResult<Promotion> {
+        self.invoke(
+            &scripts::PROMOTE_DUE,
+            &[&self.keys.due(p), &self.keys.ready(p), &self.keys.wheel(p)],
+            &[arg(&batch)],
+        )
+        .await
+    }
+
+    /// Claims up to `max` ready jobs of partition `p`, each under a lease.
+    pub async fn claim(&self, p: u16, max: usize) -> StoreResult<ClaimBatch> {
+        self.claim_promoting(p, max, 0).await
+    }
+
+    /// Promotes up to `promote` due jobs of partition `p` (none when 0), then
+    /// claims up to `max` ready jobs, in one call.
+    pub(crate) async fn claim_promoting(
+        &self,
+        p: u16,
+        max: usize,
+        promote: usize,
+    ) -> StoreResult<ClaimBatch> {
+        let reply: reply::ClaimReply = self
+            .invoke(
+                &scripts::CLAIM_READY,
+                &[
+                    &self.keys.ready(p),
+                    &self.keys.inflight(p),
+                    &self.keys.due(p),
+                    &self.keys.wheel(p),
+                ],
+                &[
+                    arg(&max),
+                    arg(&self.keys.job_prefix(p)),
+                    arg(&self.settings.default_lease_ms),
+                    arg(&promote),
+                ],
+            )
+            .await?;
+        let now = reply.now;
+        let jobs = reply
+            .jobs
+            .into_iter()
+            .map(|job| Claimed {
+                partition: p,
+                id: job.id,
+                attempt: job.attempt,
+                due: job.due,
+                spec_json: job.spec_json,
+                claimed_at: now,
+            })
+            .collect();
+        Ok(ClaimBatch {
+            jobs,
+            more: reply.more,
+            now,
+            promotion: reply.promotion,
+        })
+    }
+
+    /// Records a 2xx; false when the lease was stale (nothing changed).
+    pub async fn complete(&self, job: &Claimed, delivery: &Delivery) -> StoreResult<bool> {
+        let done = self
+            .complete_many(job.partition, &[(&job.id, job.attempt, delivery)])
+            .await?;
+        Ok(done.first().copied().unwrap_or(false))
+    }
+
+    /// Records 2xx attempts of partition `p` (id, fencing token, delivery)
+    /// in one script call; per job, false when its lease was stale (nothing
+    /// changed for it).
+    pub async fn complete_many(
+        &self,
+        p: u16,
+        jobs: &[(&str, u32, &Delivery)],
+    ) -> StoreResult<Vec<bool>> {
+        let mut args = Vec::with_capacity(6 + 4 * jobs.len());
+        args.push(arg(&self.keys.job_prefix(p)));
+        args.push(arg(&self.keys.history_prefix(p)));
+        args.push(arg(&self.settings.retention_ms));
+        args.push(arg(&self.finish_mode()));
+        args.push(arg(&*self.channel));
+        args.push(arg(&p));
+        for (id, attempt, delivery) in jobs {
+            args.push(arg(id));
+            args.push(arg(attempt));
+            args.push(match (&delivery.kept, self.settings.keep_bodies) {
+                (Kept::Whole(record), true) => arg(record),
+                (Kept::Summarized(tail), false) => tail.clone(),
+                _ => {
+                    return Err(StoreError::reply(
+                        "complete_jobs",
+                        "a delivery prepared for the other retention mode",
+                    ))
+                }
+            });
+            args.push(arg(&delivery.order.as_deref().unwrap_or_default()));
+        }
+        let done: Vec<Code> = self
+            .invoke_acked(
+                &scripts::COMPLETE_JOBS,
+                &[&self.keys.inflight(p), &self.keys.stats(p)],
+                &args,
+            )
+            .await?;
+        if done.len() != jobs.len() {
+            return Err(StoreError::reply(
+                "complete_jobs",
+                format!("{} results for {} jobs", done.len(), jobs.len()),
+            ));
+        }
+        Ok(done.into_iter().map(|code| code == Code::Done).collect())
+    }
+
+    /// Prepares a 2xx attempt of the job with `spec` for [`Store::complete`]:
+    /// what this store's retention mode keeps, the attempt record JSON
+    /// (`record`, built only then) or the summary tail.
+    pub(crate) fn delivery(
+        &self,
+        spec: &JobSpec,
+        record: impl FnOnce() -> String,
+        last: &summary::LastAttempt<'_>,
+    ) -> Delivery {
+        Delivery::new(self.settings.keep_bodies, spec, record, last)
+    }
+
+    /// [`Store::delivery`] from a stored spec JSON and an attempt record
+    /// JSON (for tools and tests that hold no parsed job).
+    pub fn delivery_from_json(&self, spec_json: &str, record: &str) -> Delivery {
+        Delivery::from_json(self.settings.keep_bodies, spec_json, record)
+    }
+
+    /// How the finishing scripts keep a finished job: `keep` (the whole
+    /// record, `retention.keep_bodies`) or `summary`.
+    pub(super) fn finish_mode(&self) -> &'static str {
+        if self.settings.keep_bodies {
+            "keep"
+        } else {
+            "summary"
+        }
+    }
+
+    /// Records a failed attempt: next rung or dead letter.
+    pub async fn fail(&self, job: &Claimed, failure: &Failure<'_>) -> StoreResult<FailOutcome> {
+        let p = job.partition;
+        let delay: i64 = match failure.action {
+            FailAction::Retry(d) => d.as_millis() as i64,
+            FailAction::DeadLetter => -1,
+        };
+        let status = failure
+            .last_status
+            .map(|s| s.to_string())
+            .unwrap_or_default();
+        self.invoke_acked(
+            &scripts::FAIL_JOB,
+            &[
+                &self.keys.live_records(p, &job.id),
+                &self.keys.inflight(p),
+                &self.keys.history(p, &job.id),
+                &self.keys.due(p),
+                &self.keys.seq(p),
+                &self.keys.dead(p),
+                &self.keys.stats(p),
+                &self.keys.dead_index(p),
+            ],
+            &[
+                arg(&job.id),
+                arg(&job.attempt),
+                arg(&failure.record),
+                arg(&delay),
+                arg(&self.settings.retention_ms),
+                arg(&failure.last_error),
+                arg(&status),
+                arg(&failure.topic),
+                arg(&self.settings.dead_letters_max),
+                arg(&*self.channel),
+                arg(&p),
+            ],
+        )
+        .await
+    }
+
+    /// Gives claimed jobs of partition `p` back unattempted, each due again
+    /// after its delay; the number given back (stale leases are skipped).
+    pub async fn defer_many(&self, p: u16, jobs: &[(&Claimed, Duration)]) -> StoreResult<usize> {
+        if jobs.is_empty() {
+            return Ok(0);
+        }
+        let mut args = vec![arg(&self.keys.job_prefix(p)), arg(&*self.channel), arg(&p)];
+        for (job, delay) in jobs {
+            args.push(arg(&job.id));
+            args.push(arg(&job.attempt));
+            args.push(arg(&(delay.as_millis() as u64)));
+        }
+        self.invoke(
+            &scripts::DEFER_JOBS,
+            &[&self.keys.inflight(p), &self.keys.due(p), &self.keys.seq(p)],
+            &args,
+        )
+        .await
+    }
+
+    /// Takes up to `want` tokens of `host`'s shared request budget of the
+    /// current window (`window_ms` long, `budget` requests in all): the
+    /// tokens granted and the window's end (epoch ms, Redis clock).
+    pub(crate) async fn take_rate(
+        &self,
+        host: &str,
+        window_ms: u64,
+        budget: u64,
+        want: u64,
+    ) -> StoreResult<(u64, i64)> {
+        self.invoke(
+            &scripts::TAKE_RATE,
+            &[&self.keys.rate(host)],
+            &[arg(&window_ms), arg(&budget), arg(&want)],
+        )
+        .await
+    }
+
+    /// Takes back up to `batch` expired leases of partition `p`.
+    pub async fn reclaim(&self, p: u16, batch: usize) -> StoreResult<Reclaim> {
+        self.invoke(
+            &scripts::RECLAIM_EXPIRED,
+            &[
+                &self.keys.inflight(p),
+                &self.keys.ready(p),
+                &self.keys.dead(p),
+                &self.keys.stats(p),
+                &self.keys.dead_index(p),
+            ],
+            &[
+                arg(&batch),
+                arg(&self.keys.job_prefix(p)),
+                arg(&self.keys.history_prefix(p)),
+                arg(&self.settings.retention_ms),
+                arg(&self.settings.dead_letters_max),
+                arg(&*self.channel),
+                arg(&p),
+            ],
+        )
+        .await
+    }
+}
