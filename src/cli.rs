@@ -5,6 +5,10 @@
 //! Exit codes: 0 success, 1 runtime failure (Redis unreachable, ...), 2 bad
 //! usage, input or config (the message names the flag or key), 3 not found,
 //! 4 conflict, 5 `doctor` found a problem that must be fixed.
+//!
+//! This file holds the flags, the errors, `serve`, `migrate` and `doctor`;
+//! the other commands live in a module per group (`jobs`, `dead_letters`,
+//! `schedules`, `hosts`, `keys`) and print through `table`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
