@@ -1,8 +1,11 @@
-//! The HTTP ingest API (axum): the router, authentication, the error shape,
-//! health, readiness, metrics and the OpenAPI document. Job routes live in
-//! [`jobs`], dead-letter routes in [`dead_letters`]. Handlers validate with
-//! [`crate::job`] and change state only through [`Store`]; every error leaves
-//! as `{"error": {"code", "message", "field"}}`.
+//! The HTTP ingest API (axum). This file holds the router, the request
+//! guards (Host, cross-site and JSON checks, security headers) and the
+//! OpenAPI document; authentication lives in `auth`, the error shape in
+//! `error`, body and query parsing in `input`, health and metrics in
+//! `health`. Job routes live in [`jobs`], dead-letter routes in
+//! [`dead_letters`]. Handlers validate with [`crate::job`] and change state
+//! only through [`Store`]; every error leaves as `{"error": {"code",
+//! "message", "field"}}`.
 
 mod auth;
 mod console;
