@@ -1,191 +1,43 @@
-//! The HTTP ingest API (axum): the router, authentication, the error shape,
-//! health, readiness, metrics and the OpenAPI document. Job routes live in
-//! [`jobs`], dead-letter routes in [`dead_letters`]. Handlers validate with
-//! [`crate::job`] and change state only through [`Store`]; every error leaves
-//! as `{"error": {"code", "message", "field"}}`.
+//! The HTTP ingest API (axum). This file holds the router, the request
+//! guards (Host, cross-site and JSON checks, security headers) and the
+//! OpenAPI document; authentication lives in `auth`, the error shape in
+//! `error`, body and query parsing in `input`, health and metrics in
+//! `health`. Job routes live in [`jobs`], dead-letter routes in
+//! [`dead_letters`]. Handlers validate with [`crate::job`] and change state
+//! only through [`Store`]; every error leaves as `{"error": {"code",
+//! "message", "field"}}`.
 
+mod auth;
 mod console;
 mod dead_letters;
+mod error;
+mod health;
 mod hosts;
+mod input;
 mod jobs;
 mod schedules;
 mod server;
 
+pub use error::ApiError;
+pub use input::parse_json;
+pub(crate) use input::{parse_limit, parse_query};
 pub(crate) use server::serve;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use axum::{Json, Router};
-use serde::de::DeserializeOwned;
-use serde_json::json;
 
-use crate::config::{Config, Scope};
+use crate::config::Config;
 use crate::job::FieldError;
-use crate::store::listing::BadCursor;
-use crate::store::{Store, StoreError};
-
-/// An API error: status plus the JSON error body.
-#[derive(Debug)]
-pub struct ApiError {
-    /// HTTP status.
-    pub status: StatusCode,
-    /// Machine code.
-    pub code: &'static str,
-    /// Human sentence.
-    pub message: String,
-    /// JSON path of the offending field.
-    pub field: Option<String>,
-}
-
-impl ApiError {
-    /// An error without a field.
-    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            code,
-            message: message.into(),
-            field: None,
-        }
-    }
-}
-
-/// Longest error message sent, in bytes: a backstop behind each message's
-/// own quote of its input ([`crate::job::quote`]).
-pub(crate) const MAX_MESSAGE: usize = 1024;
-/// Longest `field` sent, in bytes (a backstop: a field quotes its input's
-/// names cut at [`crate::job::MAX_QUOTE`]).
-const MAX_FIELD: usize = 256;
-
-impl ApiError {
-    /// The error as its JSON shows it (`{"code", "message", "field"}`),
-    /// the message cut at [`MAX_MESSAGE`] bytes and the field at
-    /// [`MAX_FIELD`].
-    pub(crate) fn to_json(&self) -> serde_json::Value {
-        let message = crate::job::cut(&self.message, MAX_MESSAGE);
-        let field = self.field.as_deref().map(|f| crate::job::cut(f, MAX_FIELD));
-        json!({"code": self.code, "message": message, "field": field})
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = json!({"error": self.to_json()});
-        (self.status, Json(body)).into_response()
-    }
-}
-
-impl From<FieldError> for ApiError {
-    fn from(e: FieldError) -> Self {
-        let status = if e.code == "body_too_large" {
-            StatusCode::PAYLOAD_TOO_LARGE
-        } else {
-            StatusCode::BAD_REQUEST
-        };
-        ApiError {
-            status,
-            code: e.code,
-            message: e.message,
-            field: e.field,
-        }
-    }
-}
-
-impl From<BadCursor> for ApiError {
-    fn from(e: BadCursor) -> Self {
-        ApiError {
-            status: StatusCode::BAD_REQUEST,
-            code: "invalid_cursor",
-            message: e.message,
-            field: Some(e.field),
-        }
-    }
-}
-
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> Self {
-        ApiError::from(&e)
-    }
-}
-
-impl From<&StoreError> for ApiError {
-    fn from(e: &StoreError) -> Self {
-        match e {
-            StoreError::Shared(inner) => ApiError::from(inner.as_ref()),
-            StoreError::NotReplicated { .. } => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "not_replicated",
-                format!("{e}; the write may have landed: retrying with the same id is safe"),
-            ),
-            StoreError::Redis(err) if err.code() == Some("OOM") => {
-                // maxmemory with noeviction: Redis refused the script before
-                // it ran, so nothing was written.
-                metrics::counter!("hookq_redis_errors_total", "component" => "api").increment(1);
-                tracing::warn!(cause = %err, "redis is out of memory");
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "redis_out_of_memory",
-                    "the job store (Redis) is at maxmemory; nothing was written; retry later",
-                )
-            }
-            StoreError::Redis(err) => {
-                metrics::counter!("hookq_redis_errors_total", "component" => "api").increment(1);
-                tracing::warn!(cause = %err, "redis unavailable");
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "redis_unavailable",
-                    "the job store (Redis) is unavailable; retry later",
-                )
-            }
-            StoreError::Schema { .. } => {
-                tracing::error!(cause = %e, "redis holds another layout");
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "schema_mismatch",
-                    "the job store (Redis) holds data of another hookq layout; run `hookq migrate`",
-                )
-            }
-            StoreError::Reply { .. } => {
-                tracing::error!(cause = %e, "unexpected store reply");
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    "unexpected store reply",
-                )
-            }
-        }
-    }
-}
-
-impl From<BytesRejection> for ApiError {
-    fn from(r: BytesRejection) -> Self {
-        // A body that did not arrive within `api.body_timeout`.
-        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&r);
-        while let Some(err) = source {
-            if err.is::<server::BodyTimedOut>() {
-                return ApiError::new(
-                    StatusCode::REQUEST_TIMEOUT,
-                    "body_timeout",
-                    server::BodyTimedOut.to_string(),
-                );
-            }
-            source = err.source();
-        }
-        let status = r.status();
-        let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
-            "body_too_large"
-        } else {
-            "bad_request"
-        };
-        ApiError::new(status, code, r.body_text())
-    }
-}
+use crate::store::Store;
+use auth::{require_scope, whoami, Credentials};
+use health::{healthz, metrics_text, readyz};
 
 /// State shared by the handlers.
 #[derive(Clone)]
@@ -297,93 +149,6 @@ pub(crate) fn router(state: AppState) -> Router {
     router.with_state(state)
 }
 
-/// The digests of the configured bearer tokens, each with its scopes:
-/// `api.tokens` have every scope, `[[api.keys]]` their own.
-pub(crate) struct Credentials {
-    known: Vec<Known>,
-}
-
-/// One configured token: its digest, the name it is known by (`api.tokens`
-/// for those) and its scopes.
-struct Known {
-    digest: [u8; 32],
-    name: String,
-    scopes: Vec<Scope>,
-}
-
-/// Who sent a `/v1` request (a request extension set by the scope check;
-/// absent when the API is open).
-#[derive(Debug, Clone)]
-pub(crate) struct Caller {
-    /// The key's name (`api.tokens` for a token of that list).
-    pub name: String,
-    /// What the key may do.
-    pub scopes: Vec<Scope>,
-}
-
-impl Credentials {
-    /// The credentials `api` configures (none: the API is open).
-    pub(crate) fn new(api: &crate::config::ApiConfig) -> Credentials {
-        use sha2::Digest;
-        let tokens = api.tokens.iter().map(|t| Known {
-            digest: sha2::Sha256::digest(t.as_bytes()).into(),
-            name: "api.tokens".into(),
-            scopes: Scope::ALL.to_vec(),
-        });
-        let keys = api.keys.iter().filter_map(|k| {
-            Some(Known {
-                digest: k.digest()?,
-                name: k.name.clone(),
-                scopes: k.scopes.clone(),
-            })
-        });
-        Credentials {
-            known: tokens.chain(keys).collect(),
-        }
-    }
-
-    /// Who `presented` is, or None when no configured token matches. Its
-    /// SHA-256 digest is compared with every known digest in constant time
-    /// and without an early exit, so neither the bytes nor the length of a
-    /// token leak through timing.
-    pub(crate) fn caller(&self, presented: &str) -> Option<Caller> {
-        use sha2::Digest;
-        use subtle::ConstantTimeEq;
-        let presented = sha2::Sha256::digest(presented.as_bytes());
-        let mut found = None;
-        for known in &self.known {
-            let matches = bool::from(presented.as_slice().ct_eq(&known.digest));
-            if matches && found.is_none() {
-                found = Some(Caller {
-                    name: known.name.clone(),
-                    scopes: known.scopes.clone(),
-                });
-            }
-        }
-        found
-    }
-}
-
-/// The scope a `/v1` request needs: none for `/v1/whoami` (any known key
-/// may ask what it may do), `read` for GET (and HEAD), `admin` for
-/// replaying or deleting dead letters and pausing or resuming hosts,
-/// `write` for every other change (create, patch, cancel).
-pub(crate) fn required_scope(method: &axum::http::Method, path: &str) -> Option<Scope> {
-    use axum::http::Method;
-    if path == "/v1/whoami" {
-        None
-    } else if path == "/v1/signing-secret" {
-        // A receiver's secret lets its holder sign as hookq to it.
-        Some(Scope::Admin)
-    } else if method == Method::GET || method == Method::HEAD {
-        Some(Scope::Read)
-    } else if path.starts_with("/v1/dead-letters") || path.starts_with("/v1/hosts") {
-        Some(Scope::Admin)
-    } else {
-        Some(Scope::Write)
-    }
-}
-
 /// Headers on every answer: the browser may not sniff a type, run or load
 /// anything from an answer, or frame it (the API serves JSON and text only;
 /// the console's pages set their own policy, which is kept).
@@ -407,50 +172,6 @@ async fn security_headers(mut response: Response) -> Response {
         header::HeaderValue::from_static("no-referrer"),
     );
     response
-}
-
-/// With tokens or keys configured, answers a `/v1/*` (or `/metrics`) request 401
-/// `unauthorized` without a known bearer token, and 403 `forbidden` when
-/// its key lacks the scope the request needs; otherwise passes it on with
-/// its [`Caller`].
-async fn require_scope(
-    State(credentials): State<Arc<Credentials>>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    if credentials.known.is_empty() {
-        return next.run(request).await;
-    }
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    let Some(caller) = credentials.caller(presented) else {
-        return ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing or wrong `Authorization: Bearer <token>`",
-        )
-        .into_response();
-    };
-    if let Some(needed) = required_scope(request.method(), request.uri().path()) {
-        if !caller.scopes.contains(&needed) {
-            return ApiError::new(
-                StatusCode::FORBIDDEN,
-                "forbidden",
-                format!(
-                    "key `{}` lacks the `{}` scope this request needs",
-                    caller.name,
-                    needed.as_str()
-                ),
-            )
-            .into_response();
-        }
-    }
-    request.extensions_mut().insert(caller);
-    next.run(request).await
 }
 
 /// `GET /v1/signing-secret?url=`: with `delivery.signing_mode =
@@ -481,19 +202,6 @@ async fn signing_secret(
             Err(ApiError::new(status, code, why.to_string()))
         }
     }
-}
-
-/// `GET /v1/whoami`: the calling key's name and scopes (every scope, and
-/// `open`, when the API asks for no token), so that a client such as the
-/// console offers only what the key may do.
-async fn whoami(caller: Option<axum::Extension<Caller>>) -> Json<serde_json::Value> {
-    let scopes = |list: &[Scope]| list.iter().map(|s| s.as_str()).collect::<Vec<_>>();
-    Json(match caller {
-        Some(axum::Extension(caller)) => {
-            json!({"key": caller.name, "scopes": scopes(&caller.scopes), "open": false})
-        }
-        None => json!({"key": null, "scopes": scopes(&Scope::ALL), "open": true}),
-    })
 }
 
 /// Without tokens, serves only requests whose `Host` is an IP address or
@@ -652,201 +360,11 @@ async fn require_json(request: Request, next: Next) -> Response {
     next.run(request).await
 }
 
-/// Parses a JSON request body, naming the field of a type error.
-pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|err| {
-        // serde_path_to_error writes `?` for a segment it could not tell
-        // (e.g. where a truncated body ended): keep the known part only.
-        let full_path = err.path().to_string();
-        let path = match full_path.find('?') {
-            Some(unknown) => full_path[..unknown]
-                .trim_end_matches(['.', '['])
-                .to_string(),
-            None => full_path,
-        };
-        let path = if path.is_empty() {
-            ".".to_string()
-        } else {
-            path
-        };
-        let path = crate::job::quote(&path).into_owned();
-        let inner = err.into_inner();
-        let message = quote_serde_input(&inner.to_string());
-        let missing = message
-            .strip_prefix("missing field `")
-            .and_then(|rest| rest.split('`').next());
-        let field = match (path.as_str(), missing) {
-            (".", Some(name)) => Some(name.to_string()),
-            (_, Some(name)) => Some(format!("{path}.{name}")),
-            (".", None) => None,
-            _ => Some(path),
-        };
-        let code = if inner.is_syntax() || inner.is_eof() {
-            "invalid_json"
-        } else if field.is_none() {
-            "invalid_request"
-        } else {
-            "invalid_field"
-        };
-        ApiError {
-            status: StatusCode::BAD_REQUEST,
-            code,
-            message,
-            field,
-        }
-    })?;
-    de.end()
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", e.to_string()))?;
-    Ok(value)
-}
-
-/// A serde error message with the input it quotes (an unknown field's
-/// name in backticks, a string value in double quotes) cut at
-/// [`crate::job::MAX_QUOTE`] bytes.
-fn quote_serde_input(message: &str) -> String {
-    let Some(open) = message.find(['`', '"']) else {
-        return message.to_string();
-    };
-    let delimiter = &message[open..open + 1];
-    let rest = &message[open + 1..];
-    // The quote ends before serde's `, expected ...`, or at the last
-    // delimiter (the input itself may hold either).
-    let close = rest
-        .rfind(&format!("{delimiter}, expected"))
-        .or_else(|| rest.rfind(delimiter));
-    match close {
-        Some(close) => format!(
-            "{}{}{}",
-            &message[..=open],
-            crate::job::quote(&rest[..close]),
-            &rest[close..]
-        ),
-        None => crate::job::cut(message, 2 * crate::job::MAX_QUOTE).into_owned(),
-    }
-}
-
 /// The OpenAPI document of this API (also `openapi.json` in the repository).
 pub(crate) const OPENAPI: &str = include_str!("../../openapi.json");
 
 async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
-}
-
-/// Parses a query string into pairs, refusing parameters not in `allowed`.
-pub(crate) fn parse_query(
-    raw: Option<&str>,
-    allowed: &[&str],
-) -> Result<Vec<(String, String)>, ApiError> {
-    let pairs: Vec<(String, String)> = url::form_urlencoded::parse(raw.unwrap_or("").as_bytes())
-        .into_owned()
-        .collect();
-    for (name, _) in &pairs {
-        if !allowed.contains(&name.as_str()) {
-            let name = crate::job::quote(name);
-            return Err(FieldError::new(
-                "unknown_parameter",
-                &name,
-                format!(
-                    "unknown query parameter `{name}` (allowed: {})",
-                    allowed.join(", ")
-                ),
-            )
-            .into());
-        }
-    }
-    Ok(pairs)
-}
-
-/// Parses the `limit` query parameter: 1..=1000, default 100.
-pub(crate) fn parse_limit(value: Option<&str>) -> Result<usize, ApiError> {
-    match value {
-        None => Ok(100),
-        Some(v) => match v.parse::<usize>() {
-            Ok(n) if (1..=1000).contains(&n) => Ok(n),
-            _ => Err(FieldError::new(
-                "invalid_limit",
-                "limit",
-                "limit must be an integer from 1 to 1000",
-            )
-            .into()),
-        },
-    }
-}
-
-async fn healthz() -> Json<serde_json::Value> {
-    Json(json!({"status": "ok"}))
-}
-
-async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
-    state.store.ping().await?;
-    if !state.scripts_loaded.load(Ordering::Acquire) {
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not_ready",
-            "scripts are not loaded yet",
-        ));
-    }
-    Ok(Json(json!({"status": "ready"})))
-}
-
-async fn metrics_text(State(state): State<AppState>) -> Response {
-    // Jobs by state are read from Redis at scrape time (a few commands per
-    // partition), so every instance reports the shared truth; at most once
-    // per STATS_EVERY however often it is scraped (`/metrics` may be
-    // open to anyone, and every read costs Redis).
-    if stats_due() {
-        refresh_job_gauges(&state).await;
-    }
-    match &state.metrics {
-        Some(handle) => (
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            handle.render(),
-        )
-            .into_response(),
-        None => ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            "metrics are not enabled",
-        )
-        .into_response(),
-    }
-}
-
-/// Longest the `hookq_jobs` gauges go without a read from Redis while
-/// `/metrics` is scraped.
-pub(crate) const STATS_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Whether the job gauges should be read from Redis again (true at most
-/// once per [`STATS_EVERY`] in this process).
-fn stats_due() -> bool {
-    static LAST: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
-    let mut last = match LAST.lock() {
-        Ok(g) => g,
-        Err(poisoned) => poisoned.into_inner(),
-    };
-    let now = std::time::Instant::now();
-    if last.is_some_and(|t| now.duration_since(t) < STATS_EVERY) {
-        return false;
-    }
-    *last = Some(now);
-    true
-}
-
-/// Reads the job counts behind the `hookq_jobs` gauges.
-async fn refresh_job_gauges(state: &AppState) {
-    if let Ok(stats) = state.store.stats().await {
-        for (name, value) in [
-            ("scheduled", stats.scheduled),
-            ("ready", stats.ready),
-            ("inflight", stats.inflight),
-            ("dead", stats.dead),
-        ] {
-            metrics::gauge!("hookq_jobs", "state" => name).set(value as f64);
-        }
-        metrics::gauge!("hookq_oldest_ready_lag_seconds")
-            .set(stats.oldest_ready_lag_ms as f64 / 1000.0);
-    }
 }
 
 #[cfg(test)]
@@ -901,120 +419,5 @@ mod tests {
         ] {
             assert!(!is_own_origin(origin, host, local), "{origin} {host:?}");
         }
-    }
-
-    impl Credentials {
-        /// The scopes of `presented` (none when unknown).
-        fn scopes_of(&self, presented: &str) -> Vec<Scope> {
-            self.caller(presented).map(|c| c.scopes).unwrap_or_default()
-        }
-    }
-
-    #[test]
-    fn tokens_and_keys_grant_their_scopes() {
-        use sha2::Digest;
-        let digest = |t: &str| {
-            sha2::Sha256::digest(t.as_bytes())
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<String>()
-        };
-        let key = |name: &str, token: &str, scopes: &[Scope]| crate::config::ApiKey {
-            name: name.into(),
-            token_sha256: digest(token),
-            scopes: scopes.to_vec(),
-        };
-        let api = crate::config::ApiConfig {
-            tokens: vec!["secret-token".into(), "other-token-2".into()],
-            keys: vec![
-                key("support", "look-only-token", &[Scope::Read]),
-                key("ops", "ops-token-xyz", &[Scope::Read, Scope::Admin]),
-            ],
-            ..Default::default()
-        };
-        let credentials = Credentials::new(&api);
-        assert_eq!(credentials.scopes_of("secret-token"), Scope::ALL);
-        assert_eq!(credentials.scopes_of("other-token-2"), Scope::ALL);
-        assert_eq!(credentials.scopes_of("look-only-token"), [Scope::Read]);
-        assert_eq!(
-            credentials.scopes_of("ops-token-xyz"),
-            [Scope::Read, Scope::Admin]
-        );
-        for unknown in ["secret-tokem", "short", "", "LOOK-ONLY-TOKEN"] {
-            assert!(credentials.scopes_of(unknown).is_empty(), "{unknown}");
-        }
-        assert!(Credentials::new(&Default::default())
-            .scopes_of("secret-token")
-            .is_empty());
-    }
-
-    #[test]
-    fn each_route_needs_its_scope() {
-        use axum::http::Method;
-        for (method, path, scope) in [
-            (Method::GET, "/v1/jobs", Scope::Read),
-            (Method::GET, "/v1/dead-letters/x", Scope::Read),
-            (Method::HEAD, "/v1/stats", Scope::Read),
-            (Method::POST, "/v1/jobs", Scope::Write),
-            (Method::POST, "/v1/jobs/batch", Scope::Write),
-            (Method::PATCH, "/v1/jobs/x", Scope::Write),
-            (Method::DELETE, "/v1/jobs/x", Scope::Write),
-            (Method::POST, "/v1/dead-letters/replay", Scope::Admin),
-            (Method::DELETE, "/v1/dead-letters/x", Scope::Admin),
-            (Method::POST, "/v1/hosts/h/pause", Scope::Admin),
-            (Method::POST, "/v1/hosts/h/resume", Scope::Admin),
-            (Method::GET, "/v1/schedules", Scope::Read),
-            (Method::GET, "/v1/schedules/s", Scope::Read),
-            (Method::POST, "/v1/schedules", Scope::Write),
-            (Method::PATCH, "/v1/schedules/s", Scope::Write),
-            (Method::DELETE, "/v1/schedules/s", Scope::Write),
-            (Method::POST, "/v1/schedules/s/pause", Scope::Write),
-            (Method::POST, "/v1/schedules/s/resume", Scope::Write),
-        ] {
-            assert_eq!(
-                required_scope(&method, path),
-                Some(scope),
-                "{method} {path}"
-            );
-        }
-        assert_eq!(required_scope(&Method::GET, "/v1/whoami"), None);
-        assert_eq!(
-            required_scope(&Method::GET, "/v1/signing-secret"),
-            Some(Scope::Admin)
-        );
-    }
-
-    #[test]
-    fn parse_errors_name_fields() {
-        use crate::job::JobInput;
-        let e = parse_json::<JobInput>(br#"{"url": 5}"#).expect_err("type");
-        assert_eq!(e.field.as_deref(), Some("url"));
-        let e = parse_json::<JobInput>(br#"{"url": "http://a.example/", "bogus": 1}"#)
-            .expect_err("unknown");
-        assert_eq!(e.field.as_deref(), Some("bogus"));
-        let e = parse_json::<JobInput>(br#"{"url": "#).expect_err("syntax");
-        assert_eq!(e.code, "invalid_json");
-        let e = parse_json::<JobInput>(br#"{"url": "http://a.example/"} trailing"#)
-            .expect_err("trailing");
-        assert_eq!(e.code, "invalid_json");
-        // The input a message quotes is cut at 100 bytes.
-        let long = "k".repeat(10_000);
-        for body in [
-            format!(r#"{{"url": "http://a.example/", "{long}": 1}}"#),
-            format!(r#"{{"url": "http://a.example/", "retry": "{long}"}}"#),
-            format!(r#"{{"url": "http://a.example/", "headers": {{"{long}": 5}}}}"#),
-        ] {
-            let e = parse_json::<JobInput>(body.as_bytes()).expect_err("refused");
-            let shown = e.to_json().to_string();
-            assert!(shown.len() < 500, "{shown}");
-            assert!(shown.contains(&"k".repeat(90)), "{shown}");
-        }
-        assert_eq!(
-            quote_serde_input(&format!("unknown field `{long}`, expected `id` at line 1")),
-            format!(
-                "unknown field `{}…`, expected `id` at line 1",
-                "k".repeat(100)
-            )
-        );
     }
 }
