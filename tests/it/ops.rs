@@ -1089,12 +1089,24 @@ async fn metrics_topic_labels_are_bounded() {
         assert_eq!(status, 200, "{answer}");
     }
     receiver.wait_for_count(2000, Duration::from_secs(60)).await;
-    let text = reqwest::get(format!("{base}/metrics"))
-        .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("metrics text");
+    // The worker counts an attempt once its answer is read, which may be
+    // just after the receiver counted the request: wait for the metric.
+    let metrics_url = format!("{base}/metrics");
+    let read_metrics = || async {
+        reqwest::get(&metrics_url)
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("metrics text")
+    };
+    crate::support::wait_until(
+        "every attempt counted in hookq_attempts_total",
+        Duration::from_secs(10),
+        || async { crate::metric_sum(&read_metrics().await, "hookq_attempts_total") >= 2000.0 },
+    )
+    .await;
+    let text = read_metrics().await;
     let topics: std::collections::HashSet<&str> = text
         .lines()
         .filter(|l| l.starts_with("hookq_attempts_total{"))
