@@ -28,7 +28,8 @@
             only while the stored spec is still this one
     ARGV[7] partition number
   Output:
-    DONE         cancelled now
+    DONE         cancelled now (the partition's `stats` hash counts it
+                 under `cancelled`)
     UNCHANGED    was already cancelled
     NOT_FOUND    no such job
     WRONG_STATE  already delivered or dead (nothing changed)
@@ -100,4 +101,5 @@ else
   summaries_write(prefix, plan, {ARGV[1]}, {summary}, now)
 end
 if line then order_leave(prefix, line, ARGV[1], now, ARGV[3], ARGV[7]) end
+rcall('HINCRBY', prefix .. 'stats', 'cancelled', 1)
 return DONE

@@ -282,6 +282,17 @@ async fn cli_subcommands_work_against_real_redis() {
     assert!(out.status.success());
     let out = hookq(&redis, ns, &["--json", "stats"]);
     assert_eq!(stdout_json(&out)["scheduled"], 0);
+    // Three cancels (j-1, j-2, c-1); a second cancel of one counts nothing.
+    assert!(hookq(&redis, ns, &["cancel", "c-1"]).status.success());
+    let out = hookq(&redis, ns, &["--json", "stats"]);
+    assert_eq!(stdout_json(&out)["cancelled"], 3);
+    let out = hookq(&redis, ns, &["stats"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("cancelled") && l.trim_end().ends_with(" 3")),
+        "{text}"
+    );
 
     // Dead letters: make one with a 410, list it, dry-run, replay.
     let receiver = Receiver::with_status(410).await;

@@ -238,7 +238,7 @@ function overviewPage() {
       if (points.length > 120) points.shift();
     }
     last = { at: now, delivered: stats.delivered, failed: stats.failed_attempts };
-    counts.replaceChildren(...['scheduled', 'ready', 'inflight', 'dead', 'delivered', 'failed_attempts']
+    counts.replaceChildren(...['scheduled', 'ready', 'inflight', 'dead', 'delivered', 'cancelled', 'failed_attempts']
       .map((name) => el('div', { class: 'card', 'data-count': name },
         el('div', { class: 'figure' }, String(stats[name])), el('div', { class: 'label' }, name.replace('_', ' ')))));
     chart.replaceChildren(drawChart(points));

@@ -32,6 +32,8 @@ pub struct Stats {
     pub failed_attempts: u64,
     /// Jobs dead-lettered.
     pub dead_lettered: u64,
+    /// Jobs cancelled (by the API, the CLI or the console).
+    pub cancelled: u64,
     /// Attempts whose lease expired (daemon died or hung).
     pub expired_leases: u64,
     /// The same counts per partition, in partition order.
@@ -110,6 +112,7 @@ impl Store {
             stats.delivered += counter("delivered");
             stats.failed_attempts += counter("failed_attempts");
             stats.dead_lettered += counter("dead_lettered");
+            stats.cancelled += counter("cancelled");
             stats.expired_leases += counter("expired_leases");
             if let Some(id) = head {
                 if let Some(header) = self.record_header(p, &id).await? {
