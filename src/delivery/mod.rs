@@ -338,19 +338,6 @@ fn with_job_and_trace_headers(
 /// attempt (and in its error text), and a receiver chooses its size.
 pub(crate) const LOCATION_CAP: usize = 1024;
 
-/// `text` cut to at most `cap` bytes (on a character boundary), with `…`
-/// when cut.
-fn capped(text: &str, cap: usize) -> String {
-    if text.len() <= cap {
-        return text.to_string();
-    }
-    let mut end = cap;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
-}
-
 /// What a receiver answered, reduced to what hookq keeps.
 struct Response {
     status: u16,
@@ -368,7 +355,7 @@ impl Response {
         let location = headers
             .get("location")
             .and_then(|v| v.to_str().ok())
-            .map(|l| capped(l, LOCATION_CAP));
+            .map(|l| crate::job::cut(l, LOCATION_CAP).into_owned());
         let retry_after = headers
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
