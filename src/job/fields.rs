@@ -167,22 +167,15 @@ pub(crate) const MAX_BODY_DEPTH: usize = 128;
 /// refused, since no reader (serde_json included) can tell its numbers apart.
 fn number_out_of_range(text: &str) -> Option<&str> {
     let bytes = text.as_bytes();
-    let (mut i, mut in_string, mut escaped) = (0usize, false, false);
+    let mut strings = JsonStrings::default();
+    let mut i = 0usize;
     while i < bytes.len() {
         let b = bytes[i];
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
+        if strings.in_string(b) {
             i += 1;
             continue;
         }
-        if b == b'"' {
-            in_string = true;
-        } else if b == b'-' || b.is_ascii_digit() {
+        if b == b'-' || b.is_ascii_digit() {
             let start = i;
             while i < bytes.len()
                 && matches!(bytes[i], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
@@ -202,21 +195,41 @@ fn number_out_of_range(text: &str) -> Option<&str> {
     None
 }
 
-/// Nesting depth of valid JSON text, counting brackets outside strings.
-fn json_depth(text: &str) -> usize {
-    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
-    for b in text.bytes() {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
+/// Follows valid JSON text byte by byte and tells which bytes belong to a
+/// string (its quotes included), so that a scan looks only at the rest.
+#[derive(Default)]
+struct JsonStrings {
+    open: bool,
+    escaped: bool,
+}
+
+impl JsonStrings {
+    /// Whether `b`, the next byte, is part of a string.
+    fn in_string(&mut self, b: u8) -> bool {
+        if self.open {
+            match (self.escaped, b) {
+                (true, _) => self.escaped = false,
+                (false, b'\\') => self.escaped = true,
+                (false, b'"') => self.open = false,
                 _ => {}
             }
+            true
+        } else {
+            self.open = b == b'"';
+            self.open
+        }
+    }
+}
+
+/// Nesting depth of valid JSON text, counting brackets outside strings.
+fn json_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let mut strings = JsonStrings::default();
+    for b in text.bytes() {
+        if strings.in_string(b) {
             continue;
         }
         match b {
-            b'"' => in_string = true,
             b'[' | b'{' => {
                 depth += 1;
                 deepest = deepest.max(depth);
