@@ -61,6 +61,20 @@ pub(crate) fn verify_with_standardwebhooks(secret: &str, requests: &[Signed]) ->
         .collect()
 }
 
+/// Asserts that the official library verifies every one of `requests`
+/// (at least one) with `secret`.
+pub(crate) fn assert_all_verify(secret: &str, requests: &[Recorded]) {
+    let signed: Vec<_> = requests
+        .iter()
+        .map(|r| (headers_of(r), r.body.clone()))
+        .collect();
+    let verdicts = verify_with_standardwebhooks(secret, &signed);
+    assert!(
+        !verdicts.is_empty() && verdicts.iter().all(|v| v == "ok"),
+        "{verdicts:?}"
+    );
+}
+
 pub(crate) fn headers_of(r: &Recorded) -> Vec<(String, String)> {
     r.headers
         .iter()
