@@ -46,5 +46,6 @@ pub mod retry;
 pub mod schedule;
 pub mod store;
 pub(crate) mod telemetry;
+pub mod tenant;
 pub mod wake;
 pub mod worker;

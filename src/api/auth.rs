@@ -182,6 +182,7 @@ mod tests {
             name: name.into(),
             token_sha256: digest(token),
             scopes: scopes.to_vec(),
+            tenant: None,
         };
         let api = crate::config::ApiConfig {
             tokens: vec!["secret-token".into(), "other-token-2".into()],

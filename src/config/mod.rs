@@ -45,6 +45,11 @@ pub struct Config {
     pub alerts: AlertsConfig,
     /// `[telemetry]`: span export.
     pub telemetry: TelemetryConfig,
+    /// `[[tenants]]`: named tenants' weights and quotas.
+    pub tenants: Vec<crate::tenant::TenantEntry>,
+    /// `[tenant_defaults]`: the settings of every tenant `[[tenants]]` does
+    /// not list (and of what an entry leaves out).
+    pub tenant_defaults: crate::tenant::TenantSettings,
 }
 
 /// `[telemetry]` section.
@@ -222,6 +227,9 @@ pub struct ApiKey {
     pub token_sha256: String,
     /// What it may do.
     pub scopes: Vec<Scope>,
+    /// The tenant it acts in, alone (SPEC §15); none: any tenant.
+    #[serde(default)]
+    pub tenant: Option<String>,
 }
 
 impl ApiKey {
@@ -434,7 +442,13 @@ impl Config {
         if self.retention.dead_letters_max == 0 {
             bail!("config key `retention.dead_letters_max`: must be positive");
         }
-        self.log.validate()
+        self.log.validate()?;
+        crate::tenant::validate(&self.tenant_defaults, &self.tenants)
+    }
+
+    /// The weight and quotas of tenant `name`.
+    pub(crate) fn tenant_settings(&self, name: &str) -> crate::tenant::TenantSettings {
+        crate::tenant::settings_for(&self.tenant_defaults, &self.tenants, name)
     }
 
     /// The lease (TTR) of an attempt with the given timeout.
@@ -552,6 +566,14 @@ impl ApiConfig {
             }
             if key.scopes.is_empty() {
                 bail!("config key `api.keys[{i}].scopes`: give at least one of read, write, admin");
+            }
+            if let Some(tenant) = &key.tenant {
+                if !crate::tenant::is_tenant_name(tenant) {
+                    bail!(
+                        "config key `api.keys[{i}].tenant`: 1-{} characters of a-z 0-9 -, starting with a letter or digit",
+                        crate::tenant::TENANT_MAX
+                    );
+                }
             }
         }
         Ok(())

@@ -406,6 +406,7 @@ pub(crate) fn new_key(
         name: name.into(),
         token_sha256: key["token_sha256"].as_str().expect("digest").into(),
         scopes,
+        tenant: None,
     };
     (key["token"].as_str().expect("token").into(), entry)
 }
