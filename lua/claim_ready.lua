@@ -11,16 +11,31 @@
   the prelude), so that the daemon that has the partition claims a job that
   just came due in one call.
 
+  Tenants (SPEC §15): each tenant with ready jobs has a list of its own
+  (see the prelude). With several, N is shared between them by weight (see
+  share_lists), and what a list cannot fill goes to the others. Inside a
+  list, jobs keep their order. A claim looks at 64 tenants' lists at most
+  (a random pick of them when more have ready jobs), so its cost is bounded
+  however many tenants there are. With only the default
+  tenant's list (no tenant in the tenants set), a claim is one LRANGE as
+  before tenants.
+
   Input:
-    KEYS[1] ready list      <ns>:{p}:ready
+    KEYS[1] ready list      <ns>:{p}:ready  (the default tenant's)
     KEYS[2] inflight zset   <ns>:{p}:inflight
     KEYS[3] due zset        <ns>:{p}:due
     KEYS[4] wheel index     <ns>:{p}:wheel
+    KEYS[5] tenants set     <ns>:{p}:tenants
+    KEYS[6] turn            <ns>:{p}:turn  (the fair share's place in its cycle)
     ARGV[1] N, the most jobs to claim
     ARGV[2] job key prefix  <ns>:{p}:job:  (its partition's live record hashes
             `<ns>:{p}:jobs:*` are built from it)
     ARGV[3] default lease in ms
     ARGV[4] promotion batch: promote up to this many due jobs first (0: none)
+    ARGV[5] the weight of a tenant not named below
+    ARGV[6] a tenant's name; then, for every tenant with a weight of its own,
+            two arguments:
+    ARGV[7] its weight
   Output:
     {now, more, moved, next_due, id1, attempt1, due1, spec1, id2, ...}:
     `more` is 1 when N ids were taken (the list may hold more), 0 when the
@@ -31,6 +46,85 @@
 ]]
 local rcall = redis.call
 local now = now_ms()
+
+-- Most tenants' lists one claim looks at (see the header).
+local TENANTS_PER_CLAIM = 64
+
+-- The weight of `tenant` (ARGV[5], or its own in the pairs that follow).
+local function weight_of(tenant)
+  for i = 6, #ARGV - 1, 2 do
+    if ARGV[i] == tenant then return tonumber(ARGV[i + 1]) end
+  end
+  return tonumber(ARGV[5])
+end
+
+-- Jobs `a..b` of a cycle cover of `[lo, hi)`.
+local function overlap(a, b, lo, hi)
+  return math.max(0, math.min(b, hi) - math.max(a, lo))
+end
+
+-- Takes the ids to claim from the default list `ready_key` and those of
+-- `tenants`, `want` shared by weight: a list per entry, {key, tenant (nil
+-- for default), ids, dry (it gave all it had)}. The lists with jobs make a
+-- cycle of sum(weight) places, each list as many places as its weight
+-- (default first, then the tenants by name); a claim takes the next `want`
+-- places of the cycle from the partition's turn (`turn_key`, moved on by
+-- `want`), so small claims share by weight too; what a list cannot fill
+-- goes round to the others. Nil when a tenant's list is absent while the
+-- slot moves.
+local function share_lists(ready_key, turn_key, tenants, want)
+  table.sort(tenants)
+  local lists, W = {}, 0
+  local function add(key, tenant)
+    local len = rcall('LLEN', key)
+    if len > 0 then
+      local w = weight_of(tenant or 'default')
+      lists[#lists + 1] = {key = key, tenant = tenant, len = len, lo = W, hi = W + w, take = 0}
+      W = W + w
+    elseif tenant then
+      if IN_CLUSTER and slot_moving_once(key) then return false end
+      rcall('SREM', partition_prefix(ready_key, 'ready') .. 'tenants', tenant)
+    end
+    return true
+  end
+  if not add(ready_key, nil) then return nil end
+  for _, t in ipairs(tenants) do
+    if not add(ready_key .. ':' .. t, t) then return nil end
+  end
+  if #lists <= 1 then
+    local l = lists[1]
+    if l then l.take = math.min(want, l.len) end
+  else
+    local s = (rcall('INCRBY', turn_key, want) - want) % W
+    local full, r = math.floor(want / W), want % W
+    local left = want
+    for _, l in ipairs(lists) do
+      local n = full * (l.hi - l.lo)
+      if s + r <= W then
+        n = n + overlap(s, s + r, l.lo, l.hi)
+      else
+        n = n + overlap(s, W, l.lo, l.hi) + overlap(0, s + r - W, l.lo, l.hi)
+      end
+      l.take = math.min(n, l.len)
+      left = left - l.take
+    end
+    -- What a list could not fill goes round, from the turn's list on.
+    while left > 0 do
+      local gave = false
+      for _, l in ipairs(lists) do
+        if left > 0 and l.take < l.len then
+          l.take, left, gave = l.take + 1, left - 1, true
+        end
+      end
+      if not gave then break end
+    end
+  end
+  for _, l in ipairs(lists) do
+    l.ids = l.take > 0 and rcall('LRANGE', l.key, 0, l.take - 1) or {}
+    l.dry = l.take >= l.len
+  end
+  return lists
+end
 local want = tonumber(ARGV[1])
 
 local out = {now, 0, -1, -2}
@@ -42,12 +136,23 @@ if promote > 0 then
 end
 -- (LRANGE 0 -1 would be the whole list.)
 if want < 1 then return out end
-local ids = rcall('LRANGE', KEYS[1], 0, want - 1)
-if #ids == 0 then return out end
+local prefix = partition_prefix(ARGV[2], 'job:')
+local lists
+if rcall('SCARD', KEYS[5]) == 0 then
+  lists = {{key = KEYS[1], ids = rcall('LRANGE', KEYS[1], 0, want - 1)}}
+else
+  -- At most TENANTS_PER_CLAIM of them, a random pick when there are more.
+  lists = share_lists(KEYS[1], KEYS[6], rcall('SRANDMEMBER', KEYS[5], TENANTS_PER_CLAIM), want)
+  if not lists then return try_again() end
+end
+local ids = {}
+for _, l in ipairs(lists) do
+  for _, id in ipairs(l.ids) do ids[#ids + 1] = id end
+end
+if #ids == 0 and #lists == 1 then return out end
 if #ids == want then out[2] = 1 end
 
 -- Read pass: every job record before the first write (see the prelude).
-local prefix = partition_prefix(ARGV[2], 'job:')
 local records, places = {}, {}
 for i, id in ipairs(ids) do
   local at = live(prefix, id)
@@ -56,7 +161,11 @@ for i, id in ipairs(ids) do
   if not v and slot_moving_once(KEYS[1]) then return try_again() end
   records[i] = v or false
 end
-rcall('LTRIM', KEYS[1], #ids, -1)
+for _, l in ipairs(lists) do
+  if #l.ids > 0 then rcall('LTRIM', l.key, #l.ids, -1) end
+  -- A tenant whose list ran dry leaves the set (a push brings it back).
+  if l.tenant and l.dry then rcall('SREM', KEYS[5], l.tenant) end
+end
 
 local leases, taken = {}, {}
 for i, id in ipairs(ids) do

@@ -142,6 +142,15 @@ end
 -- Ordering lists are keys this script builds: not while the slot moves.
 if ordered and IN_CLUSTER and slot_moving_once(KEYS[1]) then return try_again() end
 
+-- A tenant's ready list may be a key this script creates: likewise.
+if IN_CLUSTER then
+  local due_now = {}
+  for _, c in ipairs(created) do
+    if c[2] == 'r' then due_now[#due_now + 1] = ARGV[c[1]] end
+  end
+  if ready_push_blocked(KEYS[2], due_now) then return try_again() end
+end
+
 -- Pass 2: write. One INCRBY for the sequence numbers, one ZADD, one RPUSH
 -- per wheel bucket and one RPUSH for the ready list.
 local seq = 0
@@ -194,7 +203,7 @@ if opens and (not wake or opens < wake) then wake = opens end
 wheel_count(prefix, in_wheel)
 if #zadd > 0 then rcall('ZADD', KEYS[1], unpack(zadd)) end
 if wake and (not wake_before or wake < wake_before) then wake_due(ARGV[2], ARGV[3], wake) end
-if #ready > 0 and rcall('RPUSH', KEYS[2], unpack(ready)) == #ready then
+if ready_push(KEYS[2], ready) then
   wake_ready(ARGV[2], ARGV[3])
 end
 return out

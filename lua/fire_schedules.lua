@@ -145,7 +145,7 @@ if #zadd > 0 then
   rcall('ZADD', KEYS[2], unpack(members))
   wake_due(ARGV[2], ARGV[3], zadd[1][1])
 end
-if #ready > 0 and rcall('RPUSH', KEYS[3], unpack(ready)) == #ready then
+if ready_push(KEYS[3], ready) then
   wake_ready(ARGV[2], ARGV[3])
 end
 -- The index's head, so that the daemon knows when to fire next without

@@ -304,6 +304,70 @@ local function wake_ready(channel, p)
 end
 
 --[[
+  Ready lists, one per tenant (SPEC §15). A due job waits for a worker in
+  its tenant's list: `<ns>:{p}:ready` for the `default` tenant (as before
+  tenants), `<ns>:{p}:ready:<tenant>` for another, whose jobs' ids are
+  `<tenant>/<id>`. The SET `<ns>:{p}:tenants` names the other tenants whose
+  list may hold ids (a tenant enters it when its list starts, and leaves it
+  when a claim empties the list), so a claim finds every list without a
+  scan, and a partition with only default jobs pays one SCARD per claim.
+]]
+
+-- The ready list of the tenant of job `id`, from the default list's key;
+-- and the tenant (nil for `default`).
+local function ready_list_of(ready_key, id)
+  local slash = string.find(id, '/', 1, true)
+  if not slash then return ready_key, nil end
+  local tenant = string.sub(id, 1, slash - 1)
+  return ready_key .. ':' .. tenant, tenant
+end
+
+-- Whether pushing `ids` may create a tenant's ready list, a key the script
+-- builds, while the partition's slot is moving (see the top of the
+-- prelude): the script then gives up before its first write.
+local function ready_push_blocked(ready_key, ids)
+  if not IN_CLUSTER then return false end
+  for _, id in ipairs(ids) do
+    local key, tenant = ready_list_of(ready_key, id)
+    if tenant and redis.call('EXISTS', key) == 0 then return slot_moving_once(ready_key) end
+  end
+  return false
+end
+
+-- Appends `ids` to their tenants' ready lists (`ready_key` is the default
+-- tenant's); true when a list was empty before (the partition's claim loop
+-- may be asleep: the caller wakes it).
+local function ready_push(ready_key, ids)
+  if #ids == 0 then return false end
+  local lists, order = {}, {}
+  for _, id in ipairs(ids) do
+    local key, tenant = ready_list_of(ready_key, id)
+    local list = lists[key]
+    if not list then
+      list = {tenant = tenant}
+      lists[key] = list
+      order[#order + 1] = key
+    end
+    list[#list + 1] = id
+  end
+  local started = false
+  for _, key in ipairs(order) do
+    local list = lists[key]
+    local n = 0
+    for first = 1, #list, 1000 do
+      n = redis.call('RPUSH', key, unpack(list, first, math.min(first + 999, #list)))
+    end
+    if n == #list then
+      started = true
+      if list.tenant then
+        redis.call('SADD', string.sub(ready_key, 1, -6) .. 'tenants', list.tenant)
+      end
+    end
+  end
+  return started
+end
+
+--[[
   The timing wheel. A job due far ahead does not wait in the due set (a
   sorted-set entry costs ~140 bytes); it waits as a bare id in a bucket, a
   LIST `<ns>:{p}:wheel:<level>:<start ms>` holding the jobs due in
@@ -829,10 +893,12 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now)
   local ids = {}
   for i, member in ipairs(members) do ids[i] = string.sub(member, 13) end
   local moved = #ids
+  -- (With buckets opened, the slot was found still above.)
+  if ready_push_blocked(ready_key, ids) then return nil end
   if moved > 0 then redis.call('ZREM', due_key, unpack(members)) end
   -- No wake message: the daemon promoting is the one that claims from this
   -- partition (see src/fleet.rs), and tells its claim loop itself.
-  if moved > 0 then redis.call('RPUSH', ready_key, unpack(ids)) end
+  ready_push(ready_key, ids)
 
   local next_due
   if #buckets > 0 then
@@ -910,7 +976,7 @@ local function order_leave(prefix, plan, id, now, channel, p)
       if r.due <= now then
         r.state, r.due, r.seq = 'r', now, 0
         rec_put(at, r)
-        if redis.call('RPUSH', prefix .. 'ready', next_id) == 1 then wake_ready(channel, p) end
+        if ready_push(prefix .. 'ready', {next_id}) then wake_ready(channel, p) end
         return next_id
       end
       local due_key = prefix .. 'due'

@@ -40,6 +40,9 @@ for i, id in ipairs(ids) do
     return try_again()
   end
   records[i] = r or false
+  if r and r.state == 'i' and r.att < r.max and ready_push_blocked(KEYS[2], {id}) then
+    return try_again()
+  end
   local order = r and r.state == 'i' and r.att >= r.max and spec_order(r.spec)
   if order then
     lines[i] = order_plan(prefix, order)
@@ -63,7 +66,7 @@ for i, id in ipairs(ids) do
       dead = dead + 1
     else
       rec_set_state(live(prefix, id), r, 'r', now)
-      if rcall('RPUSH', KEYS[2], id) == 1 then wake_ready(ARGV[6], ARGV[7]) end
+      if ready_push(KEYS[2], {id}) then wake_ready(ARGV[6], ARGV[7]) end
       requeued = requeued + 1
     end
   end

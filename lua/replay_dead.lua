@@ -49,6 +49,7 @@ if ARGV[7] ~= '' then
   if not line then return try_again() end
   if line.head then state = 'o' end
 end
+if state == 'r' and ready_push_blocked(KEYS[2], {ARGV[1]}) then return try_again() end
 rec_create(at, {state = state, ut = now, att = 0, max = tonumber(ARGV[4]), due = now,
   seq = 0, ct = created, lease = 0, given = GIVEN_NEITHER}, ARGV[3])
 rcall('DEL', KEYS[1])
@@ -56,7 +57,7 @@ rcall('PERSIST', KEYS[4])
 if ARGV[7] ~= '' then rcall('RPUSH', prefix .. 'order:' .. ARGV[7], ARGV[1]) end
 if state == 'o' then
   rcall('HINCRBY', prefix .. 'stats', 'held', 1)
-elseif rcall('RPUSH', KEYS[2], ARGV[1]) == 1 then
+elseif ready_push(KEYS[2], {ARGV[1]}) then
   wake_ready(ARGV[5], ARGV[6])
 end
 dead_forget(KEYS[3], KEYS[5], ARGV[1], ARGV[2])

@@ -53,6 +53,10 @@ if IN_CLUSTER and due > now and wheel_slot(due, now) and slot_moving(KEYS[2]) th
   return try_again()
 end
 
+if due <= now and r.state ~= 'o' and ready_push_blocked(KEYS[3], {ARGV[1]}) then
+  return try_again()
+end
+
 -- The job leaves where it waits: the due set (its member), the wheel (its
 -- id stays in its bucket as a tombstone), or its host's parking (its entry
 -- no longer matches its sequence and is skipped when the host drains).
@@ -72,7 +76,7 @@ elseif due <= now then
   state = 'ready'
   r.state, r.seq, r.spec = 'r', 0, ARGV[2]
   rec_put(at, r)
-  if rcall('RPUSH', KEYS[3], ARGV[1]) == 1 then wake_ready(ARGV[7], ARGV[8]) end
+  if ready_push(KEYS[3], {ARGV[1]}) then wake_ready(ARGV[7], ARGV[8]) end
 else
   state = 'scheduled'
   local before = next_wake(prefix, KEYS[2])

@@ -34,7 +34,8 @@
 //! and [`naive`] the naive design. One module per scenario group:
 //! [`ingest`], [`delivery`], [`schedules`], [`fleet`], [`lateness`],
 //! [`memory`], [`backlog`] (promotion, the console's first paint),
-//! [`steady`] (`memory_steady_load`) and [`peers`] (BullMQ).
+//! [`steady`] (`memory_steady_load`), [`tenants`] (`tenants_fair`) and
+//! [`peers`] (BullMQ).
 
 mod backlog;
 mod common;
@@ -50,6 +51,7 @@ mod scenarios;
 mod schedules;
 mod sink;
 mod steady;
+mod tenants;
 
 use std::collections::HashMap;
 use std::time::Duration;

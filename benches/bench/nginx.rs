@@ -37,7 +37,8 @@ const NGINX_LOG_FLUSH_MS: u64 = 100;
 /// connections per host and more.
 ///
 /// Counting: every server shares one access log with `log_format t '$msec
-/// $status'` (the request's end, wall clock with ms, and its status),
+/// $status $server_port'` (the request's end, wall clock with ms, its status and the
+/// server's port),
 /// buffered (`buffer=256k flush=100ms`, so nginx pays one write per few
 /// thousand requests). The bench tails the file from its last offset, counts
 /// the 2xx lines and keeps the smallest and largest `$msec`: a count is exact
@@ -61,6 +62,8 @@ struct AccessLog {
     stats: NginxStats,
     /// 2xx answers per whole second of `$msec` (for rate-limit checks).
     per_second: std::collections::BTreeMap<i64, u64>,
+    /// 2xx answers per server port (for shares between hosts).
+    per_port: std::collections::HashMap<u16, u64>,
 }
 
 /// 2xx answers counted since the last [`Nginx::reset`], with the first and
@@ -120,7 +123,7 @@ fn nginx_conf(dir: &std::path::Path, ports: &[u16]) -> String {
          error_log \"{d}/error.log\" warn;\n\
          events {{ worker_connections 4096; }}\n\
          http {{\n\
-         \x20 log_format t '$msec $status';\n\
+         \x20 log_format t '$msec $status $server_port';\n\
          \x20 access_log \"{d}/access.log\" t buffer=256k flush={NGINX_LOG_FLUSH_MS}ms;\n\
          \x20 keepalive_requests 1000000;\n\
          \x20 client_body_temp_path \"{d}/client_body\";\n\
@@ -247,6 +250,9 @@ impl Nginx {
                 continue;
             };
             *log.per_second.entry(ms.div_euclid(1000)).or_insert(0) += 1;
+            if let Some(port) = fields.next().and_then(|p| p.parse().ok()) {
+                *log.per_port.entry(port).or_insert(0) += 1;
+            }
             let s = &mut log.stats;
             s.count += 1;
             s.first_ms = if s.first_ms == 0 {
@@ -267,6 +273,7 @@ impl Nginx {
         let mut log = self.log.lock().map_err(|_| "access log lock poisoned")?;
         log.stats = NginxStats::default();
         log.per_second.clear();
+        log.per_port.clear();
         Ok(())
     }
 
@@ -279,6 +286,14 @@ impl Nginx {
             .get(1..counts.len().saturating_sub(1))
             .unwrap_or_default()
             .to_vec())
+    }
+
+    /// 2xx answers of server `server` counted since the last reset.
+    pub fn count_on(&self, server: usize) -> Res<u64> {
+        self.read_log()?;
+        let port = self.ports[server % self.ports.len()];
+        let log = self.log.lock().map_err(|_| "access log lock poisoned")?;
+        Ok(log.per_port.get(&port).copied().unwrap_or(0))
     }
 
     /// Waits until `n` 2xx answers have been counted since the last reset.

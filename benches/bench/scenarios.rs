@@ -1,6 +1,6 @@
 //! The catalogue: every scenario's name, sizes (full run and `--quick`) and
 //! runs, in the order the report lists them (ingest, delivery, one host,
-//! fleet, lateness, memory, backlog, then `memory_steady_load`); the
+//! tenants, fleet, lateness, memory, backlog, then `memory_steady_load`); the
 //! functions they call live in the module of their group. [`Rig`] is what
 //! they share and runs each one.
 
@@ -27,6 +27,7 @@ use crate::steady::memory_steady_load;
 use crate::support::cluster::RedisCluster;
 use crate::support::free_port;
 use crate::support::redis::RedisServer;
+use crate::tenants::tenants_fair;
 use crate::{Figures, Options, Res, Scenario};
 
 /// What every scenario shares: the command line, the bench's Redis, nginx
@@ -87,6 +88,12 @@ pub async fn bench(opts: &Options) -> Res<Vec<Scenario>> {
     ingest_scenarios(&rig, &mut out).await?;
     delivery_scenarios(&rig, &mut out).await?;
     one_host_scenarios(&rig, &mut out).await?;
+    let (n, window) = (rig.size(200_000, 2_000), rig.size(10, 1) as u64);
+    let (redis, nginx, sink) = (rig.redis, rig.nginx, rig.sink);
+    rig.run(&mut out, "tenants_fair", opts.runs, move || {
+        tenants_fair(redis, nginx, sink, n, Duration::from_secs(window))
+    })
+    .await?;
     fleet_scenarios(&rig, &mut out).await?;
     lateness_scenarios(&rig, &mut out).await?;
     memory_scenarios(&rig, &mut out).await?;

@@ -123,13 +123,18 @@ impl Store {
                     &self.keys.inflight(p),
                     &self.keys.due(p),
                     &self.keys.wheel(p),
+                    &self.keys.tenants(p),
+                    &self.keys.turn(p),
                 ],
                 &[
                     arg(&max),
                     arg(&self.keys.job_prefix(p)),
                     arg(&self.settings.default_lease_ms),
                     arg(&promote),
-                ],
+                ]
+                .into_iter()
+                .chain(self.tenant_weights.iter().map(arg))
+                .collect::<Vec<_>>(),
             )
             .await?;
         let now = reply.now;

@@ -163,6 +163,10 @@ impl Store {
                 ack_timeout_ms: config.redis.ack_timeout.as_millis() as u64,
             },
             channel: Arc::new(channel),
+            tenant_weights: Arc::new(crate::tenant::weight_args(
+                &config.tenant_defaults,
+                &config.tenants,
+            )),
         }
     }
 

@@ -155,6 +155,24 @@ impl Keys {
         format!("{}ready", self.prefix(p))
     }
 
+    /// LIST `<ns>:{p}:ready:<tenant>`: the ready list of a tenant other
+    /// than `default` (whose jobs' ids are `<tenant>/<id>`).
+    pub fn tenant_ready(&self, p: u16, tenant: &str) -> String {
+        format!("{}ready:{tenant}", self.prefix(p))
+    }
+
+    /// SET `<ns>:{p}:tenants`: the tenants other than `default` whose ready
+    /// list in partition `p` may hold ids (see `lua/prelude.lua`).
+    pub fn tenants(&self, p: u16) -> String {
+        format!("{}tenants", self.prefix(p))
+    }
+
+    /// STRING `<ns>:{p}:turn`: where partition `p`'s fair share between
+    /// tenants is in its cycle (see `lua/claim_ready.lua`).
+    pub fn turn(&self, p: u16) -> String {
+        format!("{}turn", self.prefix(p))
+    }
+
     /// ZSET `<ns>:{p}:inflight`: ids of jobs under a lease, score = lease deadline ms.
     pub fn inflight(&self, p: u16) -> String {
         format!("{}inflight", self.prefix(p))

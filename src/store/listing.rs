@@ -206,17 +206,46 @@ impl Store {
         want: usize,
     ) -> StoreResult<Vec<String>> {
         let stop = offset + want as isize - 1;
-        let (cmd, key) = match source {
-            Source::Inflight => ("ZRANGE", self.keys.inflight(p)),
-            _ => ("LRANGE", self.keys.ready(p)),
-        };
         let mut conn = self.conn.clone();
-        let ids: Vec<String> = redis::cmd(cmd)
-            .arg(key)
-            .arg(offset)
-            .arg(stop)
+        if let Source::Inflight = source {
+            let ids: Vec<String> = redis::cmd("ZRANGE")
+                .arg(self.keys.inflight(p))
+                .arg(offset)
+                .arg(stop)
+                .query_async(&mut conn)
+                .await?;
+            return Ok(ids);
+        }
+        // The ready lists, the default tenant's then the others' by name,
+        // read as one list: `offset` counts through them in that order.
+        let mut tenants: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(self.keys.tenants(p))
             .query_async(&mut conn)
             .await?;
+        tenants.sort();
+        let lists: Vec<String> = std::iter::once(self.keys.ready(p))
+            .chain(tenants.iter().map(|t| self.keys.tenant_ready(p, t)))
+            .collect();
+        let mut skip = offset.max(0);
+        let mut ids = Vec::new();
+        for key in lists {
+            if ids.len() >= want {
+                break;
+            }
+            let len: isize = redis::cmd("LLEN").arg(&key).query_async(&mut conn).await?;
+            if skip >= len {
+                skip -= len;
+                continue;
+            }
+            let page: Vec<String> = redis::cmd("LRANGE")
+                .arg(&key)
+                .arg(skip)
+                .arg(skip + (want - ids.len()) as isize - 1)
+                .query_async(&mut conn)
+                .await?;
+            ids.extend(page);
+            skip = 0;
+        }
         Ok(ids)
     }
 

@@ -122,4 +122,6 @@ pub struct Store {
     scripts: Arc<Scripts>,
     settings: Settings,
     channel: Arc<String>,
+    /// The claim's weight arguments ([`crate::tenant::weight_args`]).
+    tenant_weights: Arc<Vec<String>>,
 }

@@ -13,6 +13,7 @@ mod crash;
 mod delivery;
 mod docs;
 mod engine;
+mod fairness;
 mod fleet;
 mod footprint;
 mod guards;

@@ -65,13 +65,14 @@ impl Store {
         let now = self.redis_time_ms().await?;
         for p in 0..self.keys.partitions() {
             #[allow(clippy::type_complexity)]
-            let (due, ready, inflight, dead, counters, head, parked_hosts): (
+            let (due, mut ready, inflight, dead, counters, head, parked_hosts, tenants): (
                 u64,
                 u64,
                 u64,
                 u64,
                 HashMap<String, u64>,
                 Option<String>,
+                Vec<String>,
                 Vec<String>,
             ) = redis::pipe()
                 .zcard(self.keys.due(p))
@@ -81,8 +82,22 @@ impl Store {
                 .hgetall(self.keys.stats(p))
                 .lindex(self.keys.ready(p), 0)
                 .smembers(self.keys.parked_hosts(p))
+                .smembers(self.keys.tenants(p))
                 .query_async(&mut conn)
                 .await?;
+            // Other tenants' ready lists (see `lua/prelude.lua`): counted,
+            // and their heads are candidates for the oldest ready job.
+            let mut heads: Vec<String> = head.into_iter().collect();
+            for tenant in &tenants {
+                let key = self.keys.tenant_ready(p, tenant);
+                let (len, head): (u64, Option<String>) = redis::pipe()
+                    .llen(&key)
+                    .lindex(&key, 0)
+                    .query_async(&mut conn)
+                    .await?;
+                ready += len;
+                heads.extend(head);
+            }
             let mut held_here = 0;
             for host in parked_hosts {
                 let held: u64 = redis::cmd("ZCARD")
@@ -114,7 +129,7 @@ impl Store {
             stats.dead_lettered += counter("dead_lettered");
             stats.cancelled += counter("cancelled");
             stats.expired_leases += counter("expired_leases");
-            if let Some(id) = head {
+            for id in heads {
                 if let Some(header) = self.record_header(p, &id).await? {
                     stats.oldest_ready_lag_ms = stats.oldest_ready_lag_ms.max(now - header.due);
                 }

@@ -1,0 +1,242 @@
+//! The fair share between tenants (SPEC §15): each tenant's due jobs wait
+//! in a ready list of its own, and a claim shares its batch between the
+//! tenants with ready jobs by weight, so one tenant's backlog never queues
+//! another's due jobs behind it.
+
+use std::time::Duration;
+
+use hookq::config::Config;
+use hookq::job::{JobInput, RunAt};
+use hookq::store::Store;
+use hookq::tenant::{internal_id, TenantEntry};
+
+use crate::support::receiver::Receiver;
+use crate::support::redis::RedisServer;
+use crate::{start_daemon, test_config};
+
+/// Creates, through `store`, `n` jobs of `tenant` to `url`, due at
+/// `due_ms` (ids `<prefix>-<i>`), as the API would for that tenant.
+async fn enqueue_for(
+    store: &Store,
+    config: &Config,
+    tenant: &str,
+    prefix: &str,
+    n: usize,
+    url: &str,
+    due_ms: i64,
+) {
+    let jobs: Vec<_> = (0..n)
+        .map(|i| {
+            let input = JobInput {
+                id: Some(format!("{prefix}-{i:05}")),
+                url: Some(url.to_string()),
+                run_at: Some(RunAt::Millis(due_ms)),
+                ..JobInput::default()
+            };
+            let mut job = input.validate(config).expect("valid job").new_job(config);
+            job.id = internal_id(tenant, &job.id);
+            job
+        })
+        .collect();
+    for chunk in jobs.chunks(500) {
+        for outcome in store.enqueue_many(chunk).await.expect("enqueue") {
+            outcome.expect("created");
+        }
+    }
+}
+
+fn weighted(name: &str, weight: u32) -> TenantEntry {
+    TenantEntry {
+        name: name.into(),
+        weight: Some(weight),
+        max_live_jobs: None,
+        create_rate: None,
+    }
+}
+
+/// How many of `ids` belong to `tenant`.
+fn count_of(ids: &[String], tenant: &str) -> usize {
+    ids.iter()
+        .filter(|id| hookq::tenant::tenant_of(id) == tenant)
+        .count()
+}
+
+#[tokio::test]
+async fn a_claim_shares_its_batch_between_tenants_by_weight() {
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    config.redis.partitions = 1;
+    config.tenants = vec![weighted("billing", 2)];
+    config.validate().expect("valid");
+    let store = Store::connect(&config).await.expect("store");
+    store.load_scripts().await.expect("scripts");
+    let url = "http://127.0.0.1:9/none";
+    let due = 0; // long past: ready at once
+    enqueue_for(&store, &config, "default", "d", 20, url, due).await;
+    enqueue_for(&store, &config, "billing", "b", 20, url, due).await;
+    enqueue_for(&store, &config, "marketing", "m", 3, url, due).await;
+
+    // 8 shared 2:2:1 between billing (weight 2), default and marketing.
+    let ids = |c: &hookq::store::ClaimBatch| -> Vec<String> {
+        c.jobs.iter().map(|j| j.id.clone()).collect()
+    };
+    let first = ids(&store.claim(0, 8).await.expect("claim"));
+    assert_eq!(first.len(), 8, "{first:?}");
+    let (b, d, m) = (
+        count_of(&first, "billing"),
+        count_of(&first, "default"),
+        count_of(&first, "marketing"),
+    );
+    assert_eq!(b, 4, "billing's share of 8 at weight 2 of 4: {first:?}");
+    assert!(
+        (1..=3).contains(&d) && (1..=3).contains(&m) && d + m == 4,
+        "{first:?}"
+    );
+    // Inside a tenant, jobs keep their order.
+    let billing: Vec<&String> = first
+        .iter()
+        .filter(|id| id.starts_with("billing/"))
+        .collect();
+    assert_eq!(
+        billing,
+        [
+            "billing/b-00000",
+            "billing/b-00001",
+            "billing/b-00002",
+            "billing/b-00003"
+        ]
+    );
+
+    // Marketing runs dry: what it cannot take goes to the others, and it
+    // leaves the set of tenants with ready jobs.
+    let second = ids(&store.claim(0, 20).await.expect("claim"));
+    assert_eq!(second.len(), 20);
+    assert_eq!(
+        count_of(&first, "marketing") + count_of(&second, "marketing"),
+        3
+    );
+    let rest = ids(&store.claim(0, 100).await.expect("claim"));
+    assert_eq!(
+        first.len() + second.len() + rest.len(),
+        43,
+        "every job claimed once"
+    );
+    let tenants: Vec<String> = redis::cmd("SMEMBERS")
+        .arg(store.keys().tenants(0))
+        .query_async(&mut redis.conn().await)
+        .await
+        .expect("smembers");
+    assert!(tenants.is_empty(), "dry tenants leave the set: {tenants:?}");
+}
+
+#[tokio::test]
+async fn a_tenants_backlog_does_not_hold_another_tenants_due_jobs() {
+    let redis = RedisServer::start();
+    let bulk = Receiver::slow(204, Duration::from_millis(20)).await;
+    let payments = Receiver::ok().await;
+    let mut config = test_config(&redis);
+    config.delivery.workers = 4;
+    let store = Store::connect(&config).await.expect("store");
+    store.load_scripts().await.expect("scripts");
+    // 400 bulk jobs due now take 400 × 20 ms / 4 workers = 2 s to drain.
+    enqueue_for(
+        &store,
+        &config,
+        "marketing",
+        "bulk",
+        400,
+        &bulk.url("/bulk"),
+        0,
+    )
+    .await;
+    let _daemon = start_daemon(&config).await;
+    bulk.wait_for_count(20, Duration::from_secs(20)).await;
+    // Then the payments tenant's jobs fall due, behind the bulk's backlog.
+    enqueue_for(
+        &store,
+        &config,
+        "billing",
+        "pay",
+        5,
+        &payments.url("/pay"),
+        0,
+    )
+    .await;
+    payments.wait_for_count(5, Duration::from_secs(20)).await;
+    let bulk_done = bulk.count();
+    // One list (FIFO) would deliver the payments after the whole bulk.
+    assert!(
+        bulk_done < 200,
+        "the payments waited for {bulk_done} of the 400 bulk jobs"
+    );
+    bulk.wait_for_count(400, Duration::from_secs(30)).await;
+}
+
+#[tokio::test]
+async fn weights_share_delivery_between_saturated_tenants() {
+    let redis = RedisServer::start();
+    let heavy = Receiver::slow(204, Duration::from_millis(10)).await;
+    let light = Receiver::slow(204, Duration::from_millis(10)).await;
+    let mut config = test_config(&redis);
+    config.delivery.workers = 4;
+    config.tenants = vec![weighted("heavy", 3)];
+    config.validate().expect("valid");
+    let store = Store::connect(&config).await.expect("store");
+    store.load_scripts().await.expect("scripts");
+    enqueue_for(&store, &config, "heavy", "h", 600, &heavy.url("/h"), 0).await;
+    enqueue_for(&store, &config, "light", "l", 600, &light.url("/l"), 0).await;
+    let _daemon = start_daemon(&config).await;
+    // While both have a backlog, deliveries follow the weights 3:1.
+    crate::support::wait_until("400 deliveries", Duration::from_secs(60), || async {
+        heavy.count() + light.count() >= 400
+    })
+    .await;
+    let (h, l) = (heavy.count() as f64, light.count() as f64);
+    let share = h / (h + l);
+    assert!(
+        (0.65..=0.85).contains(&share),
+        "heavy (weight 3) got {h} of {} deliveries: {share:.2}, not about 0.75",
+        h + l
+    );
+}
+
+#[tokio::test]
+async fn the_fair_share_holds_with_two_daemons() {
+    let redis = RedisServer::start();
+    let bulk = Receiver::slow(204, Duration::from_millis(20)).await;
+    let payments = Receiver::ok().await;
+    let mut config = test_config(&redis);
+    config.delivery.workers = 2;
+    let store = Store::connect(&config).await.expect("store");
+    store.load_scripts().await.expect("scripts");
+    enqueue_for(
+        &store,
+        &config,
+        "marketing",
+        "bulk",
+        400,
+        &bulk.url("/bulk"),
+        0,
+    )
+    .await;
+    let _one = start_daemon(&config).await;
+    let _two = start_daemon(&config).await;
+    bulk.wait_for_count(20, Duration::from_secs(20)).await;
+    enqueue_for(
+        &store,
+        &config,
+        "billing",
+        "pay",
+        8,
+        &payments.url("/pay"),
+        0,
+    )
+    .await;
+    payments.wait_for_count(8, Duration::from_secs(20)).await;
+    let bulk_done = bulk.count();
+    assert!(
+        bulk_done < 200,
+        "with two daemons the payments waited for {bulk_done} of the 400 bulk jobs"
+    );
+    bulk.wait_for_count(400, Duration::from_secs(30)).await;
+}
