@@ -88,12 +88,7 @@ pub async fn bench(opts: &Options) -> Res<Vec<Scenario>> {
     ingest_scenarios(&rig, &mut out).await?;
     delivery_scenarios(&rig, &mut out).await?;
     one_host_scenarios(&rig, &mut out).await?;
-    let (n, window) = (rig.size(200_000, 2_000), rig.size(10, 1) as u64);
-    let (redis, nginx, sink) = (rig.redis, rig.nginx, rig.sink);
-    rig.run(&mut out, "tenants_fair", opts.runs, move || {
-        tenants_fair(redis, nginx, sink, n, Duration::from_secs(window))
-    })
-    .await?;
+    tenant_scenarios(&rig, &mut out).await?;
     fleet_scenarios(&rig, &mut out).await?;
     lateness_scenarios(&rig, &mut out).await?;
     memory_scenarios(&rig, &mut out).await?;
@@ -221,6 +216,16 @@ async fn one_host_scenarios(rig: &Rig<'_>, out: &mut Vec<Scenario>) -> Res<()> {
     let hanging = rig.size(10_000, 200);
     rig.run(out, "many_hosts_one_hanging", runs, move || {
         many_hosts(redis, nginx, n, hanging)
+    })
+    .await
+}
+
+/// SPEC §15's fair share between tenants.
+async fn tenant_scenarios(rig: &Rig<'_>, out: &mut Vec<Scenario>) -> Res<()> {
+    let (redis, nginx, sink, runs) = (rig.redis, rig.nginx, rig.sink, rig.opts.runs);
+    let (n, window) = (rig.size(200_000, 2_000), rig.size(10, 1) as u64);
+    rig.run(out, "tenants_fair", runs, move || {
+        tenants_fair(redis, nginx, sink, n, Duration::from_secs(window))
     })
     .await
 }
