@@ -240,3 +240,46 @@ async fn the_fair_share_holds_with_two_daemons() {
     );
     bulk.wait_for_count(400, Duration::from_secs(30)).await;
 }
+
+#[tokio::test]
+async fn the_fair_share_holds_on_a_cluster() {
+    let cluster = crate::support::cluster::RedisCluster::start();
+    let bulk = Receiver::slow(204, Duration::from_millis(20)).await;
+    let payments = Receiver::ok().await;
+    let mut config = test_config(&cluster.nodes[0]);
+    config.redis.partitions = 16;
+    config.redis.cluster_nodes = cluster.seeds();
+    config.delivery.workers = 4;
+    config.validate().expect("valid cluster config");
+    let store = Store::connect(&config).await.expect("store");
+    store.load_scripts().await.expect("scripts");
+    enqueue_for(
+        &store,
+        &config,
+        "marketing",
+        "bulk",
+        400,
+        &bulk.url("/bulk"),
+        0,
+    )
+    .await;
+    let _daemon = start_daemon(&config).await;
+    bulk.wait_for_count(20, Duration::from_secs(20)).await;
+    enqueue_for(
+        &store,
+        &config,
+        "billing",
+        "pay",
+        8,
+        &payments.url("/pay"),
+        0,
+    )
+    .await;
+    payments.wait_for_count(8, Duration::from_secs(20)).await;
+    let bulk_done = bulk.count();
+    assert!(
+        bulk_done < 200,
+        "on a cluster the payments waited for {bulk_done} of the 400 bulk jobs"
+    );
+    bulk.wait_for_count(400, Duration::from_secs(30)).await;
+}
