@@ -283,3 +283,76 @@ async fn the_fair_share_holds_on_a_cluster() {
     );
     bulk.wait_for_count(400, Duration::from_secs(30)).await;
 }
+
+/// Old data: `tests/fixtures/pre-tenants.rdb` was written by the last
+/// commit before tenants (`tests/fixtures/make-pre-tenants.sh`): jobs ready,
+/// scheduled, in the timing wheel and in an ordering key's line, and a dead
+/// letter. The new binary reads them as the `default` tenant's, with no
+/// step of the operator's, delivers them (the line in order) and replays
+/// the dead letter.
+#[tokio::test]
+async fn data_written_before_tenants_is_the_default_tenants() {
+    let fixture = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/pre-tenants.rdb"
+        ),
+        fixture.path().join("pre-tenants.rdb"),
+    )
+    .expect("copy the fixture");
+    let dir = fixture.path().to_str().expect("utf-8 path");
+    let redis = RedisServer::start_with(&["--dir", dir, "--dbfilename", "pre-tenants.rdb"]);
+    // The fixture's jobs target this address (see its script).
+    let receiver = Receiver::start_on(
+        "127.77.0.1:18080",
+        std::sync::Arc::new(|_: &crate::support::receiver::Recorded| {
+            crate::support::receiver::Reply::status(204)
+        }),
+    )
+    .await;
+    let mut config = test_config(&redis);
+    config.redis.partitions = 16; // the fixture's (the default)
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    let got = receiver.wait_for_count(9, Duration::from_secs(30)).await;
+    let mut ids: Vec<&str> = got.iter().filter_map(|r| r.header("webhook-id")).collect();
+    let ordered: Vec<&str> = ids
+        .iter()
+        .copied()
+        .filter(|id| id.starts_with("old-ord-"))
+        .collect();
+    assert_eq!(
+        ordered,
+        ["old-ord-1", "old-ord-2"],
+        "the line keeps its order"
+    );
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        [
+            "old-ord-1",
+            "old-ord-2",
+            "old-ready-1",
+            "old-ready-2",
+            "old-ready-3",
+            "old-sched-1",
+            "old-sched-2",
+            "old-sched-3",
+            "old-wheel-1"
+        ]
+    );
+    let view = crate::job_view(&base, "old-ready-1").await;
+    assert_eq!(view["id"], "old-ready-1");
+    // The dead letter is listed and replays (to its closed port: dead again).
+    let (status, page) = crate::get_json(&format!("{base}/v1/dead-letters")).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.to_string().contains("old-dead-1"), "{page}");
+    let (status, answer) = crate::post_json(
+        &format!("{base}/v1/dead-letters/replay"),
+        serde_json::json!({"ids": ["old-dead-1"]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["replayed"], serde_json::json!(["old-dead-1"]), "{answer}");
+}

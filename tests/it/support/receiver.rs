@@ -156,6 +156,12 @@ async fn record(
 impl Receiver {
     /// Starts a receiver on `127.0.0.1:0` answering with `responder`.
     pub async fn start(responder: Responder) -> Receiver {
+        Receiver::start_on("127.0.0.1:0", responder).await
+    }
+
+    /// Starts a receiver on loopback address `addr` answering with
+    /// `responder` (a fixed one for data that names it, e.g. a fixture).
+    pub async fn start_on(addr: &str, responder: Responder) -> Receiver {
         let shared = Arc::new(Shared {
             requests: Mutex::new(Vec::new()),
             arrived: Notify::new(),
@@ -164,9 +170,9 @@ impl Receiver {
         let app = axum::Router::new()
             .fallback(record)
             .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        let listener = tokio::net::TcpListener::bind(addr)
             .await
-            .expect("bind the test receiver to 127.0.0.1:0");
+            .unwrap_or_else(|e| panic!("bind the test receiver to {addr}: {e}"));
         let addr = listener.local_addr().expect("test receiver's local addr");
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
