@@ -354,5 +354,72 @@ async fn data_written_before_tenants_is_the_default_tenants() {
     )
     .await;
     assert_eq!(status, 200, "{answer}");
-    assert_eq!(answer["replayed"], serde_json::json!(["old-dead-1"]), "{answer}");
+    assert_eq!(
+        answer["replayed"],
+        serde_json::json!(["old-dead-1"]),
+        "{answer}"
+    );
+}
+
+/// A tenant's jobs for a host that hangs hold neither that tenant's other
+/// hosts nor another tenant: the host lanes keep working under the fair
+/// share.
+#[tokio::test]
+async fn a_hanging_host_holds_neither_its_tenants_other_hosts_nor_other_tenants() {
+    let redis = RedisServer::start();
+    let hanging = crate::support::hanging::HangingHost::start().await;
+    let own_other = Receiver::ok().await;
+    let other_tenant = Receiver::ok().await;
+    let mut config = test_config(&redis);
+    config.delivery.workers = 8;
+    config.delivery.per_host_concurrency = 2;
+    config.delivery.timeout = Duration::from_secs(30);
+    config.delivery.max_timeout = Duration::from_secs(30);
+    config.validate().expect("valid");
+    let store = Store::connect(&config).await.expect("store");
+    store.load_scripts().await.expect("scripts");
+    enqueue_for(
+        &store,
+        &config,
+        "orders",
+        "hang",
+        200,
+        &hanging.url("/hang"),
+        0,
+    )
+    .await;
+    let _daemon = start_daemon(&config).await;
+    // The hanging host's attempts take its two slots and its jobs fill the
+    // lane; then the same tenant's other host and another tenant fall due.
+    crate::support::wait_until(
+        "the hanging host holds its slots",
+        Duration::from_secs(10),
+        || async { hanging.accepted() >= 2 },
+    )
+    .await;
+    enqueue_for(
+        &store,
+        &config,
+        "orders",
+        "own",
+        20,
+        &own_other.url("/own"),
+        0,
+    )
+    .await;
+    enqueue_for(
+        &store,
+        &config,
+        "billing",
+        "pay",
+        20,
+        &other_tenant.url("/pay"),
+        0,
+    )
+    .await;
+    // Well inside the hanging attempts' 30 s timeout.
+    own_other.wait_for_count(20, Duration::from_secs(10)).await;
+    other_tenant
+        .wait_for_count(20, Duration::from_secs(10))
+        .await;
 }
