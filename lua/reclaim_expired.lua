@@ -40,7 +40,7 @@ for i, id in ipairs(ids) do
     return try_again()
   end
   records[i] = r or false
-  local order = r and r.state == 'i' and r.att >= r.max and spec_order(r.spec)
+  local order = r and r.state == 'i' and r.att >= r.max and spec_order(r.spec, id)
   if order then
     lines[i] = order_plan(prefix, order)
     if not lines[i] then return try_again() end

@@ -30,6 +30,7 @@ mod run_script;
 mod schedules;
 mod security;
 mod telemetry;
+mod tenants;
 
 use std::time::Duration;
 
