@@ -70,7 +70,7 @@ if not keep then
   plan = summaries_plan(prefix, {ARGV[1]}, now, tonumber(ARGV[2]), #summary)
   if not plan then return try_again() end
 end
-local order = spec_order(r.spec)
+local order = spec_order(r.spec, ARGV[1])
 local line = nil
 if order then
   line = order_plan(prefix, order)

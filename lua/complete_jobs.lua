@@ -28,6 +28,7 @@
     ARGV[8] its fencing token (the attempt number the lease was granted for)
     ARGV[9] keep: its attempt record JSON; summary: its summary's tail
     ARGV[10] its ordering list `<topic>:<ordering key>`, or "" for none
+            (the script takes its tenant's line, see order_line)
   Output:
     {r1, r2, ...} one per job, in order: DONE recorded, UNCHANGED stale (the
     lease was taken over or the job was cancelled; nothing changed for that
@@ -65,7 +66,7 @@ for i = 7, #ARGV, 4 do
       fields = fields + #pieces[i]
     end
     if ARGV[i + 3] ~= '' then
-      lines[i] = order_plan(prefix, ARGV[i + 3])
+      lines[i] = order_plan(prefix, order_line(ARGV[i], ARGV[i + 3]))
       if not lines[i] then return try_again() end
     end
   end

@@ -28,6 +28,7 @@
     ARGV[10] its given due time, as the record header keeps it (see the
             prelude; the spec JSON leaves run_at and delay out)
     ARGV[11] its ordering list `<topic>:<ordering key>`, or "" for none
+            (the script takes its tenant's line, see order_line)
     ARGV[12] "c" to compare only: an absent id is NOT_FOUND, not created
             (the job belongs in another partition); "" to create
     ARGV[13] for an id of a schedule's fire id shape `<schedule id>:<13
@@ -67,6 +68,7 @@ local tails = {}       -- ordering list -> its last id, as this call leaves it
 local ordered = false
 for i = 4, #ARGV, 10 do
   local id, spec, order = ARGV[i], ARGV[i + 1], ARGV[i + 7]
+  if order ~= '' then order = order_line(id, order) end
   local existing = nil
   local earlier = seen[id]
   if ARGV[i + 9] ~= '' and rcall('HEXISTS', ARGV[i + 9], 'spec') == 1 then
@@ -163,6 +165,7 @@ local lines, line_order, held = {}, {}, 0 -- ordering list -> ids joining it
 for _, c in ipairs(created) do
   local i, state, due = c[1], c[2], c[3]
   local id, order = ARGV[i], ARGV[i + 7]
+  if order ~= '' then order = order_line(id, order) end
   local r = {state = state, ut = now, att = 0, max = tonumber(ARGV[i + 4]), due = due,
     seq = 0, ct = now, lease = tonumber(ARGV[i + 5]) or 0, given = tonumber(ARGV[i + 6])}
   if order ~= '' then

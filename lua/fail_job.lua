@@ -47,7 +47,7 @@ if delay >= 0 and IN_CLUSTER and wheel_slot(now + delay, now) and slot_moving(KE
 end
 -- A dead job with an ordering key leaves its ordering list (read from its
 -- spec: dead letters are rare).
-local order = delay < 0 and spec_order(r.spec)
+local order = delay < 0 and spec_order(r.spec, ARGV[1])
 local line = nil
 if order then
   line = order_plan(prefix, order)

@@ -84,7 +84,7 @@ for _, plan in ipairs(plans) do
         if not rec_exists(at) then
           local r = {state = 'r', ut = now, att = 0, max = m.max, due = t, seq = 0,
             ct = now, lease = m.lease, given = t}
-          local line = m.order ~= '' and prefix .. 'order:' .. m.order
+          local line = m.order ~= '' and prefix .. 'order:' .. order_line(job, m.order)
           local behind = line and rcall('LLEN', line) > 0
           if line then rcall('RPUSH', line, job) end
           if behind then

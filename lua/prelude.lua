@@ -926,22 +926,38 @@ end
   Steps that know the job's ordering list from the daemon take it as an
   argument (`<topic>:<key>`, "" for none), so an unordered job costs them
   nothing; the others read it from the spec (spec_order).
+
+  Ordering keys are per tenant (SPEC §15): the list's LIST key names the
+  job's line, order_line(id, list): the list itself for a job of the
+  default tenant (a bare id), `<tenant>/<topic>:<key>` for a job whose
+  internal id is `<tenant>/<id>`. src/tenant.rs (order_line) has the
+  same rule.
 ]]
 
--- The ordering list `<topic>:<key>` of a spec JSON, or nil for none.
-local function spec_order(spec)
+-- The ordering line of job `id` (an internal id) for its ordering list
+-- `order` (`<topic>:<key>`): `order` in the default tenant, else
+-- `<tenant>/<order>`.
+local function order_line(id, order)
+  local slash = string.find(id, '/', 1, true)
+  if not slash then return order end
+  return string.sub(id, 1, slash) .. order
+end
+
+-- The ordering line (see order_line) of job `id` with spec JSON `spec`,
+-- or nil when it has no ordering key.
+local function spec_order(spec, id)
   -- A quick look first: most jobs have no ordering key.
   if not string.find(spec, '"ordering_key"', 1, true) then return nil end
   local ok, s = pcall(cjson.decode, spec)
   if ok and type(s) == 'table' and type(s.ordering_key) == 'string' then
     local topic = 'default'
     if type(s.topic) == 'string' then topic = s.topic end
-    return topic .. ':' .. s.ordering_key
+    return order_line(id, topic .. ':' .. s.ordering_key)
   end
   return nil
 end
 
--- The read pass of taking job `id` off ordering list `order` of the
+-- The read pass of taking job `id` off ordering line `order` of the
 -- partition with key prefix `prefix` (see order_leave): answers nil,
 -- having read only, when the partition's slot is moving (some of the keys
 -- order_leave touches may then be elsewhere: the caller answers

@@ -43,7 +43,7 @@ for i, id in ipairs(ids) do
   if r and r.state == 'i' and r.att < r.max and ready_push_blocked(KEYS[2], {id}) then
     return try_again()
   end
-  local order = r and r.state == 'i' and r.att >= r.max and spec_order(r.spec)
+  local order = r and r.state == 'i' and r.att >= r.max and spec_order(r.spec, id)
   if order then
     lines[i] = order_plan(prefix, order)
     if not lines[i] then return try_again() end

@@ -21,6 +21,7 @@
     ARGV[5] wake channel
     ARGV[6] partition number
     ARGV[7] its ordering list `<topic>:<ordering key>`, or "" for none
+            (the script takes its tenant's line, see order_line)
   Output:
     DONE        revived
     UNCHANGED   the job was live already; the stale entry was deleted
@@ -45,7 +46,7 @@ local dead = rec_get({k = KEYS[1]})
 if dead then created = dead.ct end
 local state = 'r'
 if ARGV[7] ~= '' then
-  local line = order_plan(prefix, ARGV[7])
+  local line = order_plan(prefix, order_line(ARGV[1], ARGV[7]))
   if not line then return try_again() end
   if line.head then state = 'o' end
 end
@@ -54,7 +55,7 @@ rec_create(at, {state = state, ut = now, att = 0, max = tonumber(ARGV[4]), due =
   seq = 0, ct = created, lease = 0, given = GIVEN_NEITHER}, ARGV[3])
 rcall('DEL', KEYS[1])
 rcall('PERSIST', KEYS[4])
-if ARGV[7] ~= '' then rcall('RPUSH', prefix .. 'order:' .. ARGV[7], ARGV[1]) end
+if ARGV[7] ~= '' then rcall('RPUSH', prefix .. 'order:' .. order_line(ARGV[1], ARGV[7]), ARGV[1]) end
 if state == 'o' then
   rcall('HINCRBY', prefix .. 'stats', 'held', 1)
 elseif ready_push(KEYS[2], {ARGV[1]}) then

@@ -71,16 +71,25 @@ pub enum Command {
     Show {
         /// Job id.
         id: String,
+        /// The tenant it belongs to (SPEC §15).
+        #[arg(long, default_value = crate::tenant::DEFAULT_TENANT)]
+        tenant: String,
     },
     /// Cancel a job.
     Cancel {
         /// Job id.
         id: String,
+        /// The tenant it belongs to (SPEC §15).
+        #[arg(long, default_value = crate::tenant::DEFAULT_TENANT)]
+        tenant: String,
     },
     /// List jobs (partition by partition, as `GET /v1/jobs` pages them),
     /// optionally of one state and one topic.
     #[command(alias = "list")]
     Jobs {
+        /// Only this tenant's jobs.
+        #[arg(long, default_value = crate::tenant::DEFAULT_TENANT)]
+        tenant: String,
         /// Only jobs in this state: scheduled, ready, inflight, delivered,
         /// dead or cancelled.
         #[arg(long)]
@@ -96,6 +105,9 @@ pub enum Command {
     Stats,
     /// List dead letters.
     DeadLetters {
+        /// Only this tenant's dead letters.
+        #[arg(long, default_value = crate::tenant::DEFAULT_TENANT)]
+        tenant: String,
         /// Only this topic.
         #[arg(long)]
         topic: Option<String>,
@@ -118,6 +130,9 @@ pub enum Command {
     /// Schedules (recurring jobs): `list` (the default), `show ID`,
     /// `pause ID`, `resume ID`, `delete ID`.
     Schedules {
+        /// The tenant of the schedules (SPEC §15).
+        #[arg(long, global = true, default_value = crate::tenant::DEFAULT_TENANT)]
+        tenant: String,
         /// What to do.
         #[command(subcommand)]
         action: Option<ScheduleAction>,
@@ -216,6 +231,9 @@ pub struct EnqueueArgs {
     /// Job id (a ULID is generated when absent).
     #[arg(long)]
     id: Option<String>,
+    /// The tenant it belongs to (SPEC §15).
+    #[arg(long, default_value = crate::tenant::DEFAULT_TENANT)]
+    tenant: String,
     /// Topic.
     #[arg(long)]
     topic: Option<String>,
@@ -234,6 +252,9 @@ pub struct ReplayArgs {
     /// Replay dead letters (the only kind of replay there is; required for clarity).
     #[arg(long, required = true)]
     dead_letters: bool,
+    /// The tenant of the dead letters (SPEC §15).
+    #[arg(long, default_value = crate::tenant::DEFAULT_TENANT)]
+    tenant: String,
     /// These jobs (repeatable).
     #[arg(long = "id")]
     ids: Vec<String>,
@@ -304,6 +325,12 @@ fn field_error(e: FieldError) -> CliError {
         .map(flag_for)
         .unwrap_or_else(|| "input".into());
     fail(2, format!("{flag}: {}", e.message))
+}
+
+/// Checks a `--tenant` flag: exits 2 naming `--tenant` when it is no
+/// tenant name.
+fn check_tenant(tenant: &str) -> Result<(), CliError> {
+    crate::tenant::validate_tenant(tenant, "tenant").map_err(field_error)
 }
 
 /// Loads the config for `cli`, applying `serve`'s flag overrides.
@@ -393,18 +420,23 @@ pub async fn run(cli: Cli, config: Config) -> Result<ExitCode, CliError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Enqueue(args) => enqueue(&config, args, json).await,
-        Command::Show { id } => show(&config, &id, json).await,
-        Command::Cancel { id } => cancel(&config, &id, json).await,
+        Command::Show { id, tenant } => show(&config, &tenant, &id, json).await,
+        Command::Cancel { id, tenant } => cancel(&config, &tenant, &id, json).await,
         Command::Jobs {
+            tenant,
             state,
             topic,
             limit,
-        } => list_jobs(&config, state.as_deref(), topic, limit, json).await,
+        } => list_jobs(&config, &tenant, state.as_deref(), topic, limit, json).await,
         Command::Stats => stats(&config, json).await,
-        Command::DeadLetters { topic, limit } => dead_letters(&config, topic, limit, json).await,
+        Command::DeadLetters {
+            tenant,
+            topic,
+            limit,
+        } => dead_letters(&config, &tenant, topic, limit, json).await,
         Command::Replay(args) => replay(&config, args, json).await,
         Command::Hosts { state, action } => hosts(&config, state, action, json).await,
-        Command::Schedules { action } => schedules(&config, action, json).await,
+        Command::Schedules { tenant, action } => schedules(&config, &tenant, action, json).await,
         Command::NewSecret => new_secret(json),
         Command::NewKey { name, scopes } => new_key(&name, &scopes, json),
         Command::SigningSecret { url } => signing_secret(&config, &url, json),

@@ -24,6 +24,9 @@ const PAGE: usize = 500;
 /// Which dead letters to replay.
 #[derive(Debug, Clone, Default)]
 pub struct Selection {
+    /// With `ids`, the tenant they belong to (None: `default`); with `all`,
+    /// only this tenant's dead letters (None: every tenant's).
+    pub tenant: Option<String>,
     /// These jobs' newest dead letters.
     pub ids: Vec<String>,
     /// Or every dead letter (`all`), narrowed by topic and time.
@@ -53,6 +56,9 @@ impl Selection {
         if let Some(topic) = &self.topic {
             validate_topic(topic)?;
         }
+        if let Some(tenant) = &self.tenant {
+            crate::tenant::validate_tenant(tenant, "tenant")?;
+        }
         match (self.ids.is_empty(), self.all) {
             (false, true) => Err(FieldError::new(
                 "conflicting_fields",
@@ -76,7 +82,10 @@ impl Selection {
     }
 }
 
-/// What a replay did (or, dry, would do).
+/// What a replay did (or, dry, would do). Its lists name jobs by their id
+/// within the replay's tenant; a replay of every tenant's dead letters
+/// names a job of another tenant than `default` `<tenant>/<id>` (as its
+/// `webhook-id` does).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ReplayReport {
     /// True when nothing was changed.
@@ -177,15 +186,23 @@ pub async fn replay(
         // The lookups go out a few dozen at a time (up to 10,000 ids, each
         // a couple of reads); the revivals follow in the order given.
         use futures_util::StreamExt;
+        let tenant = selection
+            .tenant
+            .as_deref()
+            .unwrap_or(crate::tenant::DEFAULT_TENANT);
         let mut found = futures_util::stream::iter(selection.ids.iter().cloned())
             .map(|id| async move {
-                let dead = store.find_dead(&id).await;
+                let dead = store
+                    .find_dead(&crate::tenant::internal_id(tenant, &id))
+                    .await;
                 (id, dead)
             })
             .buffered(LOOKUPS_AT_ONCE);
         while let Some((id, dead)) = found.next().await {
             match dead? {
-                Some(dead) => revive(store, config, &dead, change, dry_run, &mut report).await?,
+                Some(dead) => {
+                    revive(store, config, &dead, change, dry_run, true, &mut report).await?
+                }
                 None => report.not_found.push(id),
             }
             handled += 1;
@@ -196,10 +213,17 @@ pub async fn replay(
     let mut cursor = None;
     loop {
         let page = store
-            .list_dead(selection.topic.as_deref(), selection.since_ms, PAGE, cursor)
+            .list_dead(
+                selection.tenant.as_deref(),
+                selection.topic.as_deref(),
+                selection.since_ms,
+                PAGE,
+                cursor,
+            )
             .await?;
+        let within = selection.tenant.is_some();
         for dead in &page.items {
-            revive(store, config, dead, change, dry_run, &mut report).await?;
+            revive(store, config, dead, change, dry_run, within, &mut report).await?;
             handled += 1;
             progress(handled);
         }
@@ -223,30 +247,34 @@ pub async fn replay(
     }
 }
 
+/// Revives `dead` into `report`, naming it by its id within its tenant
+/// when the replay is `within` one tenant, else by its internal id.
 async fn revive(
     store: &Store,
     config: &Config,
     dead: &DeadLetter,
     change: &Revival,
     dry_run: bool,
+    within: bool,
     report: &mut ReplayReport,
 ) -> StoreResult<()> {
+    let name = if within { &dead.job_id } else { &dead.id }.clone();
     let Some(spec) = revived_spec(dead, change) else {
         tracing::warn!(job_id = %dead.id, entry = %dead.entry_id, "dead letter has no readable job; skipped");
-        report.not_found.push(dead.id.clone());
+        report.not_found.push(name);
         return Ok(());
     };
     if dry_run {
-        report.replayed.push(dead.id.clone());
+        report.replayed.push(name);
         return Ok(());
     }
     let outcome = store
         .replay(dead, &spec.to_json(), spec.max_attempts(config))
         .await?;
     match outcome {
-        ReplayOutcome::Revived => report.replayed.push(dead.id.clone()),
-        ReplayOutcome::AlreadyLive => report.already_live.push(dead.id.clone()),
-        ReplayOutcome::Gone => report.not_found.push(dead.id.clone()),
+        ReplayOutcome::Revived => report.replayed.push(name),
+        ReplayOutcome::AlreadyLive => report.already_live.push(name),
+        ReplayOutcome::Gone => report.not_found.push(name),
     }
     Ok(())
 }

@@ -38,7 +38,8 @@ pub(crate) fn validate_schedule_id(id: &str) -> Result<(), FieldError> {
 }
 
 /// The schedule id and fire time of a job a schedule fired: its id is
-/// `<schedule id>:<fire time ms>` (13 digits). Such a job lives in its
+/// `<schedule id>:<fire time ms>` (13 digits), both internal ids (a
+/// schedule of tenant `t` fires `t/<id>:<time>`). Such a job lives in its
 /// schedule's partition, where the firing creates it.
 pub fn fired_by(job_id: &str) -> Option<(&str, i64)> {
     let (schedule, at) = job_id.rsplit_once(':')?;
@@ -47,7 +48,11 @@ pub fn fired_by(job_id: &str) -> Option<(&str, i64)> {
     if at.len() != 13 || !at.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    if !crate::job::is_charset(schedule, SCHEDULE_ID_MAX, SCHEDULE_ID_EXTRA) {
+    // A schedule of another tenant than `default` is `<tenant>/<id>`.
+    let (tenant, bare) = crate::tenant::split_id(schedule);
+    if !crate::job::is_charset(bare, SCHEDULE_ID_MAX, SCHEDULE_ID_EXTRA)
+        || !crate::tenant::is_tenant_name(tenant)
+    {
         return None;
     }
     Some((schedule, at.parse().ok()?))
@@ -88,6 +93,8 @@ pub enum CatchUp {
 pub struct ScheduleInput {
     /// Client-chosen id; generated when absent.
     pub id: Option<String>,
+    /// Its tenant (default `default`; the API fills in a bound key's).
+    pub tenant: Option<String>,
     /// A cron expression (5 fields, or 6 with leading seconds; macros).
     pub cron: Option<String>,
     /// A fixed interval (humantime, at least 1 s).
@@ -187,9 +194,14 @@ impl ScheduleInput {
             }
             None => ulid::Ulid::new().to_string(),
         };
+        let tenant = self
+            .tenant
+            .as_deref()
+            .unwrap_or(crate::tenant::DEFAULT_TENANT);
+        crate::tenant::validate_tenant(tenant, "tenant")?;
         let spec = self.spec(config)?;
         Ok(ValidSchedule {
-            id,
+            id: crate::tenant::internal_id(tenant, &id),
             spec,
             paused: self.paused.unwrap_or(false),
         })
@@ -298,6 +310,13 @@ impl ScheduleInput {
                 format!("job: {}", crate::job::quote(&e.to_string())),
             )
         })?;
+        if input.tenant.is_some() {
+            return Err(in_job(FieldError::new(
+                "not_allowed",
+                "tenant",
+                "a schedule's job takes no tenant: its jobs are the schedule's tenant's",
+            )));
+        }
         for (given, field) in [
             (input.id.is_some(), "id"),
             (input.run_at.is_some(), "run_at"),
@@ -878,6 +897,13 @@ mod tests {
             fired_by(&job_id("a.b-c", 1767225600001)),
             Some(("a.b-c", 1767225600001))
         );
+        // A schedule of another tenant: its internal id, tenant and all.
+        assert_eq!(
+            fired_by(&job_id("billing/nightly", 1767225600000)),
+            Some(("billing/nightly", 1767225600000))
+        );
+        assert_eq!(fired_by("Bad Tenant/nightly:1767225600000"), None);
+        assert_eq!(fired_by("a/b/c:1767225600000"), None);
         assert_eq!(fired_by("order:12345"), None);
         assert_eq!(fired_by("order:abc"), None);
         assert_eq!(fired_by("no-colon"), None);

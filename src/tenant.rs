@@ -76,6 +76,23 @@ pub fn belongs_to(internal: &str, tenant: &str) -> bool {
     tenant_of(internal) == tenant
 }
 
+/// The ordering line of job (or schedule) `id`, an internal id, for its
+/// ordering list `order` (`<topic>:<ordering key>`): the list itself in the
+/// default tenant (so lines written before tenants stay theirs), else
+/// `<tenant>/<topic>:<ordering key>`: each tenant's keys are lines of their
+/// own. The scripts' `order_line` (lua/prelude.lua) is the same rule.
+pub fn order_line<'a>(id: &str, order: &'a str) -> std::borrow::Cow<'a, str> {
+    match id.split_once('/') {
+        Some((tenant, _)) => std::borrow::Cow::Owned(format!("{tenant}/{order}")),
+        None => std::borrow::Cow::Borrowed(order),
+    }
+}
+
+/// The external form of internal id `internal` (its id within its tenant).
+pub fn external_id(internal: &str) -> &str {
+    split_id(internal).1
+}
+
 /// A tenant's settings: its share of delivery and its quotas.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -217,6 +234,9 @@ mod tests {
         assert!(belongs_to("order-42", "default"));
         assert!(!belongs_to("billing/order-42", "default"));
         assert_eq!(tenant_of("billing/a:b"), "billing");
+        assert_eq!(external_id("billing/a:b"), "a:b");
+        assert_eq!(order_line("order-42", "t:k"), "t:k");
+        assert_eq!(order_line("billing/order-42", "t:k"), "billing/t:k");
     }
 
     #[test]

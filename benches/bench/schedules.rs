@@ -122,7 +122,7 @@ async fn firing_lateness(store: &Store, cfg: &Config, expected: usize) -> Res<Ve
     let mut cursor = None;
     loop {
         let page = store
-            .list_jobs(Some(hookq::job::State::Delivered), None, 1000, cursor)
+            .list_jobs(None, Some(hookq::job::State::Delivered), None, 1000, cursor)
             .await?;
         for job in &page.items {
             if let Some((_, at)) = hookq::schedule::fired_by(&job.id) {

@@ -26,6 +26,7 @@ struct Known {
     digest: [u8; 32],
     name: String,
     scopes: Vec<Scope>,
+    tenant: Option<String>,
 }
 
 /// Who sent a `/v1` request (a request extension set by the scope check;
@@ -36,6 +37,8 @@ pub(crate) struct Caller {
     pub name: String,
     /// What the key may do.
     pub scopes: Vec<Scope>,
+    /// The one tenant the key acts in (`[[api.keys]] tenant`), or None: any.
+    pub tenant: Option<String>,
 }
 
 impl Credentials {
@@ -46,12 +49,14 @@ impl Credentials {
             digest: sha2::Sha256::digest(t.as_bytes()).into(),
             name: "api.tokens".into(),
             scopes: Scope::ALL.to_vec(),
+            tenant: None,
         });
         let keys = api.keys.iter().filter_map(|k| {
             Some(Known {
                 digest: k.digest()?,
                 name: k.name.clone(),
                 scopes: k.scopes.clone(),
+                tenant: k.tenant.clone(),
             })
         });
         Credentials {
@@ -74,6 +79,7 @@ impl Credentials {
                 found = Some(Caller {
                     name: known.name.clone(),
                     scopes: known.scopes.clone(),
+                    tenant: known.tenant.clone(),
                 });
             }
         }
@@ -99,6 +105,12 @@ pub(crate) fn required_scope(method: &axum::http::Method, path: &str) -> Option<
     } else {
         Some(Scope::Write)
     }
+}
+
+/// Whether a request changes a host (pause, resume).
+fn changes_hosts(method: &axum::http::Method, path: &str) -> bool {
+    use axum::http::Method;
+    path.starts_with("/v1/hosts") && method != Method::GET && method != Method::HEAD
 }
 
 /// With tokens or keys configured, answers a `/v1/*` (or `/metrics`) request 401
@@ -127,6 +139,21 @@ pub(super) async fn require_scope(
         )
         .into_response();
     };
+    if caller.tenant.is_some() && changes_hosts(request.method(), request.uri().path()) {
+        // Hosts are shared by every tenant (SPEC §15).
+        return ApiError {
+            field: Some("tenant".into()),
+            ..ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!(
+                    "key `{}` acts in one tenant; pausing and resuming hosts, which every tenant shares, needs a key without a tenant",
+                    caller.name
+                ),
+            )
+        }
+        .into_response();
+    }
     if let Some(needed) = required_scope(request.method(), request.uri().path()) {
         if !caller.scopes.contains(&needed) {
             return ApiError::new(
@@ -145,16 +172,16 @@ pub(super) async fn require_scope(
     next.run(request).await
 }
 
-/// `GET /v1/whoami`: the calling key's name and scopes (every scope, and
-/// `open`, when the API asks for no token), so that a client such as the
-/// console offers only what the key may do.
+/// `GET /v1/whoami`: the calling key's name, scopes and tenant (every
+/// scope, no tenant, and `open`, when the API asks for no token), so that a
+/// client such as the console offers only what the key may do.
 pub(super) async fn whoami(caller: Option<axum::Extension<Caller>>) -> Json<serde_json::Value> {
     let scopes = |list: &[Scope]| list.iter().map(|s| s.as_str()).collect::<Vec<_>>();
     Json(match caller {
         Some(axum::Extension(caller)) => {
-            json!({"key": caller.name, "scopes": scopes(&caller.scopes), "open": false})
+            json!({"key": caller.name, "scopes": scopes(&caller.scopes), "tenant": caller.tenant, "open": false})
         }
-        None => json!({"key": null, "scopes": scopes(&Scope::ALL), "open": true}),
+        None => json!({"key": null, "scopes": scopes(&Scope::ALL), "tenant": null, "open": true}),
     })
 }
 

@@ -10,17 +10,25 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 
+use super::tenancy::{self, param, CallerExt};
 use super::{parse_json, parse_limit, parse_query, ApiError, AppState};
 use crate::deadletter::{self, parse_since, Revival, Selection};
 use crate::job::{validate_id, validate_topic};
 use crate::store::listing::{Cursor, CursorKind};
+use crate::tenant::{external_id, internal_id};
 
-/// `GET /v1/dead-letters?topic=&limit=&cursor=`.
+/// `GET /v1/dead-letters?tenant=&topic=&since=&limit=&cursor=`: without
+/// `tenant`, every tenant's (a bound key's own alone).
 pub(super) async fn list(
     State(state): State<AppState>,
+    caller: CallerExt,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
-    let pairs = parse_query(query.as_deref(), &["topic", "since", "limit", "cursor"])?;
+    let pairs = parse_query(
+        query.as_deref(),
+        &["tenant", "topic", "since", "limit", "cursor"],
+    )?;
+    let tenant = tenancy::filter(&caller, param(&pairs, "tenant"), "tenant")?;
     let get = |name: &str| {
         pairs
             .iter()
@@ -43,7 +51,10 @@ pub(super) async fn list(
             )
         })
         .transpose()?;
-    let page = state.store.list_dead(topic, since, limit, cursor).await?;
+    let page = state
+        .store
+        .list_dead(tenant.as_deref(), topic, since, limit, cursor)
+        .await?;
     Ok(
         Json(serde_json::json!({"dead_letters": page.items, "next_cursor": page.next_cursor}))
             .into_response(),
@@ -53,6 +64,7 @@ pub(super) async fn list(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ReplayInput {
+    tenant: Option<String>,
     #[serde(default)]
     ids: Vec<String>,
     #[serde(default)]
@@ -65,13 +77,22 @@ struct ReplayInput {
     dry_run: bool,
 }
 
-/// `POST /v1/dead-letters/replay`.
+/// `POST /v1/dead-letters/replay`: `ids` of one tenant (`tenant`, a bound
+/// key's, or `default`), or `all` of one tenant's (with `tenant` or a bound
+/// key) or of every tenant's.
 pub(super) async fn replay(
     State(state): State<AppState>,
+    caller: CallerExt,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let input: ReplayInput = parse_json(&body?)?;
+    let tenant = if input.ids.is_empty() {
+        tenancy::filter(&caller, input.tenant.as_deref(), "tenant")?
+    } else {
+        Some(tenancy::acting(&caller, input.tenant.as_deref(), "tenant")?)
+    };
     let selection = Selection {
+        tenant,
         ids: input.ids,
         all: input.all,
         topic: input.topic,
@@ -99,29 +120,45 @@ pub(super) async fn replay(
 /// body (listings leave bodies out).
 pub(super) async fn show(
     State(state): State<AppState>,
+    caller: CallerExt,
     Path(id): Path<String>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
-    validate_id(&id)?;
+    let id = dead_of(&caller, query.as_deref(), &id)?;
     match state.store.find_dead(&id).await? {
         Some(dead) => Ok(Json(dead).into_response()),
         None => Err(no_dead_letter(&id)),
     }
 }
 
+/// The internal id of job `id` of the tenant the request acts in
+/// (`?tenant=`, a bound key's, or `default`; see [`tenancy::acting`]).
+fn dead_of(caller: &CallerExt, query: Option<&str>, id: &str) -> Result<String, ApiError> {
+    let pairs = parse_query(query, &["tenant"])?;
+    let tenant = tenancy::acting(caller, param(&pairs, "tenant"), "tenant")?;
+    validate_id(id)?;
+    Ok(internal_id(&tenant, id))
+}
+
 fn no_dead_letter(id: &str) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         "not_found",
-        format!("no dead letter for job `{}`", crate::job::quote(id)),
+        format!(
+            "no dead letter for job `{}`",
+            crate::job::quote(external_id(id))
+        ),
     )
 }
 
 /// `DELETE /v1/dead-letters/{id}`: drop job `id`'s dead letter.
 pub(super) async fn drop(
     State(state): State<AppState>,
+    caller: CallerExt,
     Path(id): Path<String>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
-    validate_id(&id)?;
+    let id = dead_of(&caller, query.as_deref(), &id)?;
     if state.store.drop_dead(&id).await? {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {

@@ -11,6 +11,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use super::tenancy::{self, param, CallerExt};
 use super::{parse_json, parse_limit, parse_query, ApiError, AppState};
 use crate::job::{
     quote, validate_id, FieldError, JobInput, JobView, RunAt, State as JobState, TraceContext,
@@ -18,6 +19,7 @@ use crate::job::{
 };
 use crate::store::listing::{Cursor, CursorKind};
 use crate::store::{CancelOutcome, EnqueueOutcome, JobRecord, Reschedule, RescheduleOutcome};
+use crate::tenant::{external_id, internal_id};
 
 /// Most jobs in one batch.
 pub(crate) const MAX_BATCH: usize = 1000;
@@ -33,7 +35,7 @@ fn conflict(id: &str) -> ApiError {
         code: "conflict",
         message: format!(
             "a job with id `{}` exists with different content",
-            quote(id)
+            quote(external_id(id))
         ),
         field: Some("id".into()),
     }
@@ -47,7 +49,7 @@ fn reserved(id: &str) -> ApiError {
         code: "reserved_id",
         message: format!(
             "job id `{}` is a fire id of an existing schedule; only its firing creates that job",
-            quote(id)
+            quote(external_id(id))
         ),
         field: Some("id".into()),
     }
@@ -57,7 +59,7 @@ fn not_found(id: &str) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         "not_found",
-        format!("no job with id `{}`", quote(id)),
+        format!("no job with id `{}`", quote(external_id(id))),
     )
 }
 
@@ -111,12 +113,21 @@ async fn outcome_view(
 
 pub(super) async fn create_job(
     State(state): State<AppState>,
+    caller: CallerExt,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let input: JobInput = parse_json(&body?)?;
+    let input = with_tenant(&caller, parse_json(&body?)?)?;
     let (status, view) = create_one(&state, input, trace_of(&headers)).await?;
     Ok((status, Json(view)).into_response())
+}
+
+/// `input` with the tenant it is created in filled in: its `tenant`, else
+/// the key's, else `default` (403 `forbidden` naming `tenant` when a bound
+/// key names another; see [`tenancy::acting`]).
+fn with_tenant(caller: &CallerExt, mut input: JobInput) -> Result<JobInput, ApiError> {
+    input.tenant = Some(tenancy::acting(caller, input.tenant.as_deref(), "tenant")?);
+    Ok(input)
 }
 
 #[derive(Deserialize)]
@@ -151,6 +162,7 @@ impl BatchResult {
 /// pipelined round trip for all valid items), results in request order.
 pub(super) async fn create_batch(
     State(state): State<AppState>,
+    caller: CallerExt,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -168,6 +180,7 @@ pub(super) async fn create_batch(
     let mut valid: Vec<(usize, ValidJob)> = Vec::new();
     for (i, raw) in batch.jobs.iter().enumerate() {
         let parsed = parse_json::<JobInput>(raw.get().as_bytes())
+            .and_then(|input| with_tenant(&caller, input))
             .and_then(|input| input.validate(&state.config).map_err(ApiError::from));
         match parsed {
             Ok(mut job) => {
@@ -190,7 +203,7 @@ pub(super) async fn create_batch(
         .collect();
     let outcomes = state.store.enqueue_many(&new_jobs).await?;
     for ((i, job), outcome) in valid.into_iter().zip(outcomes) {
-        let id = Some(job.id.clone());
+        let id = Some(external_id(&job.id).to_string());
         let result = match outcome {
             Ok(outcome) => match outcome_view(&state, job, outcome).await {
                 Ok((status, view)) => BatchResult {
@@ -209,11 +222,22 @@ pub(super) async fn create_batch(
     Ok(Json(serde_json::json!({ "results": results })).into_response())
 }
 
+/// The internal id of job `id` of the tenant the request acts in
+/// (`?tenant=`, a bound key's, or `default`; see [`tenancy::acting`]).
+fn job_of(caller: &CallerExt, query: Option<&str>, id: &str) -> Result<String, ApiError> {
+    let pairs = parse_query(query, &["tenant"])?;
+    let tenant = tenancy::acting(caller, param(&pairs, "tenant"), "tenant")?;
+    validate_id(id)?;
+    Ok(internal_id(&tenant, id))
+}
+
 pub(super) async fn get_job(
     State(state): State<AppState>,
+    caller: CallerExt,
     Path(id): Path<String>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
-    validate_id(&id)?;
+    let id = job_of(&caller, query.as_deref(), &id)?;
     match state.store.get(&id).await? {
         Some(record) => Ok(Json(record.view()).into_response()),
         None => Err(not_found(&id)),
@@ -268,10 +292,12 @@ impl JobPatch {
         self.run_at.is_some() || self.delay.is_some()
     }
 
-    /// Job `id`'s content (`record`) as a client would send it, with this
-    /// patch applied.
+    /// Job `id`'s (an internal id) content (`record`) as a client of its
+    /// tenant would send it, with this patch applied.
     fn apply_to(self, id: &str, record: &JobRecord) -> JobInput {
-        let mut input = record.spec.to_input(Some(id.to_string()));
+        let (tenant, own) = crate::tenant::split_id(id);
+        let mut input = record.spec.to_input(Some(own.to_string()));
+        input.tenant = Some(tenant.to_string());
         if self.reschedules() {
             input.run_at = self.run_at;
             input.delay = self.delay;
@@ -311,10 +337,12 @@ impl JobPatch {
 /// carrier (a job promoted or changed meanwhile answers 409).
 pub(super) async fn patch_job(
     State(state): State<AppState>,
+    caller: CallerExt,
     Path(id): Path<String>,
+    RawQuery(query): RawQuery,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    validate_id(&id)?;
+    let id = job_of(&caller, query.as_deref(), &id)?;
     let patch: JobPatch = parse_json(&body?)?;
     patch.check()?;
     let Some(record) = state.store.get(&id).await? else {
@@ -343,7 +371,7 @@ fn check_changeable(
                 "ordering_key_fixed",
                 format!(
                     "job `{}`'s ordering_key cannot change; create a new job instead",
-                    quote(id)
+                    quote(external_id(id))
                 ),
             )
         });
@@ -388,7 +416,7 @@ async fn store_change(
             "modified",
             format!(
                 "job `{}` changed while this change was prepared; read it again and retry",
-                quote(id)
+                quote(external_id(id))
             ),
         )),
     }
@@ -400,7 +428,7 @@ fn not_scheduled(id: &str, state: JobState) -> ApiError {
         "not_scheduled",
         format!(
             "job `{}` is {}; only a scheduled job can be changed",
-            quote(id),
+            quote(external_id(id)),
             state.as_str()
         ),
     )
@@ -409,9 +437,11 @@ fn not_scheduled(id: &str, state: JobState) -> ApiError {
 /// `DELETE /v1/jobs/{id}`: cancel.
 pub(super) async fn cancel_job(
     State(state): State<AppState>,
+    caller: CallerExt,
     Path(id): Path<String>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
-    validate_id(&id)?;
+    let id = job_of(&caller, query.as_deref(), &id)?;
     match state.store.cancel(&id).await? {
         CancelOutcome::Cancelled | CancelOutcome::AlreadyCancelled => {
             Ok(StatusCode::NO_CONTENT.into_response())
@@ -420,17 +450,26 @@ pub(super) async fn cancel_job(
         CancelOutcome::Finished => Err(ApiError::new(
             StatusCode::CONFLICT,
             "finished",
-            format!("job `{}` is already delivered or dead", quote(&id)),
+            format!(
+                "job `{}` is already delivered or dead",
+                quote(external_id(&id))
+            ),
         )),
     }
 }
 
-/// `GET /v1/jobs?state=&topic=&limit=&cursor=`.
+/// `GET /v1/jobs?tenant=&state=&topic=&limit=&cursor=`: without `tenant`,
+/// every tenant's jobs (a bound key's own alone).
 pub(super) async fn list_jobs(
     State(state): State<AppState>,
+    caller: CallerExt,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
-    let pairs = parse_query(query.as_deref(), &["state", "topic", "limit", "cursor"])?;
+    let pairs = parse_query(
+        query.as_deref(),
+        &["tenant", "state", "topic", "limit", "cursor"],
+    )?;
+    let tenant = tenancy::filter(&caller, param(&pairs, "tenant"), "tenant")?;
     let get = |name: &str| {
         pairs
             .iter()
@@ -465,7 +504,7 @@ pub(super) async fn list_jobs(
         .transpose()?;
     let page = state
         .store
-        .list_jobs(job_state, topic, limit, cursor)
+        .list_jobs(tenant.as_deref(), job_state, topic, limit, cursor)
         .await?;
     let jobs: Vec<JobView> = page.items.into_iter().map(JobRecord::view).collect();
     Ok(Json(serde_json::json!({"jobs": jobs, "next_cursor": page.next_cursor})).into_response())

@@ -17,6 +17,7 @@ mod input;
 mod jobs;
 mod schedules;
 mod server;
+mod tenancy;
 
 pub use error::ApiError;
 pub use input::parse_json;

@@ -11,16 +11,18 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::tenancy::{self, param, CallerExt};
 use super::{parse_json, parse_limit, parse_query, ApiError, AppState};
 use crate::job::{format_duration_ms, FieldError, RunAt};
 use crate::schedule::{validate_schedule_id, CatchUp, Overlap, ScheduleInput, ScheduleSpec};
 use crate::store::schedules::{Paused, PutOutcome, ScheduleRecord, ScheduleView, ScheduleWrite};
+use crate::tenant::{external_id, internal_id};
 
 fn not_found(id: &str) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         "not_found",
-        format!("no schedule with id `{id}`"),
+        format!("no schedule with id `{}`", external_id(id)),
     )
 }
 
@@ -28,7 +30,10 @@ fn modified(id: &str) -> ApiError {
     ApiError::new(
         StatusCode::CONFLICT,
         "modified",
-        format!("schedule `{id}` changed while this change was prepared; read it again and retry"),
+        format!(
+            "schedule `{}` changed while this change was prepared; read it again and retry",
+            external_id(id)
+        ),
     )
 }
 
@@ -43,9 +48,11 @@ fn next_after(spec: &ScheduleSpec, anchor: i64, now: i64) -> Result<Option<i64>,
 /// never fire.
 pub(super) async fn create(
     State(state): State<AppState>,
+    caller: CallerExt,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let input: ScheduleInput = parse_json(&body?)?;
+    let mut input: ScheduleInput = parse_json(&body?)?;
+    input.tenant = Some(tenancy::acting(&caller, input.tenant.as_deref(), "tenant")?);
     let valid = input.validate(&state.config)?;
     let now = state.store.redis_time_ms().await?;
     let next = match valid.spec.timing.first_fire(now, now) {
@@ -81,7 +88,10 @@ pub(super) async fn create(
                     return Err(ApiError::new(
                         StatusCode::CONFLICT,
                         "conflict",
-                        format!("schedule `{}` exists with different content", valid.id),
+                        format!(
+                            "schedule `{}` exists with different content",
+                            external_id(&valid.id)
+                        ),
                     ))
                 }
             }
@@ -94,24 +104,38 @@ pub(super) async fn create(
     }
 }
 
+/// The internal id of schedule `id` of the tenant the request acts in
+/// (`?tenant=`, a bound key's, or `default`; see [`tenancy::acting`]).
+fn schedule_of(caller: &CallerExt, query: Option<&str>, id: &str) -> Result<String, ApiError> {
+    let pairs = parse_query(query, &["tenant"])?;
+    let tenant = tenancy::acting(caller, param(&pairs, "tenant"), "tenant")?;
+    validate_schedule_id(id)?;
+    Ok(internal_id(&tenant, id))
+}
+
 /// `GET /v1/schedules/{id}`.
 pub(super) async fn show(
     State(state): State<AppState>,
+    caller: CallerExt,
     Path(id): Path<String>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
-    validate_schedule_id(&id)?;
+    let id = schedule_of(&caller, query.as_deref(), &id)?;
     match state.store.get_schedule(&id).await? {
         Some(record) => Ok(Json(record.view()).into_response()),
         None => Err(not_found(&id)),
     }
 }
 
-/// `GET /v1/schedules?limit=&cursor=`: schedules in id order per partition.
+/// `GET /v1/schedules?tenant=&limit=&cursor=`: schedules in id order per
+/// partition; without `tenant`, every tenant's (a bound key's own alone).
 pub(super) async fn list(
     State(state): State<AppState>,
+    caller: CallerExt,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
-    let pairs = parse_query(query.as_deref(), &["limit", "cursor"])?;
+    let pairs = parse_query(query.as_deref(), &["tenant", "limit", "cursor"])?;
+    let tenant = tenancy::filter(&caller, param(&pairs, "tenant"), "tenant")?;
     let get = |name: &str| {
         pairs
             .iter()
@@ -122,7 +146,10 @@ pub(super) async fn list(
     let after = get("cursor")
         .map(|c| parse_cursor(c, state.store.keys().partitions()))
         .transpose()?;
-    let (records, next) = state.store.list_schedules(limit, after).await?;
+    let (records, next) = state
+        .store
+        .list_schedules(tenant.as_deref(), limit, after)
+        .await?;
     let schedules: Vec<ScheduleView> = records.into_iter().map(ScheduleRecord::view).collect();
     let next_cursor = next.map(|(p, id)| format!("{p}.{id}"));
     Ok(
@@ -131,7 +158,8 @@ pub(super) async fn list(
     )
 }
 
-/// A schedules cursor: `<partition>.<last id shown>` (the id may be empty).
+/// A schedules cursor: `<partition>.<last id shown>` (the id may be empty;
+/// an internal id, `<tenant>/<id>` outside the default tenant).
 fn parse_cursor(text: &str, partitions: u16) -> Result<(u16, String), ApiError> {
     let bad = || {
         ApiError::from(FieldError::new(
@@ -142,7 +170,9 @@ fn parse_cursor(text: &str, partitions: u16) -> Result<(u16, String), ApiError> 
     };
     let (p, id) = text.split_once('.').ok_or_else(bad)?;
     let p: u16 = p.parse().map_err(|_| bad())?;
-    if p >= partitions || (!id.is_empty() && validate_schedule_id(id).is_err()) {
+    let (tenant, own) = crate::tenant::split_id(id);
+    let bad_id = validate_schedule_id(own).is_err() || !crate::tenant::is_tenant_name(tenant);
+    if p >= partitions || (!id.is_empty() && bad_id) {
         return Err(bad());
     }
     Ok((p, id.to_string()))
@@ -170,6 +200,7 @@ fn input_of(spec: &ScheduleSpec) -> Result<ScheduleInput, ApiError> {
         .and_then(|json| RawValue::from_string(json).ok());
     Ok(ScheduleInput {
         id: None,
+        tenant: None,
         cron: spec.timing.cron.clone(),
         every: spec.timing.every_ms.map(format_duration_ms),
         timezone: Some(spec.timing.timezone.clone()),
@@ -200,10 +231,12 @@ fn input_of(spec: &ScheduleSpec) -> Result<ScheduleInput, ApiError> {
 /// whole), validated as a create; it applies from the next fire time.
 pub(super) async fn patch(
     State(state): State<AppState>,
+    caller: CallerExt,
     Path(id): Path<String>,
+    RawQuery(query): RawQuery,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    validate_schedule_id(&id)?;
+    let id = schedule_of(&caller, query.as_deref(), &id)?;
     let patch: SchedulePatch = parse_json(&body?)?;
     let Some(record) = state.store.get_schedule(&id).await? else {
         return Err(not_found(&id));
@@ -227,7 +260,7 @@ pub(super) async fn patch(
             ..ApiError::new(
                 StatusCode::CONFLICT,
                 "ordering_key_fixed",
-                format!("schedule `{id}`'s job ordering key (and topic, when it has one) cannot change; create a new schedule instead"),
+                format!("schedule `{}`'s job ordering key (and topic, when it has one) cannot change; create a new schedule instead", external_id(&id)),
             )
         });
     }
@@ -276,8 +309,11 @@ async fn change(
 /// between are skipped, never caught up).
 pub(super) async fn pause(
     State(state): State<AppState>,
+    caller: CallerExt,
     Path(id): Path<String>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
+    let id = schedule_of(&caller, query.as_deref(), &id)?;
     set_paused(&state, &id, true).await
 }
 
@@ -285,13 +321,16 @@ pub(super) async fn pause(
 /// after now.
 pub(super) async fn resume(
     State(state): State<AppState>,
+    caller: CallerExt,
     Path(id): Path<String>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
+    let id = schedule_of(&caller, query.as_deref(), &id)?;
     set_paused(&state, &id, false).await
 }
 
+/// Pauses or resumes schedule `id` (an internal id).
 async fn set_paused(state: &AppState, id: &str, paused: bool) -> Result<Response, ApiError> {
-    validate_schedule_id(id)?;
     match state
         .store
         .set_schedule_paused(&state.config, id, paused)
@@ -306,9 +345,11 @@ async fn set_paused(state: &AppState, id: &str, paused: bool) -> Result<Response
 /// `DELETE /v1/schedules/{id}`: 204; the jobs it fired stay.
 pub(super) async fn delete(
     State(state): State<AppState>,
+    caller: CallerExt,
     Path(id): Path<String>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
-    validate_schedule_id(&id)?;
+    let id = schedule_of(&caller, query.as_deref(), &id)?;
     if state.store.drop_schedule(&id).await? {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use super::table::{print_json, print_table, wrap};
-use super::{connect, fail, field_error, CliError, ReplayArgs};
+use super::{check_tenant, connect, fail, field_error, CliError, ReplayArgs};
 use crate::config::Config;
 use crate::deadletter::{self, parse_since, Revival, Selection};
 use crate::job::FieldError;
@@ -44,13 +44,15 @@ fn replay_selection_error(e: FieldError) -> CliError {
     fail(2, message.into())
 }
 
-/// `hookq dead-letters [--topic T] [--limit N]`.
+/// `hookq dead-letters [--tenant T] [--topic T] [--limit N]`.
 pub(super) async fn dead_letters(
     config: &Config,
+    tenant: &str,
     topic: Option<String>,
     limit: usize,
     json: bool,
 ) -> Result<ExitCode, CliError> {
+    check_tenant(tenant)?;
     if let Some(t) = &topic {
         crate::job::validate_topic(t).map_err(field_error)?;
     }
@@ -58,7 +60,9 @@ pub(super) async fn dead_letters(
         return Err(fail(2, "--limit: must be from 1 to 1000".into()));
     }
     let store = connect(config).await?;
-    let page = store.list_dead(topic.as_deref(), None, limit, None).await?;
+    let page = store
+        .list_dead(Some(tenant), topic.as_deref(), None, limit, None)
+        .await?;
     if json {
         print_json(&page.items)?;
         return Ok(ExitCode::SUCCESS);
@@ -68,7 +72,8 @@ pub(super) async fn dead_letters(
         .iter()
         .map(|d| {
             vec![
-                d.id.clone(),
+                d.tenant.clone(),
+                d.job_id.clone(),
                 d.topic.clone(),
                 d.attempts.to_string(),
                 d.last_status
@@ -80,7 +85,15 @@ pub(super) async fn dead_letters(
         })
         .collect();
     print_table(
-        &["id", "topic", "attempts", "status", "dead_at", "last_error"],
+        &[
+            "tenant",
+            "id",
+            "topic",
+            "attempts",
+            "status",
+            "dead_at",
+            "last_error",
+        ],
         &rows,
     );
     if page.next_cursor.is_some() {
@@ -94,7 +107,9 @@ pub(super) async fn replay(
     args: ReplayArgs,
     json: bool,
 ) -> Result<ExitCode, CliError> {
+    check_tenant(&args.tenant)?;
     let selection = Selection {
+        tenant: Some(args.tenant),
         ids: args.ids,
         all: args.all,
         topic: args.topic,

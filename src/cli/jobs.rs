@@ -4,19 +4,26 @@
 use std::process::ExitCode;
 
 use super::table::{print_json, print_table, wrap};
-use super::{connect, fail, field_error, CliError, EnqueueArgs};
+use super::{check_tenant, connect, fail, field_error, CliError, EnqueueArgs};
 use crate::config::Config;
 use crate::job::{format_ms, JobInput, JobView, RunAt};
 use crate::store::{CancelOutcome, EnqueueOutcome};
+use crate::tenant::internal_id;
 
-/// `hookq cancel ID`.
-pub(super) async fn cancel(config: &Config, id: &str, json: bool) -> Result<ExitCode, CliError> {
+/// `hookq cancel ID [--tenant T]`.
+pub(super) async fn cancel(
+    config: &Config,
+    tenant: &str,
+    id: &str,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    check_tenant(tenant)?;
     crate::job::validate_id(id).map_err(field_error)?;
     let store = connect(config).await?;
-    match store.cancel(id).await? {
+    match store.cancel(&internal_id(tenant, id)).await? {
         CancelOutcome::Cancelled | CancelOutcome::AlreadyCancelled => {
             if json {
-                print_json(&serde_json::json!({"id": id, "state": "cancelled"}))?;
+                print_json(&serde_json::json!({"id": id, "tenant": tenant, "state": "cancelled"}))?;
             } else {
                 println!("cancelled {id}");
             }
@@ -81,10 +88,12 @@ pub(super) async fn stats(config: &Config, json: bool) -> Result<ExitCode, CliEr
 /// Most jobs `hookq jobs` lists in one run.
 const MAX_JOBS_LISTED: usize = 10_000;
 
-/// `hookq jobs [--state S] [--topic T] [--limit N]`: the API's listing,
-/// paged through until `limit` jobs or the end.
+/// `hookq jobs [--tenant T] [--state S] [--topic T] [--limit N]`: the
+/// API's listing of one tenant's jobs, paged through until `limit` jobs or
+/// the end.
 pub(super) async fn list_jobs(
     config: &Config,
+    tenant: &str,
     state: Option<&str>,
     topic: Option<String>,
     limit: usize,
@@ -103,6 +112,7 @@ pub(super) async fn list_jobs(
             })
         })
         .transpose()?;
+    check_tenant(tenant)?;
     if let Some(t) = &topic {
         crate::job::validate_topic(t).map_err(field_error)?;
     }
@@ -118,7 +128,7 @@ pub(super) async fn list_jobs(
     let more = loop {
         let want = (limit - views.len()).min(1000);
         let page = store
-            .list_jobs(state, topic.as_deref(), want, cursor.take())
+            .list_jobs(Some(tenant), state, topic.as_deref(), want, cursor.take())
             .await?;
         views.extend(page.items.into_iter().map(crate::store::JobRecord::view));
         match page.next_cursor {
@@ -144,6 +154,7 @@ pub(super) async fn list_jobs(
         .iter()
         .map(|j| {
             vec![
+                j.tenant.clone(),
                 j.id.clone(),
                 j.state.as_str().to_string(),
                 j.topic.clone(),
@@ -154,7 +165,15 @@ pub(super) async fn list_jobs(
         })
         .collect();
     print_table(
-        &["id", "state", "topic", "attempts", "next_attempt", "url"],
+        &[
+            "tenant",
+            "id",
+            "state",
+            "topic",
+            "attempts",
+            "next_attempt",
+            "url",
+        ],
         &rows,
     );
     if more {
@@ -180,6 +199,7 @@ pub(super) async fn enqueue(
     });
     let input = JobInput {
         id: args.id,
+        tenant: Some(args.tenant),
         topic: args.topic,
         url: Some(args.url),
         method: args.method,
@@ -192,45 +212,53 @@ pub(super) async fn enqueue(
         ..JobInput::default()
     };
     let job = input.validate(config).map_err(field_error)?;
+    // Shown as the tenant's clients know it.
+    let (tenant, id) = crate::tenant::split_id(&job.id);
+    let (tenant, id) = (tenant.to_string(), id.to_string());
     let store = connect(config).await?;
     match store.enqueue(&job.new_job(config)).await? {
         EnqueueOutcome::Created { state, due, .. } => {
             if json {
                 print_json(
-                    &serde_json::json!({"id": job.id, "state": state, "next_attempt_at": format_ms(due)}),
+                    &serde_json::json!({"id": id, "tenant": tenant, "state": state, "next_attempt_at": format_ms(due)}),
                 )?;
             } else {
-                println!("{} {} (due {})", job.id, state.as_str(), format_ms(due));
+                println!("{id} {} (due {})", state.as_str(), format_ms(due));
             }
             Ok(ExitCode::SUCCESS)
         }
         EnqueueOutcome::Identical => {
             if json {
-                print_json(&serde_json::json!({"id": job.id, "status": "exists"}))?;
+                print_json(&serde_json::json!({"id": id, "tenant": tenant, "status": "exists"}))?;
             } else {
-                println!("{} exists with identical content; nothing changed", job.id);
+                println!("{id} exists with identical content; nothing changed");
             }
             Ok(ExitCode::SUCCESS)
         }
         EnqueueOutcome::Conflict => Err(fail(
             4,
-            format!("--id: job `{}` exists with different content", job.id),
+            format!("--id: job `{id}` exists with different content"),
         )),
         EnqueueOutcome::Reserved => Err(fail(
             4,
             format!(
-                "--id: `{}` is a fire id of an existing schedule; only its firing creates that job",
-                job.id
+                "--id: `{id}` is a fire id of an existing schedule; only its firing creates that job"
             ),
         )),
     }
 }
 
-/// `hookq show ID`: a job with its attempt history.
-pub(super) async fn show(config: &Config, id: &str, json: bool) -> Result<ExitCode, CliError> {
+/// `hookq show ID [--tenant T]`: a job with its attempt history.
+pub(super) async fn show(
+    config: &Config,
+    tenant: &str,
+    id: &str,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    check_tenant(tenant)?;
     crate::job::validate_id(id).map_err(field_error)?;
     let store = connect(config).await?;
-    let Some(record) = store.get(id).await? else {
+    let Some(record) = store.get(&internal_id(tenant, id)).await? else {
         return Err(fail(3, format!("no job with id `{id}`")));
     };
     let view = record.view();
@@ -251,6 +279,7 @@ pub(super) async fn show(config: &Config, id: &str, json: bool) -> Result<ExitCo
 fn job_rows(view: &JobView) -> Vec<Vec<String>> {
     let mut rows = vec![
         vec!["id".into(), view.id.clone()],
+        vec!["tenant".into(), view.tenant.clone()],
         vec!["state".into(), view.state.as_str().into()],
         vec!["topic".into(), view.topic.clone()],
         vec![

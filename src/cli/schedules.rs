@@ -3,31 +3,37 @@
 use std::process::ExitCode;
 
 use super::table::{print_json, print_table};
-use super::{connect, fail, CliError, ScheduleAction};
+use super::{check_tenant, connect, fail, CliError, ScheduleAction};
 use crate::config::Config;
 use crate::store::schedules::{Paused, ScheduleView};
 use crate::store::Store;
 
-/// `hookq schedules [list]`, `hookq schedules show|pause|resume|delete ID`.
+/// `hookq schedules [list]`, `hookq schedules show|pause|resume|delete ID`,
+/// each of one tenant (`--tenant`, default `default`).
 pub(super) async fn schedules(
     config: &Config,
+    tenant: &str,
     action: Option<ScheduleAction>,
     json: bool,
 ) -> Result<ExitCode, CliError> {
+    check_tenant(tenant)?;
     let action = action.unwrap_or(ScheduleAction::List);
     if let Some(id) = schedule_id(&action) {
         crate::schedule::validate_schedule_id(id).map_err(|e| fail(2, format!("ID: {e}")))?;
     }
     let store = connect(config).await?;
+    // The internal id; messages name the id given.
+    let internal = schedule_id(&action).map(|id| crate::tenant::internal_id(tenant, id));
+    let internal = internal.as_deref().unwrap_or_default();
     let record = match &action {
-        ScheduleAction::List => return list_schedules(&store, json).await,
+        ScheduleAction::List => return list_schedules(&store, tenant, json).await,
         ScheduleAction::Show { id } => store
-            .get_schedule(id)
+            .get_schedule(internal)
             .await?
             .ok_or_else(|| no_schedule(id))?,
         ScheduleAction::Pause { id } | ScheduleAction::Resume { id } => {
             let pause = matches!(action, ScheduleAction::Pause { .. });
-            match store.set_schedule_paused(config, id, pause).await? {
+            match store.set_schedule_paused(config, internal, pause).await? {
                 Paused::Now(record) => *record,
                 Paused::NotFound => return Err(no_schedule(id)),
                 Paused::KeptChanging => {
@@ -35,7 +41,7 @@ pub(super) async fn schedules(
                 }
             }
         }
-        ScheduleAction::Delete { id } => return delete_schedule(&store, id, json).await,
+        ScheduleAction::Delete { id } => return delete_schedule(&store, internal, id, json).await,
     };
     print_schedule(&record.view(), json)
 }
@@ -56,12 +62,12 @@ fn no_schedule(id: &str) -> CliError {
     fail(3, format!("no schedule with id `{id}`"))
 }
 
-/// `hookq schedules list`: every schedule, read 1000 at a time.
-async fn list_schedules(store: &Store, json: bool) -> Result<ExitCode, CliError> {
+/// `hookq schedules list`: every schedule of `tenant`, read 1000 at a time.
+async fn list_schedules(store: &Store, tenant: &str, json: bool) -> Result<ExitCode, CliError> {
     let mut all = Vec::new();
     let mut after = None;
     loop {
-        let (page, next) = store.list_schedules(1000, after).await?;
+        let (page, next) = store.list_schedules(Some(tenant), 1000, after).await?;
         all.extend(page.into_iter().map(|r| r.view()));
         match next {
             Some(next) => after = Some(next),
@@ -76,6 +82,7 @@ async fn list_schedules(store: &Store, json: bool) -> Result<ExitCode, CliError>
         .iter()
         .map(|s| {
             vec![
+                s.tenant.clone(),
                 s.id.clone(),
                 s.state.to_string(),
                 s.when(),
@@ -87,13 +94,21 @@ async fn list_schedules(store: &Store, json: bool) -> Result<ExitCode, CliError>
             ]
         })
         .collect();
-    print_table(&["id", "state", "when", "next_run", "last_run"], &rows);
+    print_table(
+        &["tenant", "id", "state", "when", "next_run", "last_run"],
+        &rows,
+    );
     Ok(ExitCode::SUCCESS)
 }
 
-/// `hookq schedules delete ID`.
-async fn delete_schedule(store: &Store, id: &str, json: bool) -> Result<ExitCode, CliError> {
-    if !store.drop_schedule(id).await? {
+/// `hookq schedules delete ID` (`internal`: its internal id).
+async fn delete_schedule(
+    store: &Store,
+    internal: &str,
+    id: &str,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    if !store.drop_schedule(internal).await? {
         return Err(no_schedule(id));
     }
     if json {
@@ -113,6 +128,7 @@ fn print_schedule(view: &ScheduleView, json: bool) -> Result<ExitCode, CliError>
     }
     let mut rows = vec![
         vec!["id".into(), view.id.clone()],
+        vec!["tenant".into(), view.tenant.clone()],
         vec!["state".into(), view.state.to_string()],
         vec!["when".into(), view.when()],
         vec!["next_runs".into(), view.next_runs.join(", ")],

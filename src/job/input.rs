@@ -56,6 +56,10 @@ pub struct JobInput {
     /// Client-chosen id; a ULID is generated when absent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// The tenant it belongs to (SPEC §15), default `default`; the API
+    /// fills in a bound key's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
     /// Grouping, default `default`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub topic: Option<String>,
@@ -127,7 +131,8 @@ pub struct NewJob {
 /// A job that passed validation and is ready to be stored.
 #[derive(Debug, Clone)]
 pub struct ValidJob {
-    /// The id (given or generated).
+    /// The internal id ([`crate::tenant::internal_id`] of its tenant and
+    /// the id given or generated).
     pub id: String,
     /// The content.
     pub spec: JobSpec,
@@ -158,6 +163,12 @@ impl JobInput {
     /// when absent.
     pub fn validate(self, config: &Config) -> Result<ValidJob, FieldError> {
         let id = self.valid_id()?;
+        let tenant = self
+            .tenant
+            .as_deref()
+            .unwrap_or(crate::tenant::DEFAULT_TENANT);
+        crate::tenant::validate_tenant(tenant, "tenant")?;
+        let id = crate::tenant::internal_id(tenant, &id);
         let topic = self.topic.clone().unwrap_or_else(default_topic);
         validate_topic(&topic)?;
         let url = self.valid_url()?;

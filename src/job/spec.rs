@@ -253,6 +253,7 @@ impl JobSpec {
         let durations = |ms: &[u64]| ms.iter().map(|ms| format_duration_ms(*ms)).collect();
         JobInput {
             id,
+            tenant: None,
             topic: Some(self.topic.clone()),
             url: Some(self.url.clone()),
             method: Some(self.method.as_str().to_string()),
@@ -297,6 +298,8 @@ impl JobSpec {
 
     /// The ordering list the job belongs to, `<topic>:<ordering key>`
     /// (ordering keys are per topic), or None without an ordering key.
+    /// Keys are per tenant too: the list's Redis key names the job's line,
+    /// [`crate::tenant::order_line`] of its internal id and this list.
     pub(crate) fn ordering_list(&self) -> Option<String> {
         let key = self.ordering_key.as_ref()?;
         Some(format!("{}:{key}", self.topic))

@@ -70,8 +70,11 @@ impl State {
 /// A job as `GET /v1/jobs/{id}` and `hookq show` present it.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct JobView {
-    /// Job id (also the `webhook-id`).
+    /// Job id within its tenant (the `webhook-id` in the default tenant,
+    /// `<tenant>/<id>` in another).
     pub id: String,
+    /// The tenant it belongs to.
+    pub tenant: String,
     /// Topic.
     pub topic: String,
     /// Target URL, credentials masked ([`shown_url`]; absent from a
@@ -173,12 +176,17 @@ pub(crate) struct ViewFacts {
 }
 
 impl JobView {
-    /// The view of job `id` with `spec` and `facts`.
+    /// The view of job `id` (its internal id) with `spec` and `facts`: its
+    /// tenant and the ids it names (its own, the jobs ahead of it, its
+    /// schedule) within that tenant.
     pub(crate) fn of(id: String, spec: JobSpec, facts: ViewFacts) -> JobView {
         let summarized = facts.summarized;
+        let (tenant, own) = crate::tenant::split_id(&id);
+        let external = |internal: String| crate::tenant::external_id(&internal).to_string();
         JobView {
             trace_id: (!summarized).then(|| trace_id_of(&id, spec.trace.as_ref())),
-            id,
+            tenant: tenant.to_string(),
+            id: own.to_string(),
             topic: spec.topic,
             url: (!summarized).then(|| shown_url(&spec.url)),
             method: (!summarized).then_some(spec.method),
@@ -200,13 +208,13 @@ impl JobView {
             history: facts.history,
             summarized,
             ordering_key: spec.ordering_key,
-            schedule_id: spec.schedule_id,
-            waiting_for: facts.waiting_for,
+            schedule_id: spec.schedule_id.map(external),
+            waiting_for: facts.waiting_for.map(external),
             waiting_until: facts
                 .held_by
                 .is_some()
                 .then(|| facts.waiting_until.map(format_ms)),
-            held_by: facts.held_by,
+            held_by: facts.held_by.map(external),
         }
     }
 
@@ -261,6 +269,7 @@ mod tests {
         );
         let view = JobView {
             id: "a".into(),
+            tenant: "default".into(),
             topic: "t".into(),
             url: Some(spec.url.clone()),
             method: Some(Method::Post),

@@ -60,8 +60,10 @@ impl Keys {
         self.partition_of(order)
     }
 
-    /// LIST `<ns>:{p}:order:<topic>:<ordering key>`: the ids of the
-    /// ordering list's unfinished jobs in creation order; only the head is
+    /// LIST `<ns>:{p}:order:<line>`, the line `<topic>:<ordering key>` in
+    /// the default tenant and `<tenant>/<topic>:<ordering key>` in another
+    /// ([`crate::tenant::order_line`]): the ids of the ordering
+    /// line's unfinished jobs in creation order; only the head is
     /// scheduled, ready or in flight, the others are held (see
     /// `lua/prelude.lua`).
     pub(crate) fn order_list(&self, p: u16, order: &str) -> String {

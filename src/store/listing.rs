@@ -138,10 +138,13 @@ impl Store {
             .collect()
     }
 
-    /// Pages through jobs, optionally of one state and one topic. Views carry
-    /// no history (read one job for that).
+    /// Pages through jobs, optionally of one tenant, one state and one
+    /// topic. Views carry no history (read one job for that). Like the
+    /// topic, the tenant filters what a page read: a page may hold fewer
+    /// than `limit` (even none) while `next_cursor` says more follow.
     pub async fn list_jobs(
         &self,
+        tenant: Option<&str>,
         state: Option<State>,
         topic: Option<&str>,
         limit: usize,
@@ -149,7 +152,9 @@ impl Store {
     ) -> StoreResult<Page<JobRecord>> {
         let source = Source::of(state);
         let keep = |record: &JobRecord| {
-            state.is_none_or(|s| s == record.state) && topic.is_none_or(|t| t == record.spec.topic)
+            state.is_none_or(|s| s == record.state)
+                && topic.is_none_or(|t| t == record.spec.topic)
+                && tenant.is_none_or(|t| crate::tenant::belongs_to(&record.id, t))
         };
         let initial = "0";
         let partitions = self.keys.partitions();

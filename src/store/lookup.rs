@@ -160,7 +160,9 @@ impl Store {
         let Some(order) = record.spec.ordering_list() else {
             return Ok(());
         };
-        let list = self.keys.order_list(p, &order);
+        let list = self
+            .keys
+            .order_list(p, &crate::tenant::order_line(&record.id, &order));
         let mut conn = self.conn.clone();
         let at: Option<i64> = redis::cmd("LPOS")
             .arg(&list)

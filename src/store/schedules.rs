@@ -243,8 +243,10 @@ pub(crate) struct RunView {
 /// A schedule as the API and `hookq schedules show` present it.
 #[derive(Debug, Serialize)]
 pub(crate) struct ScheduleView {
-    /// Its id.
+    /// Its id within its tenant.
     pub id: String,
+    /// Its tenant.
+    pub tenant: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     /// Its cron expression.
     pub cron: Option<String>,
@@ -336,14 +338,15 @@ impl ScheduleRecord {
                 .iter()
                 .map(|run| RunView {
                     at: format_ms(run.at),
-                    job_id: job_id(&record.id, run.at),
+                    job_id: crate::tenant::external_id(&job_id(&record.id, run.at)).to_string(),
                     outcome: if run.fired { "fired" } else { "skipped" },
                 })
                 .collect(),
             job: spec.job.to_shown_json(),
             created_at: format_ms(record.created),
             updated_at: format_ms(record.updated),
-            id: record.id,
+            tenant: crate::tenant::tenant_of(&record.id).to_string(),
+            id: crate::tenant::external_id(&record.id).to_string(),
         }
     }
 }
@@ -583,8 +586,14 @@ impl Store {
     /// it has read [`PAGE_READ_BYTES`](super::listing::PAGE_READ_BYTES) of
     /// stored schedules: a page over large templates stays small in time
     /// and memory however high its `limit`.
+    ///
+    /// With a `tenant`, only its schedules are listed, and the cursor names
+    /// only a schedule of that tenant (the last one listed of the
+    /// partition, or none: that partition again from its start), so that a
+    /// page never shows another tenant's id, not even in its cursor.
     pub(crate) async fn list_schedules(
         &self,
+        tenant: Option<&str>,
         limit: usize,
         after: Option<(u16, String)>,
     ) -> StoreResult<(Vec<ScheduleRecord>, Option<(u16, String)>)> {
@@ -595,14 +604,22 @@ impl Store {
             Some((p, id)) => (p, (!id.is_empty()).then_some(id)),
             None => (0, None),
         };
+        // The last schedule of partition `p` this page listed (or the
+        // cursor's), where the next page resumes.
+        let mut resume = last.clone();
+        let wanted = |id: &str| tenant.is_none_or(|t| crate::tenant::belongs_to(id, t));
         while p < self.keys.partitions() && items.len() < limit {
             if budget.exhausted(items.len()) {
-                return Ok((items, Some((p, last.unwrap_or_default()))));
+                return Ok((items, Some((p, resume.unwrap_or_default()))));
             }
             let want = budget.batch(limit - items.len());
             let read = self.read_schedules(p, last.as_deref(), want).await?;
             for (id, fields) in &read {
                 budget.spend(fields.iter().map(|(k, v)| k.len() + v.len()).sum());
+                if !wanted(id) {
+                    continue;
+                }
+                resume = Some(id.clone());
                 if let Some(record) = ScheduleRecord::decode(id, fields)? {
                     items.push(record.listed());
                 }
@@ -613,9 +630,10 @@ impl Store {
             }
             p += 1;
             last = None;
+            resume = None;
         }
         let more = p < self.keys.partitions();
-        Ok((items, more.then(|| (p, last.unwrap_or_default()))))
+        Ok((items, more.then(|| (p, resume.unwrap_or_default()))))
     }
 
     /// Up to `want` schedule hashes of partition `p` in id order, after id

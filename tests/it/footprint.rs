@@ -386,7 +386,7 @@ async fn many_summaries_split_into_shards_and_are_all_found() {
     let mut cursor = None;
     loop {
         let page = store
-            .list_jobs(Some(hookq::job::State::Delivered), None, 333, cursor)
+            .list_jobs(None, Some(hookq::job::State::Delivered), None, 333, cursor)
             .await
             .expect("page");
         for record in page.items {

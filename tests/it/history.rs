@@ -534,7 +534,7 @@ async fn long_histories_of_short_ids_survive_shard_splits() {
     let mut cursor = None;
     loop {
         let page = store
-            .list_jobs(Some(hookq::job::State::Delivered), None, 250, cursor)
+            .list_jobs(None, Some(hookq::job::State::Delivered), None, 250, cursor)
             .await
             .expect("list");
         for job in &page.items {

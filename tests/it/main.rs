@@ -31,6 +31,7 @@ mod run_script;
 mod schedules;
 mod security;
 mod telemetry;
+mod tenants;
 
 use std::time::Duration;
 

@@ -18,8 +18,15 @@ pub struct DeadLetter {
     /// Partition of the stream.
     #[serde(skip)]
     pub partition: u16,
-    /// Job id.
+    /// The job's internal id (`<tenant>/<id>` outside the default
+    /// tenant): what the store knows it by.
+    #[serde(skip)]
     pub id: String,
+    /// The job's id within its tenant.
+    #[serde(rename = "id")]
+    pub job_id: String,
+    /// The job's tenant.
+    pub tenant: String,
     /// Topic.
     pub topic: String,
     /// Attempts made.
@@ -52,10 +59,14 @@ impl DeadLetter {
         let dead_at_ms: i64 = text("dead_at")
             .and_then(|v| v.parse().ok())
             .unwrap_or_default();
+        let (tenant, job_id) = crate::tenant::split_id(&id);
+        let (tenant, job_id) = (tenant.to_string(), job_id.to_string());
         Some(DeadLetter {
             entry_id: entry.id.clone(),
             partition,
             id,
+            job_id,
+            tenant,
             topic: text("topic").unwrap_or_else(|| crate::job::DEFAULT_TOPIC.into()),
             attempts: text("attempts")
                 .and_then(|v| v.parse().ok())
@@ -97,9 +108,12 @@ fn entry_bytes(entry: &StreamId) -> usize {
 
 impl Store {
     /// Pages through dead letters, oldest first per partition, optionally of
-    /// one topic and dead-lettered at or after `since_ms`.
+    /// one tenant, of one topic and dead-lettered at or after `since_ms`.
+    /// Like the topic, the tenant filters what a page read: a page may hold
+    /// fewer than `limit` (even none) while `next_cursor` says more follow.
     pub(crate) async fn list_dead(
         &self,
+        tenant: Option<&str>,
         topic: Option<&str>,
         since_ms: Option<i64>,
         limit: usize,
@@ -132,7 +146,9 @@ impl Store {
             for entry in &reply.ids {
                 budget.spend(entry_bytes(entry));
                 if let Some(dead) = DeadLetter::from_entry(p, entry, false) {
-                    if topic.is_none_or(|t| t == dead.topic) {
+                    if topic.is_none_or(|t| t == dead.topic)
+                        && tenant.is_none_or(|t| t == dead.tenant)
+                    {
                         items.push(dead);
                     }
                 }
