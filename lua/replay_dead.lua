@@ -21,6 +21,9 @@
     ARGV[5] wake channel
     ARGV[6] partition number
     ARGV[7] its ordering list `<topic>:<ordering key>`, or "" for none
+  Keys built here (same hash tag): the live record hash, ordering lists,
+  the stats hash and the ledger `<ns>:{p}:ledger` (counting the replay
+  under the job's tenant).
   Output:
     DONE        revived
     UNCHANGED   the job was live already; the stale entry was deleted
@@ -43,6 +46,7 @@ local now = now_ms()
 local created = now
 local dead = rec_get({k = KEYS[1]})
 if dead then created = dead.ct end
+if not ledger_here(prefix) then return try_again() end
 local state = 'r'
 if ARGV[7] ~= '' then
   local line = order_plan(prefix, ARGV[7])
@@ -60,4 +64,5 @@ elseif rcall('RPUSH', KEYS[2], ARGV[1]) == 1 then
   wake_ready(ARGV[5], ARGV[6])
 end
 dead_forget(KEYS[3], KEYS[5], ARGV[1], ARGV[2])
+ledger_one(prefix, 'replayed', ARGV[1])
 return DONE

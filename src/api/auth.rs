@@ -26,6 +26,7 @@ struct Known {
     digest: [u8; 32],
     name: String,
     scopes: Vec<Scope>,
+    tenant: Option<String>,
 }
 
 /// Who sent a `/v1` request (a request extension set by the scope check;
@@ -36,6 +37,8 @@ pub(crate) struct Caller {
     pub name: String,
     /// What the key may do.
     pub scopes: Vec<Scope>,
+    /// The tenant the key is bound to (`[[api.keys]] tenant`); None: any.
+    pub tenant: Option<String>,
 }
 
 impl Credentials {
@@ -46,12 +49,14 @@ impl Credentials {
             digest: sha2::Sha256::digest(t.as_bytes()).into(),
             name: "api.tokens".into(),
             scopes: Scope::ALL.to_vec(),
+            tenant: None,
         });
         let keys = api.keys.iter().filter_map(|k| {
             Some(Known {
                 digest: k.digest()?,
                 name: k.name.clone(),
                 scopes: k.scopes.clone(),
+                tenant: k.tenant.clone(),
             })
         });
         Credentials {
@@ -74,6 +79,7 @@ impl Credentials {
                 found = Some(Caller {
                     name: known.name.clone(),
                     scopes: known.scopes.clone(),
+                    tenant: known.tenant.clone(),
                 });
             }
         }
