@@ -737,3 +737,18 @@ impl WorkerPool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A label keeps its first `max` values and counts the rest as `other`.
+    #[test]
+    fn labels_are_bounded() {
+        static LABELED: Labeled = std::sync::OnceLock::new();
+        assert_eq!(bounded_label(&LABELED, 2, "a"), "a");
+        assert_eq!(bounded_label(&LABELED, 2, "b"), "b");
+        assert_eq!(bounded_label(&LABELED, 2, "c"), "other");
+        assert_eq!(bounded_label(&LABELED, 2, "a"), "a");
+    }
+}

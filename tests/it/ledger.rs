@@ -200,6 +200,26 @@ async fn the_ledger_adds_up_through_deliveries_dead_letters_replays_and_cancels(
     let (status, stats) = get_json(&format!("{base}/v1/stats?tenant=billing")).await;
     assert_eq!(status, 200, "{stats}");
     assert_eq!(counts(&stats), [5, 1, 4, 1, 1, 0]);
+
+    // Attempts and lateness carry the tenant (only this test delivers
+    // billing's jobs in this binary).
+    let text = crate::metrics_text(&base).await;
+    let has = |prefix: &str, parts: &[&str]| {
+        text.lines()
+            .any(|l| l.starts_with(prefix) && parts.iter().all(|p| l.contains(p)))
+    };
+    assert!(has(
+        "hookq_attempts_total{",
+        &["tenant=\"billing\"", "outcome=\"delivered\""]
+    ));
+    assert!(has(
+        "hookq_attempts_total{",
+        &["tenant=\"billing\"", "outcome=\"retryable_failure\""]
+    ));
+    assert!(has(
+        "hookq_lateness_seconds_count{",
+        &["tenant=\"billing\""]
+    ));
     daemon.stop().await.expect("stop");
 }
 
@@ -629,5 +649,30 @@ async fn tenants_routes_show_a_bound_key_only_its_own() {
             .0,
         404
     );
+    daemon.stop().await.expect("stop");
+}
+
+/// A schedule's fired jobs count as created in the ledger (once each,
+/// counted by `fire_schedules`), and as delivered: after the schedule is
+/// deleted and its jobs are delivered, created = delivered = the fires the
+/// receiver saw, and `live` is 0.
+#[tokio::test]
+async fn fired_jobs_count_as_created() {
+    let redis = RedisServer::start();
+    let rx = receiver().await;
+    let config = test_config(&redis);
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    let (status, answer) = post_json(
+        &format!("{base}/v1/schedules"),
+        json!({"id": "tick", "every": "1s", "job": {"url": rx.url("/tick")}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+    rx.wait_for_count(2, Duration::from_secs(30)).await;
+    assert_eq!(delete(&format!("{base}/v1/schedules/tick")).await, 204);
+    wait_until_idle(&base, Duration::from_secs(30)).await;
+    let fired = rx.count() as u64;
+    wait_counts(&base, "default", [fired, 0, fired, 0, 0, 0]).await;
     daemon.stop().await.expect("stop");
 }
