@@ -27,6 +27,9 @@
     ARGV[6] the SHA-1 (hex) of that spec JSON: the digest is the record's
             only while the stored spec is still this one
     ARGV[7] partition number
+  Keys built here (same hash tag): the kept record, summaries, the stats
+  hash, ordering lists and the ledger `<ns>:{p}:ledger` (counting the
+  cancel under the job's tenant).
   Output:
     DONE         cancelled now (the partition's `stats` hash counts it
                  under `cancelled`)
@@ -70,6 +73,7 @@ if not keep then
   plan = summaries_plan(prefix, {ARGV[1]}, now, tonumber(ARGV[2]), #summary)
   if not plan then return try_again() end
 end
+if not ledger_here(prefix) then return try_again() end
 local order = spec_order(r.spec, ARGV[1])
 local line = nil
 if order then
@@ -102,4 +106,5 @@ else
 end
 if line then order_leave(prefix, line, ARGV[1], now, ARGV[3], ARGV[7]) end
 rcall('HINCRBY', prefix .. 'stats', 'cancelled', 1)
+ledger_one(prefix, 'cancelled', ARGV[1])
 return DONE

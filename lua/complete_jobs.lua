@@ -18,7 +18,8 @@
     KEYS[1] inflight zset   <ns>:{p}:inflight
     KEYS[2] stats hash      <ns>:{p}:stats
     ARGV[1] job key prefix      <ns>:{p}:job:   (same hash tag; the live record
-            hashes, kept records and summaries are built from it)
+            hashes, kept records, summaries and the ledger `<ns>:{p}:ledger`,
+            counting the jobs delivered per tenant, are built from it)
     ARGV[2] history key prefix  <ns>:{p}:hist:  (same hash tag)
     ARGV[3] retention in ms
     ARGV[4] "keep" to keep records (keep_bodies), "summary" to summarise
@@ -71,6 +72,7 @@ for i = 7, #ARGV, 4 do
     end
   end
 end
+if #done > 0 and not ledger_here(prefix) then return try_again() end
 local plan = nil
 if not keep and #done > 0 then
   plan = summaries_plan(prefix, done, now, retention, fields)
@@ -103,5 +105,8 @@ if #done > 0 then
   end
   rcall('ZREM', KEYS[1], unpack(done))
   rcall('HINCRBY', KEYS[2], 'delivered', #done)
+  local tally = ledger_tally()
+  for _, id in ipairs(done) do ledger_count(tally, id) end
+  ledger_add(prefix, 'delivered', tally)
 end
 return out

@@ -38,7 +38,8 @@
   Keys built here (same hash tag): the live record hashes `<ns>:{p}:jobs:*`
   and kept records `<ns>:{p}:job:<id>`, read, and for ids with neither the
   summary index and shards `<ns>:{p}:done*` (see the prelude); new records
-  are written to the live hashes; ordering lists `<ns>:{p}:order:*`.
+  are written to the live hashes; ordering lists `<ns>:{p}:order:*`; the
+  ledger `<ns>:{p}:ledger` counts the jobs created, per tenant.
   Output:
     {now, code1, state1, due1, ahead1, code2, ...}, per job in order:
     code (of the prelude) DONE created, UNCHANGED an identical job exists,
@@ -143,6 +144,7 @@ for i = 4, #ARGV, 10 do
 end
 -- Ordering lists are keys this script builds: not while the slot moves.
 if ordered and IN_CLUSTER and slot_moving_once(KEYS[1]) then return try_again() end
+if #created > 0 and not ledger_here(prefix) then return try_again() end
 
 -- A tenant's ready list may be a key this script creates: likewise.
 if IN_CLUSTER then
@@ -162,6 +164,7 @@ local wake = nil
 local zadd, ready = {}, {}
 local to_wheel, in_wheel = wheel_batch(), 0
 local lines, line_order, held = {}, {}, 0 -- ordering list -> ids joining it
+local tally = ledger_tally()
 for _, c in ipairs(created) do
   local i, state, due = c[1], c[2], c[3]
   local id, order = ARGV[i], ARGV[i + 7]
@@ -196,7 +199,9 @@ for _, c in ipairs(created) do
     end
   end
   rec_create(live(prefix, id), r, ARGV[i + 1])
+  ledger_count(tally, id)
 end
+ledger_add(prefix, 'created', tally)
 for _, order in ipairs(line_order) do
   rcall('RPUSH', prefix .. 'order:' .. order, unpack(lines[order]))
 end

@@ -26,6 +26,9 @@
     ARGV[9] dead-letter stream cap
     ARGV[10] wake channel
     ARGV[11] partition number
+  Keys built here (same hash tag): wheel buckets (see the prelude), a dead
+  job's kept record, ordering lists, and the ledger `<ns>:{p}:ledger`
+  (counting a dead-lettered job under its tenant).
   Output:
     {DONE, next_due}           retry scheduled at next_due (epoch ms)
     {DEAD_LETTERED, entry_id}  dead-lettered as stream entry entry_id
@@ -47,6 +50,7 @@ if delay >= 0 and IN_CLUSTER and wheel_slot(now + delay, now) and slot_moving(KE
 end
 -- A dead job with an ordering key leaves its ordering list (read from its
 -- spec: dead letters are rare).
+if delay < 0 and not ledger_here(prefix) then return try_again() end
 local order = delay < 0 and spec_order(r.spec, ARGV[1])
 local line = nil
 if order then
@@ -72,5 +76,6 @@ rec_set_dead(r, entry, now)
 rec_keep(prefix, ARGV[1], r, ARGV[5])
 rcall('PEXPIRE', KEYS[3], ARGV[5])
 rcall('HINCRBY', KEYS[7], 'dead_lettered', 1)
+ledger_one(prefix, 'dead_lettered', ARGV[1])
 if line then order_leave(prefix, line, ARGV[1], now, ARGV[10], ARGV[11]) end
 return {DEAD_LETTERED, entry}

@@ -19,7 +19,8 @@
     KEYS[2] due zset        <ns>:{p}:due
     KEYS[3] ready list      <ns>:{p}:ready
     KEYS[4] sequence        <ns>:{p}:seq
-    ARGV[1] key prefix      <ns>:{p}:  (schedule hashes and job records
+    ARGV[1] key prefix      <ns>:{p}:  (schedule hashes, job records and
+            the ledger `<ns>:{p}:ledger`, counting fired jobs per tenant,
             are built from it)
     ARGV[2] wake channel
     ARGV[3] partition number
@@ -62,9 +63,11 @@ for i = 4, #ARGV, 6 do
     fire = split(ARGV[i + 3]), skip = split(ARGV[i + 4]), next = ARGV[i + 5]}
 end
 if IN_CLUSTER and #plans > 0 and slot_moving(KEYS[1]) then return try_again() end
+if #plans > 0 and not ledger_here(prefix) then return try_again() end
 
 local out = {now}
 local ready, zadd, seqs, held = {}, {}, 0, 0
+local tally = ledger_tally()
 for _, plan in ipairs(plans) do
   if not plan.current then
     out[#out + 1] = 0
@@ -82,6 +85,7 @@ for _, plan in ipairs(plans) do
         local job = plan.id .. ':' .. string.format('%d', t)
         local at = live(prefix, job)
         if not rec_exists(at) then
+          ledger_count(tally, job)
           local r = {state = 'r', ut = now, att = 0, max = m.max, due = t, seq = 0,
             ct = now, lease = m.lease, given = t}
           local line = m.order ~= '' and prefix .. 'order:' .. order_line(job, m.order)
@@ -131,6 +135,7 @@ for _, plan in ipairs(plans) do
   end
 end
 if held > 0 then rcall('HINCRBY', prefix .. 'stats', 'held', held) end
+ledger_add(prefix, 'created', tally)
 -- Jobs due in the future (a fire time the daemon saw due by a clock
 -- running ahead of this one) wait in the due set like any job.
 if #zadd > 0 then

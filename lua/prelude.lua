@@ -1038,3 +1038,61 @@ local function schedule_meta(text)
     paused = paused == '1', anchor = tonumber(anchor), ct = tonumber(ct), ut = tonumber(ut),
     order = order}
 end
+
+--[[
+  The ledger (SPEC §15). The partition's HASH `<ns>:{p}:ledger` counts, per
+  tenant, its jobs `created`, `replayed`, `delivered`, `dead_lettered` and
+  `cancelled` (fields `<tenant>:<counter>`), each counted by the script that
+  makes the change, in the same atomic step, a batch's jobs grouped per
+  tenant (one HINCRBY per tenant and counter). A tenant's live jobs are
+  created + replayed - delivered - dead_lettered - cancelled, summed over
+  the partitions. Its field `~seeded` (no tenant has a `~`) says that the
+  jobs live before the ledger existed have been counted (seed_ledger).
+]]
+
+-- The tenant of internal job id `id` (src/tenant.rs): the part before its
+-- first `/`, or 'default' when it has none.
+local function id_tenant(id)
+  local slash = string.find(id, '/', 1, true)
+  if slash then return string.sub(id, 1, slash - 1) end
+  return 'default'
+end
+
+-- A tally of jobs per tenant, in the order their tenants were first seen.
+local function ledger_tally()
+  return {order = {}, n = {}}
+end
+
+-- Counts job `id` in tally `t`.
+local function ledger_count(t, id)
+  local tenant = id_tenant(id)
+  local n = t.n[tenant]
+  if not n then
+    n = 0
+    t.order[#t.order + 1] = tenant
+  end
+  t.n[tenant] = n + 1
+end
+
+-- Adds tally `t` to counter `what` of the ledger of the partition with key
+-- prefix `prefix`: one HINCRBY per tenant.
+local function ledger_add(prefix, what, t)
+  for _, tenant in ipairs(t.order) do
+    redis.call('HINCRBY', prefix .. 'ledger', tenant .. ':' .. what, t.n[tenant])
+  end
+end
+
+-- Counts one job `id` under counter `what` (see ledger_add).
+local function ledger_one(prefix, what, id)
+  redis.call('HINCRBY', prefix .. 'ledger', id_tenant(id) .. ':' .. what, 1)
+end
+
+-- The read-pass guard of a script that will count in the ledger (see the
+-- top of this prelude): false when the ledger hash is absent because the
+-- partition's slot is moving (the caller gives up, unchanged). Every
+-- partition's ledger exists once a daemon has started (seed_ledger marks
+-- it), so in a cluster this costs one EXISTS, outside none.
+local function ledger_here(prefix)
+  if not IN_CLUSTER then return true end
+  return redis.call('EXISTS', prefix .. 'ledger') == 1 or not slot_moving_once(prefix .. 'ledger')
+end

@@ -14,7 +14,9 @@
     KEYS[5] dead-letter index <ns>:{p}:dead:ids
     ARGV[1] batch size
     ARGV[2] job key prefix      <ns>:{p}:job:   (same hash tag; live record
-            hashes and a dead job's kept record are built from it)
+            hashes, a dead job's kept record and the ledger
+            `<ns>:{p}:ledger`, counting dead-lettered jobs per tenant, are
+            built from it)
     ARGV[3] history key prefix  <ns>:{p}:hist:  (same hash tag)
     ARGV[4] retention in ms
     ARGV[5] dead-letter stream cap
@@ -50,8 +52,10 @@ for i, id in ipairs(ids) do
   end
 end
 
+if #ids > 0 and not ledger_here(prefix) then return try_again() end
 local lost = 'the attempt lease expired before an outcome was recorded'
 local requeued, dead = 0, 0
+local tally = ledger_tally()
 for i, id in ipairs(ids) do
   local r = records[i]
   if r and r.state == 'i' then
@@ -64,6 +68,7 @@ for i, id in ipairs(ids) do
       rcall('PEXPIRE', ARGV[3] .. id, ARGV[4])
       if lines[i] then order_leave(prefix, lines[i], id, now, ARGV[6], ARGV[7]) end
       dead = dead + 1
+      ledger_count(tally, id)
     else
       rec_set_state(live(prefix, id), r, 'r', now)
       if ready_push(KEYS[2], {id}) then wake_ready(ARGV[6], ARGV[7]) end
@@ -75,6 +80,7 @@ if #ids > 0 then rcall('ZREM', KEYS[1], unpack(ids)) end
 if requeued + dead > 0 then
   rcall('HINCRBY', KEYS[4], 'expired_leases', requeued + dead)
   if dead > 0 then rcall('HINCRBY', KEYS[4], 'dead_lettered', dead) end
+  ledger_add(prefix, 'dead_lettered', tally)
 end
 
 local head = rcall('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

@@ -22,6 +22,9 @@
     ARGV[6] partition number
     ARGV[7] its ordering list `<topic>:<ordering key>`, or "" for none
             (the script takes its tenant's line, see order_line)
+  Keys built here (same hash tag): the live record hash, ordering lists,
+  the stats hash and the ledger `<ns>:{p}:ledger` (counting the replay
+  under the job's tenant).
   Output:
     DONE        revived
     UNCHANGED   the job was live already; the stale entry was deleted
@@ -44,6 +47,7 @@ local now = now_ms()
 local created = now
 local dead = rec_get({k = KEYS[1]})
 if dead then created = dead.ct end
+if not ledger_here(prefix) then return try_again() end
 local state = 'r'
 if ARGV[7] ~= '' then
   local line = order_plan(prefix, order_line(ARGV[1], ARGV[7]))
@@ -62,4 +66,5 @@ elseif ready_push(KEYS[2], {ARGV[1]}) then
   wake_ready(ARGV[5], ARGV[6])
 end
 dead_forget(KEYS[3], KEYS[5], ARGV[1], ARGV[2])
+ledger_one(prefix, 'replayed', ARGV[1])
 return DONE

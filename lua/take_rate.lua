@@ -6,7 +6,8 @@
   never once per request.
 
   Input:
-    KEYS[1] rate hash   <ns>:rate:{<host>}  (fields w = window number, n = taken)
+    KEYS[1] rate hash   <ns>:rate:{<host>}  (fields w = window number, n = taken),
+            or a tenant's create budget <ns>:tenant-rate:{<tenant>}
     ARGV[1] W, window length in ms
     ARGV[2] B, requests allowed per window (all daemons together)
     ARGV[3] N, tokens wanted

@@ -79,7 +79,22 @@ async fn connect_store(config: &Config, token: &CancellationToken) -> anyhow::Re
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     loop {
         match Store::connect(config).await {
-            Ok(store) => return Ok(store),
+            // The ledger is seeded before the API serves a create, so no
+            // job of this daemon is counted both by its create and by the
+            // seed.
+            Ok(store) => match store.seed_ledgers().await {
+                Ok(0) => return Ok(store),
+                Ok(n) => {
+                    tracing::info!(
+                        jobs = n,
+                        "tenants' ledger seeded with the jobs live before it"
+                    );
+                    return Ok(store);
+                }
+                Err(err) => {
+                    tracing::warn!(cause = %err, retry_in = ?backoff.current(), "cannot seed the tenants' ledger yet");
+                }
+            },
             Err(err @ StoreError::Schema { .. }) => return Err(err.into()),
             Err(err) => {
                 tracing::warn!(cause = %err, retry_in = ?backoff.current(), "cannot connect to Redis yet");
@@ -334,6 +349,7 @@ impl Daemon {
             lanes: lanes.clone(),
             breaker: breaker.clone(),
             telemetry: telemetry.clone(),
+            quotas: Default::default(),
         });
 
         // The engine (wake subscriber, carrier, workers) starts once the

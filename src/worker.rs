@@ -55,19 +55,34 @@ pub const METRIC_TOPICS_MAX: usize = 100;
 /// The `topic` label for `topic`: itself while fewer than
 /// [`METRIC_TOPICS_MAX`] topics have a label, else `other`.
 pub(crate) fn topic_label(topic: &str) -> String {
-    static LABELED: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<String>>> =
-        std::sync::OnceLock::new();
-    let labeled = LABELED.get_or_init(Default::default);
+    static LABELED: Labeled = std::sync::OnceLock::new();
+    bounded_label(&LABELED, METRIC_TOPICS_MAX, topic)
+}
+
+/// The `tenant` label for `tenant`: itself while fewer than
+/// [`crate::tenant::METRIC_TENANTS_MAX`] tenants have a label, else
+/// `other`.
+pub(crate) fn tenant_label(tenant: &str) -> String {
+    static LABELED: Labeled = std::sync::OnceLock::new();
+    bounded_label(&LABELED, crate::tenant::METRIC_TENANTS_MAX, tenant)
+}
+
+/// The values of one label that have a series of their own.
+type Labeled = std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<String>>>;
+
+/// `value` as a label bounded to `max` distinct values (`other` past them).
+fn bounded_label(labeled: &Labeled, max: usize, value: &str) -> String {
+    let labeled = labeled.get_or_init(Default::default);
     let mut labeled = match labeled.lock() {
         Ok(g) => g,
         Err(poisoned) => poisoned.into_inner(),
     };
-    if labeled.contains(topic) {
-        return topic.to_string();
+    if labeled.contains(value) {
+        return value.to_string();
     }
-    if labeled.len() < METRIC_TOPICS_MAX {
-        labeled.insert(topic.to_string());
-        return topic.to_string();
+    if labeled.len() < max {
+        labeled.insert(value.to_string());
+        return value.to_string();
     }
     "other".to_string()
 }
@@ -579,7 +594,8 @@ impl WorkerPool {
         let timeout = spec.timeout(&self.config);
         let started_at = self.clock.now_ms();
         let lateness = (started_at - job.due).max(0) as f64 / 1000.0;
-        metrics::histogram!("hookq_lateness_seconds").record(lateness);
+        let tenant = tenant_label(crate::tenant::tenant_of(&job.id));
+        metrics::histogram!("hookq_lateness_seconds", "tenant" => tenant.clone()).record(lateness);
         let busy = metrics::gauge!("hookq_workers_busy");
         busy.increment(1.0);
         let report = self
@@ -601,7 +617,8 @@ impl WorkerPool {
         metrics::counter!(
             "hookq_attempts_total",
             "outcome" => outcome_label,
-            "topic" => topic_label(&spec.topic)
+            "topic" => topic_label(&spec.topic),
+            "tenant" => tenant
         )
         .increment(1);
         metrics::histogram!("hookq_attempt_duration_seconds")
@@ -718,5 +735,20 @@ impl WorkerPool {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A label keeps its first `max` values and counts the rest as `other`.
+    #[test]
+    fn labels_are_bounded() {
+        static LABELED: Labeled = std::sync::OnceLock::new();
+        assert_eq!(bounded_label(&LABELED, 2, "a"), "a");
+        assert_eq!(bounded_label(&LABELED, 2, "b"), "b");
+        assert_eq!(bounded_label(&LABELED, 2, "c"), "other");
+        assert_eq!(bounded_label(&LABELED, 2, "a"), "a");
     }
 }

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::tenancy::{self, param, CallerExt};
+use super::quota::{check_quota, Grant, Refusal};
 use super::{parse_json, parse_limit, parse_query, ApiError, AppState};
 use crate::job::{
     quote, validate_id, FieldError, JobInput, JobView, RunAt, State as JobState, TraceContext,
@@ -76,11 +77,41 @@ pub(crate) async fn create_one(
     state: &AppState,
     input: JobInput,
     trace: Option<TraceContext>,
-) -> Result<(StatusCode, JobView), ApiError> {
+) -> Result<(StatusCode, JobView), CreateError> {
     let mut job = input.validate(&state.config)?;
     job.spec.trace = trace;
+    let grant = check_quota(state, crate::tenant::tenant_of(&job.id), 1).await?;
+    if let Some(refusal) = grant.refusal {
+        return Err(CreateError::Refused(refusal));
+    }
     let outcome = state.store.enqueue(&job.new_job(&state.config)).await?;
-    outcome_view(state, job, outcome).await
+    drop(grant);
+    Ok(outcome_view(state, job, outcome).await?)
+}
+
+/// Why a create wrote nothing: an API error, or a quota's refusal (which
+/// may carry `Retry-After`).
+#[derive(Debug)]
+pub(crate) enum CreateError {
+    /// Invalid, conflicting, or Redis failed.
+    Api(ApiError),
+    /// Past a tenant's quota.
+    Refused(Refusal),
+}
+
+impl<E: Into<ApiError>> From<E> for CreateError {
+    fn from(e: E) -> Self {
+        CreateError::Api(e.into())
+    }
+}
+
+impl IntoResponse for CreateError {
+    fn into_response(self) -> Response {
+        match self {
+            CreateError::Api(e) => e.into_response(),
+            CreateError::Refused(r) => r.into_response(),
+        }
+    }
 }
 
 async fn outcome_view(
@@ -118,8 +149,10 @@ pub(super) async fn create_job(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let input = with_tenant(&caller, parse_json(&body?)?)?;
-    let (status, view) = create_one(&state, input, trace_of(&headers)).await?;
-    Ok((status, Json(view)).into_response())
+    match create_one(&state, input, trace_of(&headers)).await {
+        Ok((status, view)) => Ok((status, Json(view)).into_response()),
+        Err(e) => Ok(e.into_response()),
+    }
 }
 
 /// `input` with the tenant it is created in filled in: its `tenant`, else
@@ -197,11 +230,13 @@ pub(super) async fn create_batch(
             }
         }
     }
+    let (valid, grants, retry_after) = apply_quotas(&state, valid, &mut results).await?;
     let new_jobs: Vec<_> = valid
         .iter()
         .map(|(_, j)| j.new_job(&state.config))
         .collect();
     let outcomes = state.store.enqueue_many(&new_jobs).await?;
+    drop(grants);
     for ((i, job), outcome) in valid.into_iter().zip(outcomes) {
         let id = Some(external_id(&job.id).to_string());
         let result = match outcome {
@@ -219,7 +254,56 @@ pub(super) async fn create_batch(
         results[i] = Some(result);
     }
     let results: Vec<BatchResult> = results.into_iter().flatten().collect();
-    Ok(Json(serde_json::json!({ "results": results })).into_response())
+    let mut response = Json(serde_json::json!({ "results": results })).into_response();
+    if let Some(seconds) = retry_after {
+        response.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from(seconds),
+        );
+    }
+    Ok(response)
+}
+
+/// A batch's valid items past their tenant's quota, item-wise: per
+/// tenant, the first items its quotas admit go on, each later one gets its
+/// refusal (429) as its result. Answers the items to write, the grants to
+/// hold until they are written, and the `Retry-After` of a rate refusal.
+async fn apply_quotas(
+    state: &AppState,
+    valid: Vec<(usize, ValidJob)>,
+    results: &mut [Option<BatchResult>],
+) -> Result<(Vec<(usize, ValidJob)>, Vec<Grant>, Option<u64>), ApiError> {
+    let mut per_tenant: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, job) in &valid {
+        *per_tenant
+            .entry(crate::tenant::tenant_of(&job.id).to_string())
+            .or_default() += 1;
+    }
+    // In name order, so that two batches never wait on each other's locks.
+    let mut grants: BTreeMap<String, Grant> = BTreeMap::new();
+    for (tenant, n) in per_tenant {
+        let grant = check_quota(state, &tenant, n).await?;
+        grants.insert(tenant, grant);
+    }
+    let mut kept = Vec::with_capacity(valid.len());
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut retry_after = None;
+    for (i, job) in valid {
+        let tenant = crate::tenant::tenant_of(&job.id).to_string();
+        let nth = seen.entry(tenant.clone()).or_default();
+        *nth += 1;
+        match grants.get(&tenant) {
+            Some(grant) if *nth > grant.admitted => {
+                if let Some(refusal) = &grant.refusal {
+                    retry_after = retry_after.or(refusal.retry_after);
+                    let refusal = refusal.again();
+                    results[i] = Some(BatchResult::error(Some(job.id.clone()), refusal.error));
+                }
+            }
+            _ => kept.push((i, job)),
+        }
+    }
+    Ok((kept, grants.into_values().collect(), retry_after))
 }
 
 /// The internal id of job `id` of the tenant the request acts in
@@ -510,8 +594,16 @@ pub(super) async fn list_jobs(
     Ok(Json(serde_json::json!({"jobs": jobs, "next_cursor": page.next_cursor})).into_response())
 }
 
-/// `GET /v1/stats`.
-pub(super) async fn stats(State(state): State<AppState>) -> Result<Response, ApiError> {
+/// `GET /v1/stats`: every partition's counts; with `?tenant=` (or a key
+/// bound to a tenant) that tenant's ledger instead.
+pub(super) async fn stats(
+    State(state): State<AppState>,
+    caller: Option<axum::Extension<super::auth::Caller>>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    if let Some(tenant) = super::tenants::stats_tenant(caller.as_ref(), query.as_deref())? {
+        return super::tenants::tenant_stats(&state, &tenant).await;
+    }
     let stats = state.store.stats().await?;
     Ok(Json(stats).into_response())
 }

@@ -2,8 +2,8 @@
 //! guards (Host, cross-site and JSON checks, security headers) and the
 //! OpenAPI document; authentication lives in `auth`, the error shape in
 //! `error`, body and query parsing in `input`, health and metrics in
-//! `health`. Job routes live in [`jobs`], dead-letter routes in
-//! [`dead_letters`]. Handlers validate with [`crate::job`] and change state
+//! `health`. Job routes live in [`jobs`] (their quotas in [`quota`]),
+//! dead-letter routes in [`dead_letters`], the ledger's in [`tenants`]. Handlers validate with [`crate::job`] and change state
 //! only through [`Store`]; every error leaves as `{"error": {"code",
 //! "message", "field"}}`.
 
@@ -15,9 +15,11 @@ mod health;
 mod hosts;
 mod input;
 mod jobs;
+pub(crate) mod quota;
 mod schedules;
 mod server;
 mod tenancy;
+mod tenants;
 
 pub use error::ApiError;
 pub use input::parse_json;
@@ -59,6 +61,8 @@ pub(crate) struct AppState {
     pub breaker: Arc<crate::hosts::breaker::Breaker>,
     /// Span export (the ingest span of each job created).
     pub telemetry: Arc<crate::telemetry::Telemetry>,
+    /// The tenants' live-job estimates and locks (see [`quota`]).
+    pub quotas: Arc<quota::Quotas>,
 }
 
 /// The router of the whole API.
@@ -78,6 +82,8 @@ pub(crate) fn router(state: AppState) -> Router {
                 .delete(jobs::cancel_job),
         )
         .route("/v1/stats", get(jobs::stats))
+        .route("/v1/tenants", get(tenants::list))
+        .route("/v1/tenants/{name}", get(tenants::show))
         .route("/v1/whoami", get(whoami))
         .route("/v1/signing-secret", get(signing_secret))
         .route("/v1/dead-letters", get(dead_letters::list))

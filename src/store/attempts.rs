@@ -318,6 +318,23 @@ impl Store {
         .await
     }
 
+    /// Takes up to `want` creates of tenant `tenant`'s shared budget
+    /// (`budget` per window of `window_ms`): (granted, window end ms).
+    pub(crate) async fn take_tenant_rate(
+        &self,
+        tenant: &str,
+        window_ms: u64,
+        budget: u64,
+        want: u64,
+    ) -> StoreResult<(u64, i64)> {
+        self.invoke(
+            &scripts::TAKE_RATE,
+            &[&self.keys.tenant_rate(tenant)],
+            &[arg(&window_ms), arg(&budget), arg(&want)],
+        )
+        .await
+    }
+
     /// Takes back up to `batch` expired leases of partition `p`.
     pub async fn reclaim(&self, p: u16, batch: usize) -> StoreResult<Reclaim> {
         self.invoke(

@@ -198,6 +198,15 @@ impl Keys {
         format!("{}stats", self.prefix(p))
     }
 
+    /// HASH `<ns>:{p}:ledger`: the tenants' ledger of partition `p`,
+    /// `<tenant>:<counter>` -> jobs (`created`, `replayed`, `delivered`,
+    /// `dead_lettered`, `cancelled`), each counted by the script making the
+    /// change; `~seeded` once the jobs live before the ledger are counted
+    /// (see `lua/prelude.lua`, `lua/seed_ledger.lua`).
+    pub fn ledger(&self, p: u16) -> String {
+        format!("{}ledger", self.prefix(p))
+    }
+
     /// HASH `<ns>:{p}:done`: the index of finished-job summary buckets,
     /// `<start ms>` -> `<shards>:<count>:<expires ms>` (see `lua/prelude.lua`).
     pub(crate) fn done(&self, p: u16) -> String {
@@ -251,6 +260,13 @@ impl Keys {
     /// current rate window (`w` window number, `n` requests taken).
     pub(crate) fn rate(&self, host: &str) -> String {
         format!("{}:rate:{{{host}}}", self.namespace)
+    }
+
+    /// HASH `<ns>:tenant-rate:{<tenant>}`: the tenant's shared create
+    /// budget of the current rate window (`w` window number, `n` creates
+    /// taken; see `lua/take_rate.lua`).
+    pub(crate) fn tenant_rate(&self, tenant: &str) -> String {
+        format!("{}:tenant-rate:{{{tenant}}}", self.namespace)
     }
 
     /// STRING `<ns>:schema`: the layout version of this namespace's data

@@ -1,5 +1,6 @@
 //! Views across partitions: paging through jobs by state or topic (this
-//! file), the counts of `GET /v1/stats` (`stats`), and dead letters
+//! file), the counts of `GET /v1/stats` (`stats`), the tenants' ledger
+//! (`ledger`), and dead letters
 //! (`dead_letters`). The reads need no script; the only writes, deleting a
 //! dead letter and indexing the dead-letter streams, are in `dead_letters`.
 //! Each page costs a few pipelined round trips per partition visited and
@@ -13,6 +14,7 @@
 
 mod cursor;
 mod dead_letters;
+mod ledger;
 mod stats;
 
 use std::collections::HashMap;
@@ -21,6 +23,7 @@ use super::{summary, JobRecord, Store, StoreResult, Summary};
 use crate::job::State;
 pub use cursor::{BadCursor, Cursor, CursorKind, Page};
 pub use dead_letters::DeadLetter;
+pub use ledger::Ledger;
 pub use stats::{PartitionStats, Stats};
 
 /// Partitions visited at most per page, so one request stays bounded.

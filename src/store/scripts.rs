@@ -138,6 +138,9 @@ pub(crate) const INDEX_DEAD: ScriptDef = script!("index_dead", 2, 1, repeat 2);
 /// ARGV per job.
 pub(crate) const DEFER_JOBS: ScriptDef = script!("defer_jobs", 3, 3, repeat 3);
 
+/// `seed_ledger`: count the jobs live before the ledger, once per partition.
+pub(crate) const SEED_LEDGER: ScriptDef = script!("seed_ledger", 2, 1);
+
 /// `take_rate`: take tokens of a host's shared per-window request budget.
 pub(crate) const TAKE_RATE: ScriptDef = script!("take_rate", 1, 3);
 
@@ -186,6 +189,7 @@ pub(crate) const ALL: &[&ScriptDef] = &[
     &REPLAY_DEAD,
     &DROP_DEAD,
     &INDEX_DEAD,
+    &SEED_LEDGER,
     &DEFER_JOBS,
     &TAKE_RATE,
     &PARK_JOBS,

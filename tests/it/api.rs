@@ -941,6 +941,8 @@ async fn malformed_requests_get_4xx_and_change_nothing() {
         ("DELETE", "/v1/schedules/a:b", "".into(), Some("id")),
         ("POST", "/v1/schedules/a:b/pause", "".into(), Some("id")),
         ("POST", "/v1/schedules/a:b/resume", "".into(), Some("id")),
+        ("GET", "/v1/tenants/Bad_Name", "".into(), Some("name")),
+        ("GET", "/v1/stats?tenant=Bad", "".into(), Some("tenant")),
     ];
     // The table covers every documented operation that takes input (a body,
     // a query or an id in the path): a route added without a malformed case

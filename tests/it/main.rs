@@ -22,6 +22,7 @@ mod history;
 mod hosts;
 mod image;
 mod inputs;
+mod ledger;
 mod listings;
 mod metrics;
 mod migrate;
