@@ -359,6 +359,27 @@ async fn data_written_before_tenants_is_the_default_tenants() {
         serde_json::json!(["old-dead-1"]),
         "{answer}"
     );
+
+    // The ledger counted the live jobs it found (seeded once, at start) and
+    // adds up once the replayed job is dead again.
+    let ledger = format!("{base}/v1/tenants/default");
+    crate::support::wait_until(
+        "the replayed job is dead again",
+        Duration::from_secs(20),
+        || async { crate::get_json(&ledger).await.1["dead_lettered"] == 1 },
+    )
+    .await;
+    let (_, counts) = crate::get_json(&ledger).await;
+    for (name, value) in [
+        ("created", 9),
+        ("replayed", 1),
+        ("delivered", 9),
+        ("dead_lettered", 1),
+        ("cancelled", 0),
+        ("live", 0),
+    ] {
+        assert_eq!(counts[name], value, "{name}: {counts}");
+    }
 }
 
 /// A tenant's jobs for a host that hangs hold neither that tenant's other
