@@ -138,7 +138,8 @@ end
 if want < 1 then return out end
 local prefix = partition_prefix(ARGV[2], 'job:')
 local lists
-if rcall('SCARD', KEYS[5]) == 0 then
+local tenants = rcall('SCARD', KEYS[5])
+if tenants == 0 then
   lists = {{key = KEYS[1], ids = rcall('LRANGE', KEYS[1], 0, want - 1)}}
 else
   -- At most TENANTS_PER_CLAIM of them, a random pick when there are more.
@@ -150,7 +151,8 @@ for _, l in ipairs(lists) do
   for _, id in ipairs(l.ids) do ids[#ids + 1] = id end
 end
 if #ids == 0 and #lists == 1 then return out end
-if #ids == want then out[2] = 1 end
+-- (Tenants left out of this claim's pick may have jobs: look again.)
+if #ids == want or tenants > TENANTS_PER_CLAIM then out[2] = 1 end
 
 -- Read pass: every job record before the first write (see the prelude).
 local records, places = {}, {}

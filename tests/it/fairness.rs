@@ -444,3 +444,25 @@ async fn a_hanging_host_holds_neither_its_tenants_other_hosts_nor_other_tenants(
         .wait_for_count(20, Duration::from_secs(10))
         .await;
 }
+
+/// A claim looks at 64 tenants' lists at most; with more tenants ready it
+/// says there may be more, so the claim loop comes back for the others
+/// at once instead of sleeping on them.
+#[tokio::test]
+async fn a_claim_with_more_than_64_tenants_ready_comes_back_for_the_rest() {
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    config.redis.partitions = 1;
+    let store = Store::connect(&config).await.expect("store");
+    store.load_scripts().await.expect("scripts");
+    for t in 0..70 {
+        let tenant = format!("t{t}");
+        enqueue_for(&store, &config, &tenant, "j", 1, "http://127.0.0.1:9/x", 0).await;
+    }
+    let first = store.claim(0, 100).await.expect("claim");
+    assert_eq!(first.jobs.len(), 64, "one job of each of 64 tenants");
+    assert!(first.more, "6 tenants were left out: there is more");
+    let second = store.claim(0, 100).await.expect("claim");
+    assert_eq!(second.jobs.len(), 6);
+    assert!(!second.more);
+}
