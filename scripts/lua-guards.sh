@@ -53,7 +53,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # name | file | exact text | replacement | the test that holds it
-E=engine G=guards
+E=engine G=guards F=fairness
 GUARDS=(
   "complete: attempt token|lua/complete_jobs.lua|  if r ~= nil and r.state == 'i' and r.att == tonumber(ARGV[i + 1]) then|  if r ~= nil and r.state == 'i' then|$E::a_stale_outcome_is_discarded_while_the_next_attempt_is_in_flight"
   "complete: state inflight|lua/complete_jobs.lua|  if r ~= nil and r.state == 'i' and r.att == tonumber(ARGV[i + 1]) then|  if r ~= nil and r.att == tonumber(ARGV[i + 1]) then|$G::late_outcomes_of_a_reclaimed_attempt_change_nothing"
@@ -120,6 +120,10 @@ GUARDS+=(
   "migrate 2: only layout-2 records are converted|lua/migrate_records.lua|  if v and #v > 33 and string.sub(v, 34, 34) == '{' then|  if v and #v > 33 then|$G::migrating_again_skips_records_already_converted"
   "put: a create where a stub points elsewhere goes there|lua/put_schedule.lua|  if f[4] then return {ELSEWHERE, tonumber(f[4])} end||$G::a_schedule_id_has_one_schedule_ordered_or_not"
   "place schedule: a schedule here stays here|lua/place_schedule.lua|if f[1] then return here end||$G::a_schedule_id_has_one_schedule_ordered_or_not"
+  "ready push: a tenant's jobs wait in its own list|lua/prelude.lua|  if not slash then return ready_key, nil end|  if true then return ready_key, nil end|$F::a_tenants_backlog_does_not_hold_another_tenants_due_jobs"
+  "claim: each tenant its weight|lua/claim_ready.lua|    if ARGV[i] == tenant then return tonumber(ARGV[i + 1]) end|    if false then return tonumber(ARGV[i + 1]) end|$F::a_claim_shares_its_batch_between_tenants_by_weight"
+  "claim: a dry tenant leaves the set|lua/claim_ready.lua|  if l.tenant and l.dry then rcall('SREM', KEYS[5], l.tenant) end|  if false then rcall('SREM', KEYS[5], l.tenant) end|$F::a_claim_shares_its_batch_between_tenants_by_weight"
+  "claim: tenants left out of the pick mean more|lua/claim_ready.lua|if #ids == want or tenants > TENANTS_PER_CLAIM then out[2] = 1 end|if #ids == want then out[2] = 1 end|$F::a_claim_with_more_than_64_tenants_ready_comes_back_for_the_rest"
 )
 
 # Guards no test holds yet: name | file | text | replacement | why. Not
