@@ -376,6 +376,19 @@ async fn a_bound_key_sees_and_changes_only_its_own_tenant() {
     forbidden(status, &answer, "pause a host");
 
     assert_eq!(beta_views(&base, &ops).await, before, "beta's data changed");
+    // The unbound key replays beta's dead letter by its id within beta.
+    let (status, report) = call(
+        Method::POST,
+        &url("/v1/dead-letters/replay"),
+        o,
+        Some(json!({"tenant": "beta", "ids": ["b-dead"], "dry_run": true})),
+    )
+    .await;
+    assert_eq!(
+        (status, &report["replayed"]),
+        (200, &json!(["b-dead"])),
+        "{report}"
+    );
     // The unbound key lists every tenant's.
     let (_, page) = call(Method::GET, &url("/v1/jobs"), o, None).await;
     let mut tenants: Vec<&str> = page["jobs"]
@@ -592,4 +605,56 @@ async fn the_cli_acts_in_the_tenant_named() {
     }
     let out = cli(&["show", "inv-2"]);
     assert_eq!(out.status.code(), Some(3), "nothing written: {out:?}");
+}
+
+/// A schedule of tenant `beta` fires jobs of `beta`: their `webhook-id`
+/// is `beta/<schedule id>:<time>`, they are found (in the schedule's
+/// partition) by their id within `beta` and name their schedule by its id
+/// there; the schedule's fire ids are reserved in `beta` alone.
+#[tokio::test]
+async fn a_tenants_schedule_fires_jobs_of_that_tenant() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+    let schedule = json!({"id": "tick", "tenant": "beta", "every": "1s", "job": {"url": receiver.url("/tick")}});
+    let made = post_created(&format!("{base}/v1/schedules"), schedule).await;
+    assert_eq!(
+        (&made["tenant"], &made["id"]),
+        (&json!("beta"), &json!("tick")),
+        "{made}"
+    );
+    let first = receiver.wait_for_count(1, Duration::from_secs(15)).await;
+    let webhook_id = first[0]
+        .header("webhook-id")
+        .expect("webhook-id")
+        .to_string();
+    let job_id = webhook_id
+        .strip_prefix("beta/")
+        .unwrap_or_else(|| panic!("a beta job: {webhook_id}"))
+        .to_string();
+    let (schedule_part, at) = job_id.rsplit_once(':').expect("<schedule>:<time>");
+    assert_eq!(schedule_part, "tick");
+    let view = wait_state(&base, &format!("{job_id}?tenant=beta"), "delivered").await;
+    assert_eq!(
+        (&view["tenant"], &view["id"], &view["schedule_id"]),
+        (&json!("beta"), &json!(job_id), &json!("tick")),
+        "{view}"
+    );
+    let (status, _) = get_json(&format!("{base}/v1/jobs/{job_id}")).await;
+    assert_eq!(status, 404, "not default's job");
+    let (_, shown) = get_json(&format!("{base}/v1/schedules/tick?tenant=beta")).await;
+    let runs = shown["last_runs"].as_array().expect("last_runs");
+    assert!(runs.iter().any(|r| r["job_id"] == json!(job_id)), "{shown}");
+
+    // A later fire id of the schedule is reserved in beta, free elsewhere.
+    let later = format!("tick:{}", at.parse::<i64>().expect("ms") + 3_600_000);
+    let job = |tenant: &str| json!({"id": later, "tenant": tenant, "url": receiver.url("/x"), "delay": "2h"});
+    let (status, refused) = post_json(&format!("{base}/v1/jobs"), job("beta")).await;
+    assert_eq!(
+        (status, &refused["error"]["code"]),
+        (409, &json!("reserved_id")),
+        "{refused}"
+    );
+    post_created(&format!("{base}/v1/jobs"), job("default")).await;
 }
