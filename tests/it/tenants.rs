@@ -508,6 +508,21 @@ async fn ordering_keys_are_lines_per_tenant() {
         .expect("cancel");
     assert_eq!(response.status().as_u16(), 204);
     wait_state(&base, "a-2?tenant=alpha", "delivered").await;
+    // A replayed dead letter rejoins its own tenant's line and leaves it
+    // when delivered: default's next job of the key is not held behind it.
+    let (status, report) = post_json(
+        &format!("{base}/v1/dead-letters/replay"),
+        json!({"tenant": "beta", "ids": ["b-2"], "url": receiver.url("/ok")}),
+    )
+    .await;
+    assert_eq!(
+        (status, &report["replayed"]),
+        (200, &json!(["b-2"])),
+        "{report}"
+    );
+    wait_state(&base, "b-2?tenant=beta", "delivered").await;
+    post_created(&jobs, job("default", "d-2", "/ok")).await;
+    wait_state(&base, "d-2", "delivered").await;
     // Each delivery of the line said which tenant's job it was.
     let ids: Vec<String> = receiver
         .requests()
@@ -617,7 +632,9 @@ async fn a_tenants_schedule_fires_jobs_of_that_tenant() {
     let receiver = Receiver::ok().await;
     let daemon = start_daemon(&test_config(&redis)).await;
     let base = daemon.url();
-    let schedule = json!({"id": "tick", "tenant": "beta", "every": "1s", "job": {"url": receiver.url("/tick")}});
+    // With an ordering key: each fire joins beta's line, and leaves it.
+    let schedule = json!({"id": "tick", "tenant": "beta", "every": "1s",
+        "job": {"url": receiver.url("/tick"), "ordering_key": "k"}});
     let made = post_created(&format!("{base}/v1/schedules"), schedule).await;
     assert_eq!(
         (&made["tenant"], &made["id"]),
@@ -657,4 +674,46 @@ async fn a_tenants_schedule_fires_jobs_of_that_tenant() {
         "{refused}"
     );
     post_created(&format!("{base}/v1/jobs"), job("default")).await;
+    // The next fire is not held behind the first (its line is beta's).
+    receiver.wait_for_count(2, Duration::from_secs(15)).await;
+}
+
+/// The last attempt of an ordered job of tenant `beta` loses its lease
+/// (its daemon gone): the reclaim dead-letters it and releases the next
+/// job of beta's line.
+#[tokio::test]
+async fn a_lost_last_lease_releases_the_tenants_line() {
+    let redis = RedisServer::start();
+    let config = test_config(&redis);
+    let store = hookq::store::Store::connect(&config).await.expect("store");
+    for id in ["r-1", "r-2"] {
+        let input = hookq::job::JobInput {
+            id: Some(id.into()),
+            tenant: Some("beta".into()),
+            url: Some("http://127.0.0.1:9/never".into()),
+            ordering_key: Some("k".into()),
+            retry: Some(vec![]),
+            ..hookq::job::JobInput::default()
+        };
+        crate::enqueue_direct(&store, &config, input).await;
+    }
+    let p = store.keys().order_partition("default:k");
+    crate::claim_in(&store, p, "beta/r-1").await;
+    // The lease is timeout + margin (2.3 s here); 15 s is ample.
+    crate::support::wait_until(
+        "r-1's lease expires and it dies",
+        Duration::from_secs(15),
+        || {
+            let store = store.clone();
+            async move { store.reclaim(p, 100).await.expect("reclaim").dead == 1 }
+        },
+    )
+    .await;
+    let next = store.get("beta/r-2").await.expect("get").expect("r-2");
+    assert!(
+        !next.held && next.state == hookq::job::State::Ready,
+        "r-2 is released: {:?} held={}",
+        next.state,
+        next.held
+    );
 }
