@@ -400,6 +400,39 @@ async fn a_bound_key_sees_and_changes_only_its_own_tenant() {
     tenants.sort();
     tenants.dedup();
     assert_eq!(tenants, ["alpha", "beta"], "{page}");
+    // And changes beta's, naming it.
+    let (status, changed) = call(
+        Method::PATCH,
+        &url("/v1/jobs/b-job?tenant=beta"),
+        o,
+        Some(json!({"delay": "2h"})),
+    )
+    .await;
+    assert_eq!(
+        (status, &changed["tenant"], &changed["id"]),
+        (200, &json!("beta"), &json!("b-job")),
+        "{changed}"
+    );
+    let (status, changed) = call(
+        Method::PATCH,
+        &url("/v1/schedules/b-sched?tenant=beta"),
+        o,
+        Some(json!({"every": "2h"})),
+    )
+    .await;
+    assert_eq!(
+        (status, &changed["tenant"], &changed["every"]),
+        (200, &json!("beta"), &json!("2h")),
+        "{changed}"
+    );
+    for path in [
+        "/v1/jobs/b-job?tenant=beta",
+        "/v1/schedules/b-sched?tenant=beta",
+        "/v1/dead-letters/b-dead?tenant=beta",
+    ] {
+        let (status, answer) = call(Method::DELETE, &url(path), o, None).await;
+        assert_eq!(status, 204, "{path}: {answer}");
+    }
 }
 
 /// The prelude's `spec_order` (with `order_line`) and the store's
