@@ -307,6 +307,16 @@ mod tests {
             ..Selection::default()
         };
         assert!(both.validate().is_err());
+        let bad_tenant = Selection {
+            tenant: Some("Billing".into()),
+            all: true,
+            ..Selection::default()
+        };
+        let err = bad_tenant.validate().expect_err("bad tenant");
+        assert_eq!(
+            (err.code, err.field.as_deref()),
+            ("invalid_tenant", Some("tenant"))
+        );
         let bad_id = Selection {
             ids: vec!["ok".into(), "no spaces".into()],
             ..Selection::default()

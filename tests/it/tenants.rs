@@ -376,6 +376,19 @@ async fn a_bound_key_sees_and_changes_only_its_own_tenant() {
     forbidden(status, &answer, "pause a host");
 
     assert_eq!(beta_views(&base, &ops).await, before, "beta's data changed");
+    // The unbound key replays beta's dead letter by its id within beta.
+    let (status, report) = call(
+        Method::POST,
+        &url("/v1/dead-letters/replay"),
+        o,
+        Some(json!({"tenant": "beta", "ids": ["b-dead"], "dry_run": true})),
+    )
+    .await;
+    assert_eq!(
+        (status, &report["replayed"]),
+        (200, &json!(["b-dead"])),
+        "{report}"
+    );
     // The unbound key lists every tenant's.
     let (_, page) = call(Method::GET, &url("/v1/jobs"), o, None).await;
     let mut tenants: Vec<&str> = page["jobs"]
@@ -387,6 +400,39 @@ async fn a_bound_key_sees_and_changes_only_its_own_tenant() {
     tenants.sort();
     tenants.dedup();
     assert_eq!(tenants, ["alpha", "beta"], "{page}");
+    // And changes beta's, naming it.
+    let (status, changed) = call(
+        Method::PATCH,
+        &url("/v1/jobs/b-job?tenant=beta"),
+        o,
+        Some(json!({"delay": "2h"})),
+    )
+    .await;
+    assert_eq!(
+        (status, &changed["tenant"], &changed["id"]),
+        (200, &json!("beta"), &json!("b-job")),
+        "{changed}"
+    );
+    let (status, changed) = call(
+        Method::PATCH,
+        &url("/v1/schedules/b-sched?tenant=beta"),
+        o,
+        Some(json!({"every": "2h"})),
+    )
+    .await;
+    assert_eq!(
+        (status, &changed["tenant"], &changed["every"]),
+        (200, &json!("beta"), &json!("2h")),
+        "{changed}"
+    );
+    for path in [
+        "/v1/jobs/b-job?tenant=beta",
+        "/v1/schedules/b-sched?tenant=beta",
+        "/v1/dead-letters/b-dead?tenant=beta",
+    ] {
+        let (status, answer) = call(Method::DELETE, &url(path), o, None).await;
+        assert_eq!(status, 204, "{path}: {answer}");
+    }
 }
 
 /// The prelude's `spec_order` (with `order_line`) and the store's
@@ -495,6 +541,21 @@ async fn ordering_keys_are_lines_per_tenant() {
         .expect("cancel");
     assert_eq!(response.status().as_u16(), 204);
     wait_state(&base, "a-2?tenant=alpha", "delivered").await;
+    // A replayed dead letter rejoins its own tenant's line and leaves it
+    // when delivered: default's next job of the key is not held behind it.
+    let (status, report) = post_json(
+        &format!("{base}/v1/dead-letters/replay"),
+        json!({"tenant": "beta", "ids": ["b-2"], "url": receiver.url("/ok")}),
+    )
+    .await;
+    assert_eq!(
+        (status, &report["replayed"]),
+        (200, &json!(["b-2"])),
+        "{report}"
+    );
+    wait_state(&base, "b-2?tenant=beta", "delivered").await;
+    post_created(&jobs, job("default", "d-2", "/ok")).await;
+    wait_state(&base, "d-2", "delivered").await;
     // Each delivery of the line said which tenant's job it was.
     let ids: Vec<String> = receiver
         .requests()
@@ -592,4 +653,100 @@ async fn the_cli_acts_in_the_tenant_named() {
     }
     let out = cli(&["show", "inv-2"]);
     assert_eq!(out.status.code(), Some(3), "nothing written: {out:?}");
+}
+
+/// A schedule of tenant `beta` fires jobs of `beta`: their `webhook-id`
+/// is `beta/<schedule id>:<time>`, they are found (in the schedule's
+/// partition) by their id within `beta` and name their schedule by its id
+/// there; the schedule's fire ids are reserved in `beta` alone.
+#[tokio::test]
+async fn a_tenants_schedule_fires_jobs_of_that_tenant() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+    // With an ordering key: each fire joins beta's line, and leaves it.
+    let schedule = json!({"id": "tick", "tenant": "beta", "every": "1s",
+        "job": {"url": receiver.url("/tick"), "ordering_key": "k"}});
+    let made = post_created(&format!("{base}/v1/schedules"), schedule).await;
+    assert_eq!(
+        (&made["tenant"], &made["id"]),
+        (&json!("beta"), &json!("tick")),
+        "{made}"
+    );
+    let first = receiver.wait_for_count(1, Duration::from_secs(15)).await;
+    let webhook_id = first[0]
+        .header("webhook-id")
+        .expect("webhook-id")
+        .to_string();
+    let job_id = webhook_id
+        .strip_prefix("beta/")
+        .unwrap_or_else(|| panic!("a beta job: {webhook_id}"))
+        .to_string();
+    let (schedule_part, at) = job_id.rsplit_once(':').expect("<schedule>:<time>");
+    assert_eq!(schedule_part, "tick");
+    let view = wait_state(&base, &format!("{job_id}?tenant=beta"), "delivered").await;
+    assert_eq!(
+        (&view["tenant"], &view["id"], &view["schedule_id"]),
+        (&json!("beta"), &json!(job_id), &json!("tick")),
+        "{view}"
+    );
+    let (status, _) = get_json(&format!("{base}/v1/jobs/{job_id}")).await;
+    assert_eq!(status, 404, "not default's job");
+    let (_, shown) = get_json(&format!("{base}/v1/schedules/tick?tenant=beta")).await;
+    let runs = shown["last_runs"].as_array().expect("last_runs");
+    assert!(runs.iter().any(|r| r["job_id"] == json!(job_id)), "{shown}");
+
+    // A later fire id of the schedule is reserved in beta, free elsewhere.
+    let later = format!("tick:{}", at.parse::<i64>().expect("ms") + 3_600_000);
+    let job = |tenant: &str| json!({"id": later, "tenant": tenant, "url": receiver.url("/x"), "delay": "2h"});
+    let (status, refused) = post_json(&format!("{base}/v1/jobs"), job("beta")).await;
+    assert_eq!(
+        (status, &refused["error"]["code"]),
+        (409, &json!("reserved_id")),
+        "{refused}"
+    );
+    post_created(&format!("{base}/v1/jobs"), job("default")).await;
+    // The next fire is not held behind the first (its line is beta's).
+    receiver.wait_for_count(2, Duration::from_secs(15)).await;
+}
+
+/// The last attempt of an ordered job of tenant `beta` loses its lease
+/// (its daemon gone): the reclaim dead-letters it and releases the next
+/// job of beta's line.
+#[tokio::test]
+async fn a_lost_last_lease_releases_the_tenants_line() {
+    let redis = RedisServer::start();
+    let config = test_config(&redis);
+    let store = hookq::store::Store::connect(&config).await.expect("store");
+    for id in ["r-1", "r-2"] {
+        let input = hookq::job::JobInput {
+            id: Some(id.into()),
+            tenant: Some("beta".into()),
+            url: Some("http://127.0.0.1:9/never".into()),
+            ordering_key: Some("k".into()),
+            retry: Some(vec![]),
+            ..hookq::job::JobInput::default()
+        };
+        crate::enqueue_direct(&store, &config, input).await;
+    }
+    let p = store.keys().order_partition("default:k");
+    crate::claim_in(&store, p, "beta/r-1").await;
+    // The lease is timeout + margin (2.3 s here); 15 s is ample.
+    crate::support::wait_until(
+        "r-1's lease expires and it dies",
+        Duration::from_secs(15),
+        || {
+            let store = store.clone();
+            async move { store.reclaim(p, 100).await.expect("reclaim").dead == 1 }
+        },
+    )
+    .await;
+    let next = store.get("beta/r-2").await.expect("get").expect("r-2");
+    assert!(
+        !next.held && next.state == hookq::job::State::Ready,
+        "r-2 is released: {:?} held={}",
+        next.state,
+        next.held
+    );
 }
