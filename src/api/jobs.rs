@@ -11,8 +11,8 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::tenancy::{self, param, CallerExt};
 use super::quota::{check_quota, Grant, Refusal};
+use super::tenancy::{self, param, CallerExt};
 use super::{parse_json, parse_limit, parse_query, ApiError, AppState};
 use crate::job::{
     quote, validate_id, FieldError, JobInput, JobView, RunAt, State as JobState, TraceContext,
