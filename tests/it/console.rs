@@ -545,9 +545,9 @@ async fn a_key_bound_to_a_tenant_sees_only_its_tenant_in_the_console() {
 
 /// With a key bound to no tenant (here the open API) the tenant filter
 /// narrows the jobs list, lives in the URL (a reload keeps it), and every
-/// link and action names the item's tenant: two tenants have a job `same`,
-/// a dead letter `lost` and a schedule `nightly`; the console opens and
-/// cancels orders' job, replays orders' dead letter, deletes billing's and
+/// link and action names the item's tenant: billing and orders have a job
+/// `same` (so has `default`), a dead letter `lost` and a schedule `nightly`
+/// each; the console opens (with its body) and cancels orders' job, replays orders' dead letter, deletes billing's and
 /// pauses orders' schedule, and billing's (or orders') twin is untouched
 /// each time. The overview lists every tenant's ledger, each name linking
 /// to its jobs.
@@ -599,6 +599,13 @@ async fn the_tenant_filter_narrows_the_console_and_acts_on_the_right_tenant() {
     }
     created(json!({"tenant": "orders", "id": "orders-2", "url": receiver.url("/orders"), "delay": "1h"}))
         .await;
+    // The default tenant has a `same` too: a link that loses its tenant
+    // opens this one.
+    created(
+        json!({"id": "same", "url": receiver.url("/default"), "delay": "1h",
+        "body": {"who": "default-body"}}),
+    )
+    .await;
     created(json!({"id": "plain", "url": receiver.url("/default"), "delay": "1h"})).await;
     let state = |tenant: &'static str, path: &'static str| {
         let url = format!("{base}/v1/{path}?tenant={tenant}");
