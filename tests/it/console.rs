@@ -5,7 +5,9 @@
 //! replaying a dead letter from the page (the job is live again and is
 //! delivered) and pausing a host, hostile bodies shown as text, the
 //! overview chart moving while jobs are delivered, and Redis down shown as
-//! such. Each page's screenshot goes to `target/screenshots/console-*.png`;
+//! such; tenants: a key bound to one sees it alone, the tenant filter lives
+//! in the URL and every link and action names the item's tenant, and one
+//! tenant's overview counts its own deliveries and attempts. Each page's screenshot goes to `target/screenshots/console-*.png`;
 //! with `HOOKQ_SCREENSHOTS=docs` to `docs/console-*.png`, the pictures the
 //! docs show (refreshed on purpose only, so a test run leaves the checkout
 //! clean).
@@ -780,6 +782,88 @@ async fn the_tenant_filter_narrows_the_console_and_acts_on_the_right_tenant() {
         .wait_text("#main table", |t| {
             t.contains("orders") && t.contains("paused")
         })
+        .await;
+    daemon.stop().await.expect("clean stop");
+}
+
+/// The overview of one tenant shows that tenant's deliveries and the
+/// lateness of its attempts alone (the `tenant` label of this daemon's
+/// `hookq_lateness_seconds`): an attempt of `console-loud` moves loud's
+/// overview and leaves `console-quiet`'s saying no attempt started. (The
+/// names are unique to this test: the metrics recorder, and with it the
+/// histogram, is shared by every daemon of the test process.)
+#[tokio::test]
+async fn one_tenants_overview_shows_its_own_attempts_alone() {
+    let redis = RedisServer::start();
+    let daemon = start_daemon(&test_config(&redis)).await;
+    let base = daemon.url();
+    let receiver = Receiver::ok().await;
+    let browser = Browser::start().await;
+    let loud_job = |id: &'static str| {
+        let jobs = format!("{base}/v1/jobs");
+        let url = receiver.url("/loud");
+        async move {
+            let (status, body) = crate::post_json(
+                &jobs,
+                json!({"tenant": "console-loud", "id": id, "url": url}),
+            )
+            .await;
+            assert_eq!(status, 201, "{body}");
+            let job = format!("{jobs}/{id}?tenant=console-loud");
+            wait_until(
+                "the loud job is delivered",
+                Duration::from_secs(15),
+                || async { crate::get_json(&job).await.1["state"] == "delivered" },
+            )
+            .await;
+        }
+    };
+    let points = || async {
+        browser
+            .eval("const svg = document.querySelector('svg.chart'); return svg ? Number(svg.dataset.points) : 0")
+            .await
+            .as_u64()
+            .unwrap_or(0)
+    };
+
+    // Quiet's overview, open before loud's attempt and read twice after
+    // it: each reading compares /metrics with one from up to 5 s before,
+    // which predates the attempt (it started within the second before it
+    // was seen delivered), so loud's attempt would show here if the page
+    // counted every tenant's.
+    browser
+        .goto(&format!("{base}/ui#/overview?tenant=console-quiet"))
+        .await;
+    browser.wait_for("svg.chart").await;
+    loud_job("loud-1").await;
+    let seen = points().await;
+    wait_until("two more readings", Duration::from_secs(10), || async {
+        points().await >= seen + 2
+    })
+    .await;
+    let lag = browser.text("#lag").await.unwrap_or_default();
+    assert!(lag.contains("no attempt started"), "{lag}");
+    browser
+        .wait_text("#tenants", |t| {
+            t.contains("console-quiet has had no job yet")
+        })
+        .await;
+    assert_eq!(
+        browser
+            .text("#counts .card[data-count=delivered] .figure")
+            .await,
+        Some("0".to_string())
+    );
+
+    // Loud's overview shows its next attempt and both deliveries.
+    browser
+        .goto(&format!("{base}/ui#/overview?tenant=console-loud"))
+        .await;
+    browser.wait_for("svg.chart").await;
+    loud_job("loud-2").await;
+    browser.wait_text("#lag", |t| t.contains("p99 ≤")).await;
+    browser
+        .wait_text("#counts .card[data-count=delivered] .figure", |t| t == "2")
         .await;
     daemon.stop().await.expect("clean stop");
 }

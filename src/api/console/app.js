@@ -350,14 +350,21 @@ function overviewPage(params) {
 /** Each tenant's ledger as a table (only `tenant` when one is chosen or
  *  the key is bound), each name linking to its jobs. */
 async function tenantTable(tenant) {
-  const rows = tenant
-    ? [await api('GET', '/v1/tenants/' + encodeURIComponent(tenant))]
-    : (await api('GET', '/v1/tenants')).tenants;
+  let rows;
+  try {
+    rows = tenant
+      ? [await api('GET', '/v1/tenants/' + encodeURIComponent(tenant))]
+      : (await api('GET', '/v1/tenants')).tenants;
+  } catch (e) {
+    // A tenant named in the URL that has never had a job.
+    if (e.status !== 404) throw e;
+    rows = [];
+  }
   return table(['tenant', 'live', 'created', 'replayed', 'delivered', 'dead lettered', 'cancelled', 'weight'],
     rows.map((t) => [
       el('a', { href: listHash('jobs', t.tenant), 'data-tenant': t.tenant }, t.tenant),
       ...[t.live, t.created, t.replayed, t.delivered, t.dead_lettered, t.cancelled, t.weight].map(String),
-    ]), 'No tenant yet.');
+    ]), tenant ? `Tenant ${tenant} has had no job yet.` : 'No tenant yet.');
 }
 
 /** The cumulative buckets of this daemon's `hookq_lateness_seconds`
