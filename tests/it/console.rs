@@ -551,7 +551,8 @@ async fn a_key_bound_to_a_tenant_sees_only_its_tenant_in_the_console() {
 /// `same` (so has `default`), a dead letter `lost` and a schedule `nightly`
 /// each; the console opens (with its body) and cancels orders' job, replays orders' dead letter, deletes billing's and
 /// pauses orders' schedule, and billing's (or orders') twin is untouched
-/// each time. The overview lists every tenant's ledger, each name linking
+/// each time; a replay of dead letters of both tenants picked together
+/// revives each. The overview lists every tenant's ledger, each name linking
 /// to its jobs.
 #[tokio::test]
 async fn the_tenant_filter_narrows_the_console_and_acts_on_the_right_tenant() {
@@ -783,6 +784,37 @@ async fn the_tenant_filter_narrows_the_console_and_acts_on_the_right_tenant() {
             t.contains("orders") && t.contains("paused")
         })
         .await;
+
+    // A selection spanning tenants (no filter) replays each tenant's own
+    // (one request per tenant), the report naming them `<tenant>/<id>`.
+    for tenant in ["billing", "orders"] {
+        let hook = receiver.url(&format!("/{tenant}/twice"));
+        created(json!({"tenant": tenant, "id": "twice", "url": hook, "retry": []})).await;
+        wait_until("twice is dead", Duration::from_secs(15), || async {
+            state(tenant, "jobs/twice").await.1["state"] == "dead"
+        })
+        .await;
+    }
+    browser.goto(&format!("{base}/ui#/dead")).await;
+    for tenant in ["billing", "orders"] {
+        browser
+            .click(&format!("input.pick[value=twice][data-tenant={tenant}]"))
+            .await;
+    }
+    browser.click("#replay-selected").await;
+    let report = browser
+        .wait_text("#report", |t| t.contains("Replayed 2"))
+        .await;
+    assert!(
+        report.contains("billing/twice") && report.contains("orders/twice"),
+        "{report}"
+    );
+    for tenant in ["billing", "orders"] {
+        wait_until("twice is delivered", Duration::from_secs(15), || async {
+            state(tenant, "jobs/twice").await.1["state"] == "delivered"
+        })
+        .await;
+    }
     daemon.stop().await.expect("clean stop");
 }
 
