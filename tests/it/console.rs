@@ -542,6 +542,15 @@ async fn a_key_bound_to_a_tenant_sees_only_its_tenant_in_the_console() {
     assert!(body.contains("billing-body"), "{body}");
     let text = page_text(&browser).await;
     assert!(!text.contains("orders"), "{text}");
+
+    // Hosts are shared: listed, but pausing one (an admin key without a
+    // tenant) is not offered to this admin key.
+    browser.goto(&format!("{base}/ui#/hosts")).await;
+    let host = format!("http://{}", failing.addr());
+    browser
+        .wait_text("#hosts", |t| t.contains(host.as_str()))
+        .await;
+    assert!(!browser.exists("#hosts button").await);
     daemon.stop().await.expect("clean stop");
 }
 
@@ -662,6 +671,20 @@ async fn the_tenant_filter_narrows_the_console_and_acts_on_the_right_tenant() {
         .wait_text("select[name=tenant] option:checked", |t| t == "orders")
         .await;
     browser.screenshot(&screenshot_path("jobs-tenant")).await;
+    // The filter follows to the other list pages (hosts are every tenant's).
+    let nav = browser
+        .eval("return [...document.querySelectorAll('#nav a')].map((a) => a.getAttribute('href'))")
+        .await;
+    assert_eq!(
+        nav,
+        json!([
+            "#/overview?tenant=orders",
+            "#/jobs?tenant=orders",
+            "#/dead?tenant=orders",
+            "#/hosts",
+            "#/schedules?tenant=orders"
+        ])
+    );
 
     // Orders' `same` from the list: its body; cancelled from its page,
     // billing's `same` stays scheduled.
