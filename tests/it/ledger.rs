@@ -676,3 +676,94 @@ async fn fired_jobs_count_as_created() {
     wait_counts(&base, "default", [fired, 0, fired, 0, 0, 0]).await;
     daemon.stop().await.expect("stop");
 }
+
+/// `hookq tenants` and `hookq stats --tenant NAME` read the ledger from
+/// Redis: jobs created and cancelled with the CLI are counted, in JSON and
+/// in the table; jobs from before the ledger (its hashes deleted) are
+/// seeded by the CLI before it changes any, as a daemon does at start; a
+/// bad name is refused naming `--tenant`.
+#[tokio::test]
+async fn cli_shows_the_ledger() {
+    use crate::ops::hookq;
+    let redis = RedisServer::start();
+    let ns = "cli-ledger";
+    for id in ["c-1", "c-2", "c-3"] {
+        let out = hookq(
+            &redis,
+            ns,
+            &[
+                "enqueue",
+                "--url",
+                "http://127.0.0.1:9/x",
+                "--id",
+                id,
+                "--delay",
+                "1h",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let mut conn = redis.conn().await;
+    for p in 0..4 {
+        let _: () = redis::cmd("DEL")
+            .arg(hookq::store::Keys::new(ns, 4).ledger(p))
+            .query_async(&mut conn)
+            .await
+            .expect("DEL");
+    }
+    assert!(hookq(&redis, ns, &["cancel", "c-1"]).status.success());
+    let out = hookq(
+        &redis,
+        ns,
+        &[
+            "enqueue",
+            "--url",
+            "http://127.0.0.1:9/x",
+            "--id",
+            "c-4",
+            "--delay",
+            "1h",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json = |args: &[&str]| {
+        let out = hookq(&redis, ns, args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).expect("JSON")
+    };
+    let list = json(&["--json", "tenants"]);
+    assert_eq!(list["tenants"].as_array().map(Vec::len), Some(1), "{list}");
+    assert_eq!(counts(&list["tenants"][0]), [4, 0, 0, 0, 1, 3]);
+    let one = json(&["--json", "stats", "--tenant", "default"]);
+    assert_eq!(
+        (one["tenant"].as_str(), counts(&one)),
+        (Some("default"), [4, 0, 0, 0, 1, 3])
+    );
+    let out = hookq(&redis, ns, &["tenants"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row: Vec<&str> = text
+        .lines()
+        .find(|l| l.starts_with("default"))
+        .map(|l| l.split_whitespace().collect())
+        .unwrap_or_default();
+    assert_eq!(
+        row,
+        ["default", "1", "0", "0.0", "4", "0", "0", "0", "1", "3"],
+        "{text}"
+    );
+    let out = hookq(&redis, ns, &["stats", "--tenant", "Bad"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--tenant"));
+}
