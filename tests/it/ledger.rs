@@ -767,3 +767,37 @@ async fn cli_shows_the_ledger() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--tenant"));
 }
+
+/// On a Redis Cluster the ledger's partitions live on different masters:
+/// two tenants' jobs spread over 16 partitions are counted where they
+/// change and summed on read, and add up once delivered.
+#[tokio::test]
+async fn the_ledger_adds_up_on_a_cluster() {
+    let cluster = crate::support::cluster::RedisCluster::start();
+    let rx = receiver().await;
+    let mut config = test_config(&cluster.nodes[0]);
+    config.redis.partitions = 16;
+    config.redis.cluster_nodes = cluster.seeds();
+    config.validate().expect("valid cluster config");
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    let store = Store::connect(&config).await.expect("store");
+    let jobs: Vec<Value> = (0..40)
+        .map(|i| json!({"id": format!("c-{i}"), "url": rx.url("/ok")}))
+        .collect();
+    let (status, answer) =
+        post_json(&format!("{base}/v1/jobs/batch"), json!({ "jobs": jobs })).await;
+    assert_eq!(status, 200, "{answer}");
+    for i in 0..20 {
+        enqueue_in(
+            &store,
+            &config,
+            "billing",
+            json!({"id": format!("c-{i}"), "url": rx.url("/ok")}),
+        )
+        .await;
+    }
+    wait_counts(&base, "default", [40, 0, 40, 0, 0, 0]).await;
+    wait_counts(&base, "billing", [20, 0, 20, 0, 0, 0]).await;
+    daemon.stop().await.expect("stop");
+}
