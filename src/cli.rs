@@ -27,6 +27,7 @@ mod jobs;
 mod keys;
 mod schedules;
 mod table;
+mod tenants;
 
 use dead_letters::{dead_letters, replay};
 use hosts::hosts;
@@ -101,8 +102,16 @@ pub enum Command {
         #[arg(long, default_value_t = 100)]
         limit: usize,
     },
-    /// Counts per state and delivery counters.
-    Stats,
+    /// Counts per state and delivery counters; with `--tenant`, that
+    /// tenant's ledger.
+    Stats {
+        /// Only this tenant's ledger (created, replayed, delivered,
+        /// dead-lettered, cancelled, live) and settings.
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// Every tenant's ledger and settings.
+    Tenants,
     /// List dead letters.
     DeadLetters {
         /// Only this tenant's dead letters.
@@ -376,6 +385,10 @@ async fn connect(config: &Config) -> Result<Store, CliError> {
         .check_schema()
         .await
         .map_err(|e| fail(1, e.to_string()))?;
+    // As a daemon does at start: the jobs live before the ledger are
+    // counted before this command changes any (one call per partition
+    // once seeded).
+    store.seed_ledgers().await?;
     Ok(store)
 }
 
@@ -428,7 +441,9 @@ pub async fn run(cli: Cli, config: Config) -> Result<ExitCode, CliError> {
             topic,
             limit,
         } => list_jobs(&config, &tenant, state.as_deref(), topic, limit, json).await,
-        Command::Stats => stats(&config, json).await,
+        Command::Stats { tenant: None } => stats(&config, json).await,
+        Command::Stats { tenant: Some(name) } => tenants::tenant_stats(&config, &name, json).await,
+        Command::Tenants => tenants::tenants(&config, json).await,
         Command::DeadLetters {
             tenant,
             topic,

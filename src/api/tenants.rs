@@ -7,44 +7,11 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use serde::Serialize;
 
 use super::auth::Caller;
 use super::{parse_query, ApiError, AppState};
-use crate::store::listing::Ledger;
-use crate::tenant::{validate_tenant, TenantSettings, DEFAULT_TENANT};
-
-/// One tenant as the API shows it: its settings and its ledger.
-#[derive(Debug, Serialize)]
-pub(crate) struct TenantView {
-    tenant: String,
-    weight: u32,
-    max_live_jobs: u64,
-    create_rate: f64,
-    created: u64,
-    replayed: u64,
-    delivered: u64,
-    dead_lettered: u64,
-    cancelled: u64,
-    live: u64,
-}
-
-impl TenantView {
-    fn new(tenant: &str, settings: TenantSettings, ledger: Ledger) -> TenantView {
-        TenantView {
-            tenant: tenant.to_string(),
-            weight: settings.weight,
-            max_live_jobs: settings.max_live_jobs,
-            create_rate: settings.create_rate,
-            created: ledger.created,
-            replayed: ledger.replayed,
-            delivered: ledger.delivered,
-            dead_lettered: ledger.dead_lettered,
-            cancelled: ledger.cancelled,
-            live: ledger.live(),
-        }
-    }
-}
+use crate::store::listing::{tenant_views, Ledger, TenantView};
+use crate::tenant::{validate_tenant, DEFAULT_TENANT};
 
 /// The tenant a bound caller is limited to (None: any).
 pub(crate) fn bound_tenant(caller: Option<&Extension<Caller>>) -> Option<&str> {
@@ -69,19 +36,18 @@ pub(super) async fn list(
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     parse_query(query.as_deref(), &[])?;
-    let mut ledgers = state.store.ledger().await?;
-    ledgers.entry(DEFAULT_TENANT.to_string()).or_default();
-    for entry in &state.config.tenants {
-        ledgers.entry(entry.name.clone()).or_default();
-    }
+    let mut tenants = tenant_views(&state.config, state.store.ledger().await?);
     if let Some(own) = bound_tenant(caller.as_ref()) {
-        ledgers.retain(|name, _| name == own);
-        ledgers.entry(own.to_string()).or_default();
+        tenants.retain(|t| t.tenant == own);
+        if tenants.is_empty() {
+            let ledger = state.store.tenant_ledger(own).await?;
+            tenants.push(TenantView::new(
+                own,
+                state.config.tenant_settings(own),
+                ledger,
+            ));
+        }
     }
-    let tenants: Vec<TenantView> = ledgers
-        .iter()
-        .map(|(name, ledger)| TenantView::new(name, state.config.tenant_settings(name), *ledger))
-        .collect();
     Ok(Json(serde_json::json!({ "tenants": tenants })).into_response())
 }
 

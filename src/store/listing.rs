@@ -23,7 +23,7 @@ use super::{summary, JobRecord, Store, StoreResult, Summary};
 use crate::job::State;
 pub use cursor::{BadCursor, Cursor, CursorKind, Page};
 pub use dead_letters::DeadLetter;
-pub use ledger::Ledger;
+pub use ledger::{tenant_views, Ledger, TenantView};
 pub use stats::{PartitionStats, Stats};
 
 /// Partitions visited at most per page, so one request stays bounded.

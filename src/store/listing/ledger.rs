@@ -11,7 +11,9 @@ use std::collections::{BTreeMap, HashMap};
 use futures_util::future::try_join_all;
 use serde::Serialize;
 
+use crate::config::Config;
 use crate::store::{arg, scripts, Store, StoreResult};
+use crate::tenant::{TenantSettings, DEFAULT_TENANT};
 
 /// The counter names of a ledger, in the order of its fields.
 const COUNTERS: [&str; 5] = [
@@ -56,6 +58,64 @@ impl Ledger {
             _ => return None,
         })
     }
+}
+
+/// One tenant as `GET /v1/tenants` and `hookq tenants` show it: its
+/// settings and its ledger.
+#[derive(Debug, Clone, Serialize)]
+pub struct TenantView {
+    /// The tenant's name.
+    pub tenant: String,
+    /// Its weight.
+    pub weight: u32,
+    /// Its live-job quota (0: none).
+    pub max_live_jobs: u64,
+    /// Its create rate (0: none).
+    pub create_rate: f64,
+    /// See [`Ledger`].
+    pub created: u64,
+    /// See [`Ledger`].
+    pub replayed: u64,
+    /// See [`Ledger`].
+    pub delivered: u64,
+    /// See [`Ledger`].
+    pub dead_lettered: u64,
+    /// See [`Ledger`].
+    pub cancelled: u64,
+    /// [`Ledger::live`].
+    pub live: u64,
+}
+
+impl TenantView {
+    /// The view of tenant `tenant` with `settings` and `ledger`.
+    pub fn new(tenant: &str, settings: TenantSettings, ledger: Ledger) -> TenantView {
+        TenantView {
+            tenant: tenant.to_string(),
+            weight: settings.weight,
+            max_live_jobs: settings.max_live_jobs,
+            create_rate: settings.create_rate,
+            created: ledger.created,
+            replayed: ledger.replayed,
+            delivered: ledger.delivered,
+            dead_lettered: ledger.dead_lettered,
+            cancelled: ledger.cancelled,
+            live: ledger.live(),
+        }
+    }
+}
+
+/// The views of the tenants of `ledgers` (as [`Store::ledger`] reads
+/// them), of `default` and of every `[[tenants]]` entry (zero counts for
+/// those that never had a job), by name.
+pub fn tenant_views(config: &Config, mut ledgers: BTreeMap<String, Ledger>) -> Vec<TenantView> {
+    ledgers.entry(DEFAULT_TENANT.to_string()).or_default();
+    for entry in &config.tenants {
+        ledgers.entry(entry.name.clone()).or_default();
+    }
+    ledgers
+        .iter()
+        .map(|(name, ledger)| TenantView::new(name, config.tenant_settings(name), *ledger))
+        .collect()
 }
 
 impl Store {
