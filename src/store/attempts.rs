@@ -310,12 +310,8 @@ impl Store {
         budget: u64,
         want: u64,
     ) -> StoreResult<(u64, i64)> {
-        self.invoke(
-            &scripts::TAKE_RATE,
-            &[&self.keys.rate(host)],
-            &[arg(&window_ms), arg(&budget), arg(&want)],
-        )
-        .await
+        self.take_tokens(&self.keys.rate(host), window_ms, budget, want)
+            .await
     }
 
     /// Takes up to `want` creates of tenant `tenant`'s shared budget
@@ -327,9 +323,21 @@ impl Store {
         budget: u64,
         want: u64,
     ) -> StoreResult<(u64, i64)> {
+        self.take_tokens(&self.keys.tenant_rate(tenant), window_ms, budget, want)
+            .await
+    }
+
+    /// `take_rate.lua` on the budget kept at `key`.
+    async fn take_tokens(
+        &self,
+        key: &str,
+        window_ms: u64,
+        budget: u64,
+        want: u64,
+    ) -> StoreResult<(u64, i64)> {
         self.invoke(
             &scripts::TAKE_RATE,
-            &[&self.keys.tenant_rate(tenant)],
+            &[key],
             &[arg(&window_ms), arg(&budget), arg(&want)],
         )
         .await

@@ -129,19 +129,19 @@ async fn a_claim_shares_its_batch_between_tenants_by_weight() {
     assert!(tenants.is_empty(), "dry tenants leave the set: {tenants:?}");
 }
 
-#[tokio::test]
-async fn a_tenants_backlog_does_not_hold_another_tenants_due_jobs() {
-    let redis = RedisServer::start();
+/// Tenant `marketing`'s 400 jobs due now to a receiver answering in 20 ms,
+/// then, once 20 of them are delivered, tenant `billing`'s `payments` jobs
+/// to another receiver, with `daemons` daemons on `config`: the payments
+/// arrive before half the bulk has (one ready list, first in first out,
+/// would deliver them after the whole bulk).
+async fn payments_beside_a_bulk(config: &Config, daemons: usize, payments: usize) {
     let bulk = Receiver::slow(204, Duration::from_millis(20)).await;
-    let payments = Receiver::ok().await;
-    let mut config = test_config(&redis);
-    config.delivery.workers = 4;
-    let store = Store::connect(&config).await.expect("store");
+    let paid = Receiver::ok().await;
+    let store = Store::connect(config).await.expect("store");
     store.load_scripts().await.expect("scripts");
-    // 400 bulk jobs due now take 400 × 20 ms / 4 workers = 2 s to drain.
     enqueue_for(
         &store,
-        &config,
+        config,
         "marketing",
         "bulk",
         400,
@@ -149,27 +149,37 @@ async fn a_tenants_backlog_does_not_hold_another_tenants_due_jobs() {
         0,
     )
     .await;
-    let _daemon = start_daemon(&config).await;
+    let mut running = Vec::new();
+    for _ in 0..daemons {
+        running.push(start_daemon(config).await);
+    }
     bulk.wait_for_count(20, Duration::from_secs(20)).await;
-    // Then the payments tenant's jobs fall due, behind the bulk's backlog.
     enqueue_for(
         &store,
-        &config,
+        config,
         "billing",
         "pay",
-        5,
-        &payments.url("/pay"),
+        payments,
+        &paid.url("/pay"),
         0,
     )
     .await;
-    payments.wait_for_count(5, Duration::from_secs(20)).await;
+    paid.wait_for_count(payments, Duration::from_secs(20)).await;
     let bulk_done = bulk.count();
-    // One list (FIFO) would deliver the payments after the whole bulk.
     assert!(
         bulk_done < 200,
-        "the payments waited for {bulk_done} of the 400 bulk jobs"
+        "with {daemons} daemon(s) the payments waited for {bulk_done} of the 400 bulk jobs"
     );
     bulk.wait_for_count(400, Duration::from_secs(30)).await;
+}
+
+#[tokio::test]
+async fn a_tenants_backlog_does_not_hold_another_tenants_due_jobs() {
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    // 400 bulk jobs take 400 × 20 ms / 4 workers = 2 s to drain.
+    config.delivery.workers = 4;
+    payments_beside_a_bulk(&config, 1, 5).await;
 }
 
 #[tokio::test]
@@ -203,85 +213,20 @@ async fn weights_share_delivery_between_saturated_tenants() {
 #[tokio::test]
 async fn the_fair_share_holds_with_two_daemons() {
     let redis = RedisServer::start();
-    let bulk = Receiver::slow(204, Duration::from_millis(20)).await;
-    let payments = Receiver::ok().await;
     let mut config = test_config(&redis);
     config.delivery.workers = 2;
-    let store = Store::connect(&config).await.expect("store");
-    store.load_scripts().await.expect("scripts");
-    enqueue_for(
-        &store,
-        &config,
-        "marketing",
-        "bulk",
-        400,
-        &bulk.url("/bulk"),
-        0,
-    )
-    .await;
-    let _one = start_daemon(&config).await;
-    let _two = start_daemon(&config).await;
-    bulk.wait_for_count(20, Duration::from_secs(20)).await;
-    enqueue_for(
-        &store,
-        &config,
-        "billing",
-        "pay",
-        8,
-        &payments.url("/pay"),
-        0,
-    )
-    .await;
-    payments.wait_for_count(8, Duration::from_secs(20)).await;
-    let bulk_done = bulk.count();
-    assert!(
-        bulk_done < 200,
-        "with two daemons the payments waited for {bulk_done} of the 400 bulk jobs"
-    );
-    bulk.wait_for_count(400, Duration::from_secs(30)).await;
+    payments_beside_a_bulk(&config, 2, 8).await;
 }
 
 #[tokio::test]
 async fn the_fair_share_holds_on_a_cluster() {
     let cluster = crate::support::cluster::RedisCluster::start();
-    let bulk = Receiver::slow(204, Duration::from_millis(20)).await;
-    let payments = Receiver::ok().await;
     let mut config = test_config(&cluster.nodes[0]);
     config.redis.partitions = 16;
     config.redis.cluster_nodes = cluster.seeds();
     config.delivery.workers = 4;
     config.validate().expect("valid cluster config");
-    let store = Store::connect(&config).await.expect("store");
-    store.load_scripts().await.expect("scripts");
-    enqueue_for(
-        &store,
-        &config,
-        "marketing",
-        "bulk",
-        400,
-        &bulk.url("/bulk"),
-        0,
-    )
-    .await;
-    let _daemon = start_daemon(&config).await;
-    bulk.wait_for_count(20, Duration::from_secs(20)).await;
-    enqueue_for(
-        &store,
-        &config,
-        "billing",
-        "pay",
-        8,
-        &payments.url("/pay"),
-        0,
-    )
-    .await;
-    payments.wait_for_count(8, Duration::from_secs(20)).await;
-    let bulk_done = bulk.count();
-    assert!(
-        bulk_done < 200,
-        "on a cluster the payments waited for {bulk_done} of the 400 bulk jobs"
-    );
-    bulk.wait_for_count(400, Duration::from_secs(30)).await;
+    payments_beside_a_bulk(&config, 1, 8).await;
 }
 
 /// Old data: `tests/fixtures/pre-tenants.rdb` was written by the last

@@ -411,7 +411,10 @@ pub(crate) fn new_key(
     (key["token"].as_str().expect("token").into(), entry)
 }
 
-async fn call(
+/// Sends `method` to `url` with bearer `token` (none: no header) and JSON
+/// `body`: the status, the JSON answer (Null when there is none) and the
+/// headers.
+pub(crate) async fn call(
     method: reqwest::Method,
     url: &str,
     token: Option<&str>,

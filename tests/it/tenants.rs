@@ -16,17 +16,8 @@ use crate::{get_json, post_created, post_json, start_daemon, test_config, wait_s
 /// Sends `method` to `url` with bearer `token` (none: no header) and
 /// `body`; the status and the JSON answer (Null when there is none).
 async fn call(method: Method, url: &str, token: Option<&str>, body: Option<Value>) -> (u16, Value) {
-    let mut request = reqwest::Client::new().request(method, url);
-    if let Some(token) = token {
-        request = request.bearer_auth(token);
-    }
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request.send().await.expect("request is sent");
-    let status = response.status().as_u16();
-    let text = response.text().await.unwrap_or_default();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    let (status, answer, _) = crate::security::call(method, url, token, body).await;
+    (status, answer)
 }
 
 /// Two tenants create the same id: both 201, each its own job, delivered
