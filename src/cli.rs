@@ -339,7 +339,7 @@ fn field_error(e: FieldError) -> CliError {
 /// Checks a `--tenant` flag: exits 2 naming `--tenant` when it is no
 /// tenant name.
 fn check_tenant(tenant: &str) -> Result<(), CliError> {
-    crate::tenant::validate_tenant(tenant, "tenant").map_err(field_error)
+    crate::job::validate_tenant(tenant, "tenant").map_err(field_error)
 }
 
 /// Loads the config for `cli`, applying `serve`'s flag overrides.

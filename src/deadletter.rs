@@ -57,7 +57,7 @@ impl Selection {
             validate_topic(topic)?;
         }
         if let Some(tenant) = &self.tenant {
-            crate::tenant::validate_tenant(tenant, "tenant")?;
+            crate::job::validate_tenant(tenant, "tenant")?;
         }
         match (self.ids.is_empty(), self.all) {
             (false, true) => Err(FieldError::new(

@@ -31,7 +31,7 @@ mod view;
 use fields::validate_body;
 pub(crate) use fields::{
     cut, is_charset, quote, validate_charset, validate_headers, validate_id, validate_ordering_key,
-    validate_topic, MAX_QUOTE,
+    validate_tenant, validate_topic, MAX_QUOTE,
 };
 pub use input::{Due, FieldError, JobInput, NewJob, RunAt, ValidJob};
 use spec::default_topic;

@@ -198,7 +198,7 @@ impl ScheduleInput {
             .tenant
             .as_deref()
             .unwrap_or(crate::tenant::DEFAULT_TENANT);
-        crate::tenant::validate_tenant(tenant, "tenant")?;
+        crate::job::validate_tenant(tenant, "tenant")?;
         let spec = self.spec(config)?;
         Ok(ValidSchedule {
             id: crate::tenant::internal_id(tenant, &id),

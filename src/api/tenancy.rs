@@ -10,7 +10,8 @@ use axum::Extension;
 
 use super::auth::Caller;
 use super::ApiError;
-use crate::tenant::{validate_tenant, DEFAULT_TENANT};
+use crate::job::validate_tenant;
+use crate::tenant::DEFAULT_TENANT;
 
 /// The calling key, as handlers take it (None when the API is open).
 pub(crate) type CallerExt = Option<Extension<Caller>>;

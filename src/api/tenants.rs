@@ -10,8 +10,9 @@ use axum::{Extension, Json};
 
 use super::auth::Caller;
 use super::{parse_query, ApiError, AppState};
+use crate::job::validate_tenant;
 use crate::store::listing::{tenant_views, Ledger, TenantView};
-use crate::tenant::{validate_tenant, DEFAULT_TENANT};
+use crate::tenant::DEFAULT_TENANT;
 
 /// The tenant a bound caller is limited to (None: any).
 pub(crate) fn bound_tenant(caller: Option<&Extension<Caller>>) -> Option<&str> {

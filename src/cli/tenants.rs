@@ -55,7 +55,7 @@ pub(super) async fn tenant_stats(
     name: &str,
     json: bool,
 ) -> Result<ExitCode, CliError> {
-    crate::tenant::validate_tenant(name, "tenant").map_err(field_error)?;
+    crate::job::validate_tenant(name, "tenant").map_err(field_error)?;
     let store = connect(config).await?;
     let view = TenantView::new(
         name,

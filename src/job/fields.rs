@@ -73,6 +73,22 @@ pub(crate) fn validate_id(id: &str) -> Result<(), FieldError> {
     validate_charset(id, 128, b"._:-", "invalid_id", "id")
 }
 
+/// Checks a tenant name given in field (or parameter) `field`: 400
+/// `invalid_tenant` naming it otherwise.
+pub(crate) fn validate_tenant(name: &str, field: &str) -> Result<(), FieldError> {
+    if crate::tenant::is_tenant_name(name) {
+        return Ok(());
+    }
+    Err(FieldError::new(
+        "invalid_tenant",
+        field,
+        format!(
+            "{field} must be 1-{} characters of a-z 0-9 -, starting with a letter or digit",
+            crate::tenant::TENANT_MAX
+        ),
+    ))
+}
+
 /// Checks an ordering key: `[A-Za-z0-9._:-]{1,128}`.
 pub(crate) fn validate_ordering_key(key: &str) -> Result<(), FieldError> {
     validate_charset(key, 128, b"._:-", "invalid_ordering_key", "ordering_key")
@@ -308,6 +324,16 @@ pub(super) fn validate_body(input: &JobInput, config: &Config) -> Result<(), Fie
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tenant_names_are_refused_naming_their_field() {
+        assert!(validate_tenant("billing-eu", "tenant").is_ok());
+        let err = validate_tenant("Bad", "tenant").unwrap_err();
+        assert_eq!(
+            (err.code, err.field.as_deref()),
+            ("invalid_tenant", Some("tenant"))
+        );
+    }
     use crate::job::parse_duration;
     use crate::job::testing::input;
 

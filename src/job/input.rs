@@ -167,7 +167,7 @@ impl JobInput {
             .tenant
             .as_deref()
             .unwrap_or(crate::tenant::DEFAULT_TENANT);
-        crate::tenant::validate_tenant(tenant, "tenant")?;
+        crate::job::validate_tenant(tenant, "tenant")?;
         let id = crate::tenant::internal_id(tenant, &id);
         let topic = self.topic.clone().unwrap_or_else(default_topic);
         validate_topic(&topic)?;
