@@ -81,12 +81,20 @@ pub(crate) async fn create_one(
     let mut job = input.validate(&state.config)?;
     job.spec.trace = trace;
     let grant = check_quota(state, crate::tenant::tenant_of(&job.id), 1).await?;
-    if let Some(refusal) = grant.refusal {
-        return Err(CreateError::Refused(refusal));
+    if let Some(refusal) = &grant.refusal {
+        if !exists(state, &job.id).await? {
+            return Err(CreateError::Refused(refusal.again()));
+        }
     }
     let outcome = state.store.enqueue(&job.new_job(&state.config)).await?;
     drop(grant);
     Ok(outcome_view(state, job, outcome).await?)
+}
+
+/// Whether job `id` exists (live or finished): a create of it writes no
+/// new job (200 identical, 409 conflict), so a quota does not refuse it.
+async fn exists(state: &AppState, id: &str) -> Result<bool, ApiError> {
+    Ok(state.store.get(id).await?.is_some())
 }
 
 /// Why a create wrote nothing: an API error, or a quota's refusal (which
@@ -293,11 +301,12 @@ async fn apply_quotas(
         let nth = seen.entry(tenant.clone()).or_default();
         *nth += 1;
         match grants.get(&tenant) {
-            Some(grant) if *nth > grant.admitted => {
+            Some(grant) if *nth > grant.admitted && !exists(state, &job.id).await? => {
                 if let Some(refusal) = &grant.refusal {
                     retry_after = retry_after.or(refusal.retry_after);
                     let refusal = refusal.again();
-                    results[i] = Some(BatchResult::error(Some(job.id.clone()), refusal.error));
+                    let id = external_id(&job.id).to_string();
+                    results[i] = Some(BatchResult::error(Some(id), refusal.error));
                 }
             }
             _ => kept.push((i, job)),

@@ -396,6 +396,28 @@ async fn max_live_jobs_refuses_past_the_quota_and_writes_nothing() {
         "a refused create wrote nothing"
     );
     assert_eq!(get_json(&format!("{base}/v1/jobs/q-5")).await.0, 404);
+    // At the limit, a create of a job that exists writes nothing new: it
+    // answers as always (200 identical, 409 other content), alone or in a
+    // batch.
+    let (status, answer) = post_json(&format!("{base}/v1/jobs"), job("q-4")).await;
+    assert_eq!(status, 200, "an identical re-create at the quota: {answer}");
+    let other = json!({"id": "q-4", "url": rx.url("/other"), "delay": "1h"});
+    let (status, answer) = post_json(&format!("{base}/v1/jobs"), other).await;
+    assert_eq!(status, 409, "{answer}");
+    let (status, answer) = post_json(
+        &format!("{base}/v1/jobs/batch"),
+        json!({"jobs": [job("q-3"), job("q-6")]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["results"][0]["status"], 200, "{answer}");
+    assert_eq!(answer["results"][1]["status"], 429, "{answer}");
+    assert_eq!(answer["results"][1]["id"], "q-6", "{answer}");
+    assert_eq!(
+        redis_snapshot(&redis).await,
+        before,
+        "re-creates at the quota wrote nothing"
+    );
 
     // Two delivered: room for two of a batch of three.
     for i in 0..2 {
