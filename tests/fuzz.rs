@@ -186,6 +186,10 @@ const CONFIG_KEYS: &[(&str, &str)] = &[
     ("alerts", "url"),
     ("alerts", "signing_secret"),
     ("telemetry", "otlp_endpoint"),
+    ("", "tenants"),
+    ("tenant_defaults", "weight"),
+    ("tenant_defaults", "max_live_jobs"),
+    ("tenant_defaults", "create_rate"),
 ];
 
 /// Keys hookq does not know: a section and a key of a known section.
@@ -435,17 +439,54 @@ fn held_and_written(
                 .iter()
                 .map(|k| {
                     let scopes = k.scopes.iter().map(|s| format!("{s:?}").to_lowercase());
-                    (k.name.clone(), k.token_sha256.clone(), scopes.collect())
+                    (
+                        k.name.clone(),
+                        k.token_sha256.clone(),
+                        scopes.collect(),
+                        k.tenant.clone(),
+                    )
                 })
-                .collect::<Vec<(String, String, Vec<String>)>>(),
+                .collect::<Vec<(String, String, Vec<String>, Option<String>)>>(),
             list_of(value, |k| {
                 Some((
                     field(k, "name", text_of)??,
                     field(k, "token_sha256", text_of)??,
                     field(k, "scopes", |s| list_of(s, text_of))??,
+                    field(k, "tenant", text_of)?,
                 ))
             }),
         ),
+        ("", "tenants") => pair(
+            config
+                .tenants
+                .iter()
+                .map(|t| {
+                    (
+                        t.name.clone(),
+                        t.weight.map(i64::from),
+                        t.max_live_jobs.map(|n| n as i64),
+                        t.create_rate,
+                    )
+                })
+                .collect::<Vec<_>>(),
+            list_of(value, |t| {
+                Some((
+                    field(t, "name", text_of)??,
+                    field(t, "weight", int_of)?,
+                    field(t, "max_live_jobs", int_of)?,
+                    field(t, "create_rate", float_of)?,
+                ))
+            }),
+        ),
+        ("tenant_defaults", "weight") => {
+            pair(i64::from(config.tenant_defaults.weight), int_of(value))
+        }
+        ("tenant_defaults", "max_live_jobs") => {
+            pair(config.tenant_defaults.max_live_jobs as i64, int_of(value))
+        }
+        ("tenant_defaults", "create_rate") => {
+            pair(config.tenant_defaults.create_rate, float_of(value))
+        }
         ("api", "allow_unauthenticated") => pair(a.allow_unauthenticated, value.as_bool()),
         ("api", "metrics_public") => pair(a.metrics_public, value.as_bool()),
         ("api", "max_body") => pair(a.max_body, size_of(value)),
@@ -571,8 +612,16 @@ fn valid_value(section: &str, key: &str) -> BoxedStrategy<String> {
         ("api", "keys") => prop::sample::select(vec![
             format!("[{{ name = \"ops\", token_sha256 = {DIGEST}, scopes = [\"read\", \"admin\"] }}]"),
             format!("[{{ name = \"a.b_c-1\", token_sha256 = {DIGEST}, scopes = [\"write\"] }}, {{ name = \"two\", token_sha256 = {DIGEST}, scopes = [\"read\", \"write\", \"admin\"] }}]"),
+            format!("[{{ name = \"billing\", token_sha256 = {DIGEST}, scopes = [\"read\", \"write\"], tenant = \"billing-eu\" }}]"),
         ])
         .boxed(),
+        ("", "tenants") => one_of(&[
+            "[{ name = \"billing\", weight = 3 }]",
+            "[{ name = \"orders\", max_live_jobs = 1000, create_rate = 2.5 }, { name = \"m-2\" }]",
+        ]),
+        ("tenant_defaults", "weight") => one_of(&["2", "1000"]),
+        ("tenant_defaults", "max_live_jobs") => one_of(&["1", "1000000"]),
+        ("tenant_defaults", "create_rate") => one_of(&["0.5", "100", "2.5"]),
         ("api", "allow_unauthenticated")
         | ("api", "metrics_public")
         | ("delivery", "allow_private")
