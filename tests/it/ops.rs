@@ -259,7 +259,7 @@ async fn cli_subcommands_work_against_real_redis() {
     let out = hookq(&redis, ns, &["list", "--topic", "beta"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.starts_with("id") && text.contains("j-2") && !text.contains("j-1"),
+        text.starts_with("tenant   id") && text.contains("j-2") && !text.contains("j-1"),
         "{text}"
     );
     let out = hookq(&redis, ns, &["--json", "jobs", "--limit", "2"]);
