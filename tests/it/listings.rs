@@ -346,3 +346,66 @@ async fn a_dead_letter_listing_leaves_bodies_out_and_stops_at_the_byte_cap() {
     );
     daemon.stop().await.expect("clean stop");
 }
+
+/// Pages of ready and of in-flight jobs (read from the ready lists and the
+/// lease set by position) follow each other: paged two at a time, every
+/// job is listed once, of every tenant's ready list too.
+#[tokio::test]
+async fn pages_of_ready_and_inflight_jobs_list_each_job_once() {
+    use hookq::job::State;
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    config.redis.partitions = 1;
+    let store = hookq::store::Store::connect(&config).await.expect("store");
+    store.load_scripts().await.expect("scripts");
+    // No daemon runs: due now, the jobs wait in their ready lists.
+    for (i, tenant) in ["default", "default", "default", "billing", "billing"]
+        .iter()
+        .enumerate()
+    {
+        let input = hookq::job::JobInput {
+            id: Some(format!("r-{i}")),
+            url: Some("http://127.0.0.1:9/x".into()),
+            ..hookq::job::JobInput::default()
+        };
+        let mut job = input.validate(&config).expect("valid").new_job(&config);
+        job.id = hookq::tenant::internal_id(tenant, &job.id);
+        store.enqueue(&job).await.expect("enqueue");
+    }
+    let pages = |state: State| {
+        let store = store.clone();
+        async move {
+            let mut seen = Vec::new();
+            let mut cursor = None;
+            for _ in 0..10 {
+                let page = store
+                    .list_jobs(None, Some(state), None, 2, cursor)
+                    .await
+                    .expect("page");
+                seen.extend(page.items.into_iter().map(|r| r.id));
+                let Some(next) = page.next_cursor else {
+                    return seen;
+                };
+                cursor = Some(
+                    hookq::store::listing::Cursor::parse(
+                        &next,
+                        1,
+                        hookq::store::listing::CursorKind::Jobs,
+                        "cursor",
+                    )
+                    .expect("cursor"),
+                );
+            }
+            panic!("paging did not end: {seen:?}");
+        }
+    };
+    let mut ready = pages(State::Ready).await;
+    ready.sort();
+    assert_eq!(ready, ["billing/r-3", "billing/r-4", "r-0", "r-1", "r-2"]);
+    assert_eq!(store.claim(0, 3).await.expect("claim").jobs.len(), 3);
+    let mut inflight = pages(State::Inflight).await;
+    inflight.sort();
+    let listed = inflight.len();
+    inflight.dedup();
+    assert_eq!((listed, inflight.len()), (3, 3), "each once: {inflight:?}");
+}
