@@ -73,7 +73,7 @@ pub enum Command {
         /// Job id.
         id: String,
         /// The tenant it belongs to (SPEC §15).
-        #[arg(long, default_value = crate::tenant::DEFAULT_TENANT)]
+        #[arg(long, default_value = crate::tenant::DEFAULT_TENANT, value_parser = tenant_arg)]
         tenant: String,
     },
     /// Cancel a job.
@@ -81,7 +81,7 @@ pub enum Command {
         /// Job id.
         id: String,
         /// The tenant it belongs to (SPEC §15).
-        #[arg(long, default_value = crate::tenant::DEFAULT_TENANT)]
+        #[arg(long, default_value = crate::tenant::DEFAULT_TENANT, value_parser = tenant_arg)]
         tenant: String,
     },
     /// List jobs (partition by partition, as `GET /v1/jobs` pages them),
@@ -89,7 +89,7 @@ pub enum Command {
     #[command(alias = "list")]
     Jobs {
         /// Only this tenant's jobs.
-        #[arg(long, default_value = crate::tenant::DEFAULT_TENANT)]
+        #[arg(long, default_value = crate::tenant::DEFAULT_TENANT, value_parser = tenant_arg)]
         tenant: String,
         /// Only jobs in this state: scheduled, ready, inflight, delivered,
         /// dead or cancelled.
@@ -107,7 +107,7 @@ pub enum Command {
     Stats {
         /// Only this tenant's ledger (created, replayed, delivered,
         /// dead-lettered, cancelled, live) and settings.
-        #[arg(long)]
+        #[arg(long, value_parser = tenant_arg)]
         tenant: Option<String>,
     },
     /// Every tenant's ledger and settings.
@@ -115,7 +115,7 @@ pub enum Command {
     /// List dead letters.
     DeadLetters {
         /// Only this tenant's dead letters.
-        #[arg(long, default_value = crate::tenant::DEFAULT_TENANT)]
+        #[arg(long, default_value = crate::tenant::DEFAULT_TENANT, value_parser = tenant_arg)]
         tenant: String,
         /// Only this topic.
         #[arg(long)]
@@ -140,7 +140,7 @@ pub enum Command {
     /// `pause ID`, `resume ID`, `delete ID`.
     Schedules {
         /// The tenant of the schedules (SPEC §15).
-        #[arg(long, global = true, default_value = crate::tenant::DEFAULT_TENANT)]
+        #[arg(long, global = true, default_value = crate::tenant::DEFAULT_TENANT, value_parser = tenant_arg)]
         tenant: String,
         /// What to do.
         #[command(subcommand)]
@@ -241,7 +241,7 @@ pub struct EnqueueArgs {
     #[arg(long)]
     id: Option<String>,
     /// The tenant it belongs to (SPEC §15).
-    #[arg(long, default_value = crate::tenant::DEFAULT_TENANT)]
+    #[arg(long, default_value = crate::tenant::DEFAULT_TENANT, value_parser = tenant_arg)]
     tenant: String,
     /// Topic.
     #[arg(long)]
@@ -262,7 +262,7 @@ pub struct ReplayArgs {
     #[arg(long, required = true)]
     dead_letters: bool,
     /// The tenant of the dead letters (SPEC §15).
-    #[arg(long, default_value = crate::tenant::DEFAULT_TENANT)]
+    #[arg(long, default_value = crate::tenant::DEFAULT_TENANT, value_parser = tenant_arg)]
     tenant: String,
     /// These jobs (repeatable).
     #[arg(long = "id")]
@@ -336,10 +336,12 @@ fn field_error(e: FieldError) -> CliError {
     fail(2, format!("{flag}: {}", e.message))
 }
 
-/// Checks a `--tenant` flag: exits 2 naming `--tenant` when it is no
-/// tenant name.
-fn check_tenant(tenant: &str) -> Result<(), CliError> {
-    crate::job::validate_tenant(tenant, "tenant").map_err(field_error)
+/// Parses a `--tenant` flag: clap exits 2 naming `--tenant` when it is no
+/// tenant name, before anything is read or written.
+fn tenant_arg(text: &str) -> Result<String, String> {
+    crate::job::validate_tenant(text, "tenant")
+        .map(|()| text.to_string())
+        .map_err(|e| e.message)
 }
 
 /// Loads the config for `cli`, applying `serve`'s flag overrides.

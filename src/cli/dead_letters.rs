@@ -7,7 +7,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use super::table::{print_json, print_table, wrap};
-use super::{check_tenant, connect, fail, field_error, CliError, ReplayArgs};
+use super::{connect, fail, field_error, CliError, ReplayArgs};
 use crate::config::Config;
 use crate::deadletter::{self, parse_since, Revival, Selection};
 use crate::job::FieldError;
@@ -52,7 +52,6 @@ pub(super) async fn dead_letters(
     limit: usize,
     json: bool,
 ) -> Result<ExitCode, CliError> {
-    check_tenant(tenant)?;
     if let Some(t) = &topic {
         crate::job::validate_topic(t).map_err(field_error)?;
     }
@@ -107,7 +106,6 @@ pub(super) async fn replay(
     args: ReplayArgs,
     json: bool,
 ) -> Result<ExitCode, CliError> {
-    check_tenant(&args.tenant)?;
     let selection = Selection {
         tenant: Some(args.tenant),
         ids: args.ids,

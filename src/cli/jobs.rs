@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use super::table::{print_json, print_table, wrap};
-use super::{check_tenant, connect, fail, field_error, CliError, EnqueueArgs};
+use super::{connect, fail, field_error, CliError, EnqueueArgs};
 use crate::config::Config;
 use crate::job::{format_ms, JobInput, JobView, RunAt};
 use crate::store::{CancelOutcome, EnqueueOutcome};
@@ -17,7 +17,6 @@ pub(super) async fn cancel(
     id: &str,
     json: bool,
 ) -> Result<ExitCode, CliError> {
-    check_tenant(tenant)?;
     crate::job::validate_id(id).map_err(field_error)?;
     let store = connect(config).await?;
     match store.cancel(&internal_id(tenant, id)).await? {
@@ -112,7 +111,6 @@ pub(super) async fn list_jobs(
             })
         })
         .transpose()?;
-    check_tenant(tenant)?;
     if let Some(t) = &topic {
         crate::job::validate_topic(t).map_err(field_error)?;
     }
@@ -255,7 +253,6 @@ pub(super) async fn show(
     id: &str,
     json: bool,
 ) -> Result<ExitCode, CliError> {
-    check_tenant(tenant)?;
     crate::job::validate_id(id).map_err(field_error)?;
     let store = connect(config).await?;
     let Some(record) = store.get(&internal_id(tenant, id)).await? else {

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use super::table::{print_json, print_table};
-use super::{check_tenant, connect, fail, CliError, ScheduleAction};
+use super::{connect, fail, CliError, ScheduleAction};
 use crate::config::Config;
 use crate::store::schedules::{Paused, ScheduleView};
 use crate::store::Store;
@@ -16,7 +16,6 @@ pub(super) async fn schedules(
     action: Option<ScheduleAction>,
     json: bool,
 ) -> Result<ExitCode, CliError> {
-    check_tenant(tenant)?;
     let action = action.unwrap_or(ScheduleAction::List);
     if let Some(id) = schedule_id(&action) {
         crate::schedule::validate_schedule_id(id).map_err(|e| fail(2, format!("ID: {e}")))?;

@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use super::table::{print_json, print_table};
-use super::{connect, field_error, CliError};
+use super::{connect, CliError};
 use crate::config::Config;
 use crate::store::listing::{tenant_views, TenantView};
 
@@ -55,7 +55,6 @@ pub(super) async fn tenant_stats(
     name: &str,
     json: bool,
 ) -> Result<ExitCode, CliError> {
-    crate::job::validate_tenant(name, "tenant").map_err(field_error)?;
     let store = connect(config).await?;
     let view = TenantView::new(
         name,
