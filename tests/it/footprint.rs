@@ -383,29 +383,8 @@ async fn many_summaries_split_into_shards_and_are_all_found() {
         assert_eq!(record.state, hookq::job::State::Delivered);
     }
     let mut seen = std::collections::BTreeSet::new();
-    let mut cursor = None;
-    loop {
-        let page = store
-            .list_jobs(None, Some(hookq::job::State::Delivered), None, 333, cursor)
-            .await
-            .expect("page");
-        for record in page.items {
-            assert!(seen.insert(record.id.clone()), "{} listed twice", record.id);
-        }
-        match page.next_cursor {
-            Some(c) => {
-                cursor = Some(
-                    hookq::store::listing::Cursor::parse(
-                        &c,
-                        1,
-                        hookq::store::listing::CursorKind::Jobs,
-                        "cursor",
-                    )
-                    .expect("cursor"),
-                )
-            }
-            None => break,
-        }
+    for record in crate::list_every_page(&store, hookq::job::State::Delivered, 333).await {
+        assert!(seen.insert(record.id.clone()), "{} listed twice", record.id);
     }
     assert_eq!(seen.len(), n, "every summary listed once");
 

@@ -531,26 +531,9 @@ async fn long_histories_of_short_ids_survive_shard_splits() {
         assert_eq!(record.history.len(), 21, "{id}: {:?}", record.history);
     }
     let mut seen = std::collections::HashMap::new();
-    let mut cursor = None;
-    loop {
-        let page = store
-            .list_jobs(None, Some(hookq::job::State::Delivered), None, 250, cursor)
-            .await
-            .expect("list");
-        for job in &page.items {
-            assert_eq!(job.history.len(), 21, "{}: {:?}", job.id, job.history);
-            *seen.entry(job.id.clone()).or_insert(0) += 1;
-        }
-        let Some(next) = page.next_cursor else { break };
-        cursor = Some(
-            hookq::store::listing::Cursor::parse(
-                &next,
-                1,
-                hookq::store::listing::CursorKind::Jobs,
-                "cursor",
-            )
-            .expect("cursor"),
-        );
+    for job in crate::list_every_page(&store, hookq::job::State::Delivered, 250).await {
+        assert_eq!(job.history.len(), 21, "{}: {:?}", job.id, job.history);
+        *seen.entry(job.id.clone()).or_insert(0) += 1;
     }
     assert_eq!(seen.len(), ids.len(), "every job listed");
     assert!(seen.values().all(|n| *n == 1), "each once");

@@ -375,28 +375,8 @@ async fn pages_of_ready_and_inflight_jobs_list_each_job_once() {
     let pages = |state: State| {
         let store = store.clone();
         async move {
-            let mut seen = Vec::new();
-            let mut cursor = None;
-            for _ in 0..10 {
-                let page = store
-                    .list_jobs(None, Some(state), None, 2, cursor)
-                    .await
-                    .expect("page");
-                seen.extend(page.items.into_iter().map(|r| r.id));
-                let Some(next) = page.next_cursor else {
-                    return seen;
-                };
-                cursor = Some(
-                    hookq::store::listing::Cursor::parse(
-                        &next,
-                        1,
-                        hookq::store::listing::CursorKind::Jobs,
-                        "cursor",
-                    )
-                    .expect("cursor"),
-                );
-            }
-            panic!("paging did not end: {seen:?}");
+            let listed = crate::list_every_page(&store, state, 2).await;
+            listed.into_iter().map(|r| r.id).collect::<Vec<_>>()
         }
     };
     let mut ready = pages(State::Ready).await;

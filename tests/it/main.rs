@@ -271,3 +271,36 @@ pub async fn wait_state(base: &str, id: &str, state: &str) -> serde_json::Value 
     .await;
     job_view(base, id).await
 }
+
+/// Every job in `state` that `store` lists, page after page of `limit`
+/// (following each `next_cursor`), in the order listed; panics if paging
+/// has not ended after 10,000 pages.
+pub async fn list_every_page(
+    store: &hookq::store::Store,
+    state: hookq::job::State,
+    limit: usize,
+) -> Vec<hookq::store::record::JobRecord> {
+    let mut listed = Vec::new();
+    let mut cursor = None;
+    for _ in 0..10_000 {
+        let page = store
+            .list_jobs(None, Some(state), None, limit, cursor)
+            .await
+            .expect("a page");
+        listed.extend(page.items);
+        let Some(next) = page.next_cursor else {
+            return listed;
+        };
+        cursor = Some(
+            hookq::store::listing::Cursor::parse(
+                &next,
+                store.keys().partitions(),
+                hookq::store::listing::CursorKind::Jobs,
+                "cursor",
+            )
+            .expect("a cursor the store made"),
+        );
+    }
+    let ids: Vec<&str> = listed.iter().map(|r| r.id.as_str()).collect();
+    panic!("paging did not end: {ids:?}");
+}
