@@ -382,6 +382,8 @@ async fn pages_of_ready_and_inflight_jobs_list_each_job_once() {
     let mut ready = pages(State::Ready).await;
     ready.sort();
     assert_eq!(ready, ["billing/r-3", "billing/r-4", "r-0", "r-1", "r-2"]);
+    // The counts read every tenant's ready list too.
+    assert_eq!(store.stats().await.expect("stats").ready, 5);
     assert_eq!(store.claim(0, 3).await.expect("claim").jobs.len(), 3);
     let mut inflight = pages(State::Inflight).await;
     inflight.sort();

@@ -88,15 +88,17 @@ impl Store {
             // Other tenants' ready lists (see `lua/prelude.lua`): counted,
             // and their heads are candidates for the oldest ready job.
             let mut heads: Vec<String> = head.into_iter().collect();
-            for tenant in &tenants {
-                let key = self.keys.tenant_ready(p, tenant);
-                let (len, head): (u64, Option<String>) = redis::pipe()
-                    .llen(&key)
-                    .lindex(&key, 0)
-                    .query_async(&mut conn)
-                    .await?;
-                ready += len;
-                heads.extend(head);
+            if !tenants.is_empty() {
+                let mut pipe = redis::pipe();
+                for tenant in &tenants {
+                    let key = self.keys.tenant_ready(p, tenant);
+                    pipe.llen(&key).lindex(&key, 0);
+                }
+                let lists: Vec<(u64, Option<String>)> = pipe.query_async(&mut conn).await?;
+                for (len, head) in lists {
+                    ready += len;
+                    heads.extend(head);
+                }
             }
             let mut held_here = 0;
             for host in parked_hosts {
