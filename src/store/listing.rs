@@ -234,13 +234,17 @@ impl Store {
         let lists: Vec<String> = std::iter::once(self.keys.ready(p))
             .chain(tenants.iter().map(|t| self.keys.tenant_ready(p, t)))
             .collect();
+        let mut lengths = redis::pipe();
+        for key in &lists {
+            lengths.llen(key);
+        }
+        let lengths: Vec<isize> = lengths.query_async(&mut conn).await?;
         let mut skip = offset.max(0);
         let mut ids = Vec::new();
-        for key in lists {
+        for (key, len) in lists.into_iter().zip(lengths) {
             if ids.len() >= want {
                 break;
             }
-            let len: isize = redis::cmd("LLEN").arg(&key).query_async(&mut conn).await?;
             if skip >= len {
                 skip -= len;
                 continue;
