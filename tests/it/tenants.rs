@@ -20,6 +20,20 @@ async fn call(method: Method, url: &str, token: Option<&str>, body: Option<Value
     (status, answer)
 }
 
+/// A receiver answering 410 (dead at once) on `/gone` and 200 elsewhere.
+async fn gone_or_ok() -> Receiver {
+    Receiver::start(std::sync::Arc::new(
+        |r: &crate::support::receiver::Recorded| {
+            if r.path == "/gone" {
+                Reply::status(410)
+            } else {
+                Reply::status(200)
+            }
+        },
+    ))
+    .await
+}
+
 /// Two tenants create the same id: both 201, each its own job, delivered
 /// with its own body; `webhook-id` is the id in `default` and
 /// `<tenant>/<id>` in `billing`; each tenant reads its own job back
@@ -192,16 +206,7 @@ async fn beta_views(base: &str, token: &str) -> (Value, Value, Value) {
 #[tokio::test]
 async fn a_bound_key_sees_and_changes_only_its_own_tenant() {
     let redis = RedisServer::start();
-    let receiver = Receiver::start(std::sync::Arc::new(
-        |r: &crate::support::receiver::Recorded| {
-            if r.path == "/gone" {
-                Reply::status(410)
-            } else {
-                Reply::status(200)
-            }
-        },
-    ))
-    .await;
+    let receiver = gone_or_ok().await;
     let (alpha, mut alpha_key) = crate::security::new_key(&redis, "alpha-app", "read,write,admin");
     alpha_key.tenant = Some("alpha".into());
     let (ops, ops_key) = crate::security::new_key(&redis, "ops", "read,write,admin");
@@ -477,16 +482,7 @@ async fn the_scripts_and_the_store_name_one_line() {
 #[tokio::test]
 async fn ordering_keys_are_lines_per_tenant() {
     let redis = RedisServer::start();
-    let receiver = Receiver::start(std::sync::Arc::new(
-        |r: &crate::support::receiver::Recorded| {
-            if r.path == "/gone" {
-                Reply::status(410)
-            } else {
-                Reply::status(200)
-            }
-        },
-    ))
-    .await;
+    let receiver = gone_or_ok().await;
     let daemon = start_daemon(&test_config(&redis)).await;
     let base = daemon.url();
     let jobs = format!("{base}/v1/jobs");
