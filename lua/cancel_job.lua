@@ -1,5 +1,5 @@
 --[[
-  Cancel a job that has not finished. A scheduled job leaves the due set; a job
+  Cancel a job that has not finished. A scheduled job leaves its due set; a job
   in flight leaves the in-flight set (its attempt's outcome will be discarded
   as stale, so it is not retried); a ready job's id stays in the ready list as
   a tombstone that claim_ready skips (no LREM on a long list). A job with an
@@ -15,7 +15,8 @@
   Input:
     KEYS[1] record hash     <ns>:{p}:jobs:<shard>  (the job's live record; a
             finished one is looked for at <ns>:{p}:job:<id> and in the summaries)
-    KEYS[2] due zset        <ns>:{p}:due
+    KEYS[2] due zset        <ns>:{p}:due  (the default tenant's; see the
+            prelude for the other tenants')
     KEYS[3] inflight zset   <ns>:{p}:inflight
     KEYS[4] history list    <ns>:{p}:hist:<id>
     ARGV[1] id
@@ -80,9 +81,10 @@ if order then
   line = order_plan(prefix, order)
   if not line then return try_again() end
 end
+if state == 's' and r.seq > 0 and due_blocked(KEYS[2], {ARGV[1]}) then return try_again() end
 
 if state == 's' and r.seq > 0 then
-  rcall('ZREM', KEYS[2], due_member(r.seq, ARGV[1]))
+  due_remove(KEYS[2], ARGV[1], r.seq)
 elseif state == 'w' then
   -- Its id stays in its wheel bucket as a tombstone (see the prelude).
   wheel_count(prefix, -1)

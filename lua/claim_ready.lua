@@ -23,7 +23,8 @@
   Input:
     KEYS[1] ready list      <ns>:{p}:ready  (the default tenant's)
     KEYS[2] inflight zset   <ns>:{p}:inflight
-    KEYS[3] due zset        <ns>:{p}:due
+    KEYS[3] due zset        <ns>:{p}:due  (the default tenant's; see the
+            prelude for the other tenants' and their index)
     KEYS[4] wheel index     <ns>:{p}:wheel
     KEYS[5] tenants set     <ns>:{p}:tenants
     KEYS[6] turn            <ns>:{p}:turn  (the fair share's place in its cycle)

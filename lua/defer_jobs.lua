@@ -1,14 +1,15 @@
 --[[
   Give claimed jobs back without attempting them (their host has more work
   waiting than this daemon should hold): each leaves the in-flight set and is
-  scheduled again after its own delay. The attempt counter goes back down,
+  scheduled again after its own delay, in its tenant's due set. The attempt counter goes back down,
   since no attempt was made; these claims produced no outcome, so their
   tokens are never used. A job whose lease was taken over or that was
   cancelled meanwhile is left alone.
 
   Input:
     KEYS[1] inflight zset   <ns>:{p}:inflight
-    KEYS[2] due zset        <ns>:{p}:due
+    KEYS[2] due zset        <ns>:{p}:due  (the default tenant's; see the
+            prelude for the other tenants' and their index)
     KEYS[3] sequence        <ns>:{p}:seq
     ARGV[1] job key prefix  <ns>:{p}:job:  (the live record hashes are built from it)
     ARGV[2] wake channel
@@ -23,15 +24,19 @@ local now = now_ms()
 
 -- Read pass: every job record before the first write (see the prelude).
 local prefix = partition_prefix(ARGV[1], 'job:')
-local records = {}
+local records, ids = {}, {}
 for i = 4, #ARGV, 3 do
   local r = rec_get(live(prefix, ARGV[i]))
   if not r and slot_moving_once(KEYS[1]) then return try_again() end
   records[i] = r or false
+  ids[#ids + 1] = ARGV[i]
 end
+-- The tenants' due sets (and their index) they may join.
+if due_blocked(KEYS[2], ids) then return try_again() end
 
-local head = rcall('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-local earliest = tonumber(head[2])
+local head = due_head(KEYS[2])
+local earliest = head
+local to_due = due_batch()
 local given = 0
 for i = 4, #ARGV, 3 do
   local id, token = ARGV[i], tonumber(ARGV[i + 1])
@@ -42,12 +47,13 @@ for i = 4, #ARGV, 3 do
     rcall('ZREM', KEYS[1], id)
     r.state, r.att, r.due, r.seq, r.ut = 's', token - 1, due, seq, now
     rec_put(live(prefix, id), r)
-    rcall('ZADD', KEYS[2], string.format('%d', due), due_member(seq, id))
+    due_batch_add(to_due, KEYS[2], id, due, seq)
     if not earliest or due < earliest then earliest = due end
     given = given + 1
   end
 end
-if given > 0 and (not head[2] or earliest < tonumber(head[2])) then
+due_batch_push(KEYS[2], to_due)
+if given > 0 and (not head or earliest < head) then
   wake_due(ARGV[2], ARGV[3], earliest)
 end
 return given

@@ -6,14 +6,15 @@
   call sees the earlier one as existing.
 
   A job due now (or in the past) goes straight to the ready list; a later one
-  goes to the due set under the member `<seq hex(12)><id>`, so jobs due in the
-  same millisecond keep their enqueue order, or, when due far ahead, to a
+  goes to its tenant's due set under the member `<seq hex(12)><id>`, so jobs
+  due in the same millisecond keep their enqueue order, or, when due far ahead, to a
   bucket of the timing wheel (see the prelude) with its sequence in its record.
   A job with an ordering key joins the tail of its ordering list; unless it
   is the list's head it waits there, held (see the prelude).
 
   Input:
-    KEYS[1] due zset        <ns>:{p}:due
+    KEYS[1] due zset        <ns>:{p}:due  (the default tenant's; see the
+            prelude for the other tenants' and their index)
     KEYS[2] ready list      <ns>:{p}:ready
     KEYS[3] sequence        <ns>:{p}:seq
     ARGV[1] job key prefix  <ns>:{p}:job:  (same hash tag; records as the prelude lays them out)
@@ -155,13 +156,15 @@ if IN_CLUSTER then
   if ready_push_blocked(KEYS[2], due_now) then return try_again() end
 end
 
--- Pass 2: write. One INCRBY for the sequence numbers, one ZADD, one RPUSH
--- per wheel bucket and one RPUSH for the ready list.
+-- Pass 2: write. One INCRBY for the sequence numbers, one ZADD per due set,
+-- one RPUSH per wheel bucket and one RPUSH per ready list.
+-- (Every job created here had the slot checked in pass 1: the tenants'
+-- due sets this may create are safe to write.)
 local seq = 0
 if scheduled > 0 then seq = rcall('INCRBY', KEYS[3], scheduled) - scheduled end
 local wake_before = scheduled > 0 and next_wake(prefix, KEYS[1])
 local wake = nil
-local zadd, ready = {}, {}
+local to_due, ready = due_batch(), {}
 local to_wheel, in_wheel = wheel_batch(), 0
 local lines, line_order, held = {}, {}, 0 -- ordering list -> ids joining it
 local tally = ledger_tally()
@@ -191,10 +194,7 @@ for _, c in ipairs(created) do
       in_wheel = in_wheel + 1
       wheel_batch_add(to_wheel, slot, opens, id)
     else
-      -- Formatted once, as an integer: a Lua number passed to redis.call is
-      -- formatted with %.17g.
-      zadd[#zadd + 1] = string.format('%d', due)
-      zadd[#zadd + 1] = due_member(seq, id)
+      due_batch_add(to_due, KEYS[1], id, due, seq)
       if not wake or due < wake then wake = due end
     end
   end
@@ -209,7 +209,7 @@ if held > 0 then rcall('HINCRBY', prefix .. 'stats', 'held', held) end
 local opens = wheel_batch_push(prefix, to_wheel)
 if opens and (not wake or opens < wake) then wake = opens end
 wheel_count(prefix, in_wheel)
-if #zadd > 0 then rcall('ZADD', KEYS[1], unpack(zadd)) end
+due_batch_push(KEYS[1], to_due)
 if wake and (not wake_before or wake < wake_before) then wake_due(ARGV[2], ARGV[3], wake) end
 if ready_push(KEYS[2], ready) then
   wake_ready(ARGV[2], ARGV[3])

@@ -1,5 +1,5 @@
 --[[
-  Record a failed attempt: either schedule the next rung (back to the due set,
+  Record a failed attempt: either schedule the next rung (back to its due set,
   or to the timing wheel when far ahead)
   or dead-letter the job (out of the live sets and onto the dead-letter stream,
   in this same atomic step; a job with an ordering key then leaves its
@@ -10,7 +10,8 @@
             a dead job's record moves to <ns>:{p}:job:<id>)
     KEYS[2] inflight zset   <ns>:{p}:inflight
     KEYS[3] history list    <ns>:{p}:hist:<id>
-    KEYS[4] due zset        <ns>:{p}:due
+    KEYS[4] due zset        <ns>:{p}:due  (the default tenant's; see the
+            prelude for the other tenants' and their index)
     KEYS[5] sequence        <ns>:{p}:seq
     KEYS[6] dead stream     <ns>:{p}:dead
     KEYS[7] stats hash      <ns>:{p}:stats
@@ -48,6 +49,8 @@ local prefix = partition_prefix(KEYS[4], 'due')
 if delay >= 0 and IN_CLUSTER and wheel_slot(now + delay, now) and slot_moving(KEYS[4]) then
   return try_again()
 end
+-- A retry joins its tenant's due set (and their index): likewise.
+if delay >= 0 and due_blocked(KEYS[4], {ARGV[1]}) then return try_again() end
 -- A dead job with an ordering key leaves its ordering list (read from its
 -- spec: dead letters are rare).
 if delay < 0 and not ledger_here(prefix) then return try_again() end

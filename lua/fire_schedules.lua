@@ -16,7 +16,8 @@
 
   Input:
     KEYS[1] fire index      <ns>:{p}:fires
-    KEYS[2] due zset        <ns>:{p}:due
+    KEYS[2] due zset        <ns>:{p}:due  (the default tenant's; see the
+            prelude for the other tenants' and their index)
     KEYS[3] ready list      <ns>:{p}:ready
     KEYS[4] sequence        <ns>:{p}:seq
     ARGV[1] key prefix      <ns>:{p}:  (schedule hashes, job records and
@@ -140,14 +141,13 @@ ledger_add(prefix, 'created', tally)
 -- running ahead of this one) wait in the due set like any job.
 if #zadd > 0 then
   local base = rcall('INCRBY', KEYS[4], seqs) - seqs
-  local members = {}
+  local to_due = due_batch()
   for _, z in ipairs(zadd) do
     z[3].seq = base + z[3].seq
     rec_put(live(prefix, z[2]), z[3])
-    members[#members + 1] = string.format('%d', z[1])
-    members[#members + 1] = due_member(z[3].seq, z[2])
+    due_batch_add(to_due, KEYS[2], z[2], z[1], z[3].seq)
   end
-  rcall('ZADD', KEYS[2], unpack(members))
+  due_batch_push(KEYS[2], to_due)
   wake_due(ARGV[2], ARGV[3], zadd[1][1])
 end
 if ready_push(KEYS[3], ready) then

@@ -313,13 +313,15 @@ end
   scan, and a partition with only default jobs pays one SCARD per claim.
 ]]
 
--- The ready list of the tenant of job `id`, from the default list's key;
--- and the tenant (nil for `default`).
-local function ready_list_of(ready_key, id)
+-- The key of job `id`'s tenant in a structure kept per tenant (ready
+-- lists, due sets), from the default tenant's `key`: `key` itself for the
+-- default tenant, `<key>:<tenant>` for another; and the tenant (nil for
+-- `default`).
+local function of_tenant(key, id)
   local slash = string.find(id, '/', 1, true)
-  if not slash then return ready_key, nil end
+  if not slash then return key, nil end
   local tenant = string.sub(id, 1, slash - 1)
-  return ready_key .. ':' .. tenant, tenant
+  return key .. ':' .. tenant, tenant
 end
 
 -- Whether pushing `ids` may create a tenant's ready list, a key the script
@@ -328,7 +330,7 @@ end
 local function ready_push_blocked(ready_key, ids)
   if not IN_CLUSTER then return false end
   for _, id in ipairs(ids) do
-    local key, tenant = ready_list_of(ready_key, id)
+    local key, tenant = of_tenant(ready_key, id)
     if tenant and redis.call('EXISTS', key) == 0 then return slot_moving_once(ready_key) end
   end
   return false
@@ -341,7 +343,7 @@ local function ready_push(ready_key, ids)
   if #ids == 0 then return false end
   local lists, order = {}, {}
   for _, id in ipairs(ids) do
-    local key, tenant = ready_list_of(ready_key, id)
+    local key, tenant = of_tenant(ready_key, id)
     local list = lists[key]
     if not list then
       list = {tenant = tenant}
@@ -365,6 +367,102 @@ local function ready_push(ready_key, ids)
     end
   end
   return started
+end
+
+--[[
+  Due sets. A scheduled job waits for its due time in its tenant's due set
+  (SPEC §15): the ZSET `<ns>:{p}:due` for the default tenant's jobs,
+  `<ns>:{p}:due:<tenant>` for another's, scored by due time (members:
+  due_member). The partition's ZSET `<ns>:{p}:due-tenants` names every other
+  tenant whose set may hold jobs, scored at most its set's earliest due
+  time (a cancel may leave the score early; promotion sets it right). So a
+  promotion finds the tenants with jobs due in one read and takes a share
+  from each: one tenant's backlog of due jobs does not hold another
+  tenant's jobs behind it (the fair share starts before the ready lists).
+  With only default jobs, nothing is written to the index, and a promotion
+  pays one read of it.
+
+  The first tenants layout kept every tenant's jobs in `<ns>:{p}:due`:
+  promotion still moves such a job to its own tenant's ready list, and
+  taking a tenant's job out of its due set also takes it out of the
+  default one.
+]]
+
+-- The index of the tenants' due sets, from the default set's key.
+local function due_index(due_key)
+  return due_key .. '-tenants'
+end
+
+-- Whether adding `ids` to (or taking them out of) their tenants' due sets
+-- may touch a key absent here while the partition's slot is moving (see
+-- the top of the prelude): the script then gives up before its first
+-- write.
+local function due_blocked(due_key, ids)
+  if not IN_CLUSTER then return false end
+  for _, id in ipairs(ids) do
+    local key, tenant = of_tenant(due_key, id)
+    if tenant and (redis.call('EXISTS', key) == 0 or redis.call('EXISTS', due_index(due_key)) == 0) then
+      return slot_moving_once(due_key)
+    end
+  end
+  return false
+end
+
+-- Jobs bound for due sets, grouped per set in the order first seen, so a
+-- batch costs one ZADD per set (and one per tenant on the index).
+local function due_batch()
+  return {keys = {}, by_key = {}}
+end
+
+local function due_batch_add(batch, due_key, id, due, seq)
+  local key, tenant = of_tenant(due_key, id)
+  local set = batch.by_key[key]
+  if not set then
+    set = {tenant = tenant, args = {}, earliest = due}
+    batch.by_key[key] = set
+    batch.keys[#batch.keys + 1] = key
+  end
+  set.args[#set.args + 1] = string.format('%d', due)
+  set.args[#set.args + 1] = due_member(seq, id)
+  if due < set.earliest then set.earliest = due end
+end
+
+local function due_batch_push(due_key, batch)
+  for _, key in ipairs(batch.keys) do
+    local set = batch.by_key[key]
+    -- In chunks: unpack is bounded by Lua's stack.
+    for first = 1, #set.args, 2000 do
+      redis.call('ZADD', key, unpack(set.args, first, math.min(first + 1999, #set.args)))
+    end
+    if set.tenant then
+      redis.call('ZADD', due_index(due_key), 'LT', string.format('%d', set.earliest), set.tenant)
+    end
+  end
+end
+
+-- Adds job `id` (sequence `seq`), due at `due`, to its tenant's due set.
+local function due_add(due_key, id, due, seq)
+  local batch = due_batch()
+  due_batch_add(batch, due_key, id, due, seq)
+  due_batch_push(due_key, batch)
+end
+
+-- Takes job `id` (sequence `seq`) out of its tenant's due set.
+local function due_remove(due_key, id, seq)
+  local key, tenant = of_tenant(due_key, id)
+  local member = due_member(seq, id)
+  redis.call('ZREM', key, member)
+  -- (Where the first tenants layout put it.)
+  if tenant then redis.call('ZREM', due_key, member) end
+end
+
+-- The earliest due time of the partition's due sets (the index's head
+-- may be early, never late); nil when they are empty.
+local function due_head(due_key)
+  local a = tonumber(redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')[2])
+  local b = tonumber(redis.call('ZRANGE', due_index(due_key), 0, 0, 'WITHSCORES')[2])
+  if a and b then return math.min(a, b) end
+  return a or b
 end
 
 --[[
@@ -462,7 +560,7 @@ end
 -- The earliest time the partition has work: the due set's head or the
 -- wheel's next bucket to open; nil when there is neither.
 local function next_wake(prefix, due_key)
-  local a = tonumber(redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')[2])
+  local a = due_head(due_key)
   local b = tonumber(redis.call('ZRANGE', prefix .. 'wheel', 0, 0, 'WITHSCORES')[2])
   if a and b then return math.min(a, b) end
   return a or b
@@ -491,7 +589,7 @@ local function schedule(prefix, due_key, id, r, now)
   end
   r.state = 's'
   rec_put(at, r)
-  redis.call('ZADD', due_key, string.format('%d', r.due), due_member(r.seq, id))
+  due_add(due_key, id, r.due, r.seq)
   return r.due
 end
 
@@ -828,17 +926,24 @@ local function summaries_write(prefix, plan, ids, values, now)
 end
 
 --[[
-  Promotion: moves up to `batch` due jobs of a partition from its due set
-  (`due_key`) to its ready list (`ready_key`), after opening the timing
-  wheel's (`wheel_key`) buckets whose time has come: at most a batch of
-  their jobs move on, to finer buckets or into the due set. Answers the
-  jobs moved and the earliest time work is left (the due set's head, or the
-  next bucket to open; at most now while a bucket is still being opened; -1
-  when there is none); nil, having changed nothing, when a bucket would be
-  opened while the partition's slot is migrating (the caller answers
-  TRYAGAIN). promote_due runs it alone; claim_ready runs it before claiming,
-  so that a due job costs its daemon one call to be claimed.
+  Promotion: moves up to about `batch` due jobs of a partition from its due
+  sets (`due_key` is the default tenant's) to their ready lists
+  (`ready_key` is the default tenant's), after opening the timing wheel's
+  (`wheel_key`) buckets whose time has come: at most a batch of their jobs
+  move on, to finer buckets or into the due sets. Each due set with jobs
+  due gives an equal share of the batch (rounded up; at most
+  DUE_TENANTS_PER_PROMOTION tenants' sets, the earliest first), in due
+  order. Answers the jobs moved, the earliest time work is left (the due
+  sets' head, or the next bucket to open; at most now while jobs are still
+  due or a bucket is still being opened; -1 when there is none), and
+  whether a ready list started (it was empty: its tenant's jobs are new to
+  the partition's claim loop); nil, having changed nothing, when the
+  partition's slot is migrating and a key it needs is not here (the caller
+  answers TRYAGAIN). promote_due runs it alone; claim_ready runs it before
+  claiming, so that a due job costs its daemon one call to be claimed.
 ]]
+local DUE_TENANTS_PER_PROMOTION = 64
+
 local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now)
   local prefix = partition_prefix(due_key, 'due')
   -- Open the wheel's buckets whose time has come. Read pass first: the bucket
@@ -861,7 +966,7 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now)
     budget = budget - #ids
     opening[#opening + 1] = {slot, bucket, ids}
   end
-  local to_due, moved_on, left_wheel = {}, wheel_batch(), 0
+  local to_due, moved_on, left_wheel = due_batch(), wheel_batch(), 0
   for _, o in ipairs(opening) do
     local slot, bucket, ids = o[1], o[2], o[3]
     for _, id in ipairs(ids) do
@@ -873,8 +978,7 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now)
           wheel_batch_add(moved_on, next_slot, opens, id)
         else
           rec_set_state(at, r, 's', now)
-          to_due[#to_due + 1] = string.format('%d', r.due)
-          to_due[#to_due + 1] = due_member(r.seq, id)
+          due_batch_add(to_due, due_key, id, r.due, r.seq)
           left_wheel = left_wheel + 1
         end
       end
@@ -884,30 +988,53 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now)
   end
   wheel_batch_push(prefix, moved_on)
   wheel_count(prefix, -left_wheel)
-  if #to_due > 0 then redis.call('ZADD', due_key, unpack(to_due)) end
+  due_batch_push(due_key, to_due)
 
   -- Due jobs move by id alone: their records are neither read nor written
   -- (a scheduled record whose time has come reads as ready; claim_ready
-  -- checks each record, and drops an id whose job is gone).
-  local members = redis.call('ZRANGE', due_key, '-inf', now, 'BYSCORE', 'LIMIT', 0, batch)
+  -- checks each record, and drops an id whose job is gone). Read pass:
+  -- each due set's due members, and its head once they have left.
+  local index = due_index(due_key)
+  local sets = {{key = due_key}}
+  for _, tenant in ipairs(redis.call('ZRANGE', index, '-inf', now, 'BYSCORE', 'LIMIT', 0,
+      DUE_TENANTS_PER_PROMOTION)) do
+    sets[#sets + 1] = {key = due_key .. ':' .. tenant, tenant = tenant}
+  end
+  local share = math.ceil(batch / #sets)
   local ids = {}
-  for i, member in ipairs(members) do ids[i] = string.sub(member, 13) end
-  local moved = #ids
+  for _, set in ipairs(sets) do
+    set.members = redis.call('ZRANGE', set.key, '-inf', now, 'BYSCORE', 'LIMIT', 0, share)
+    for _, member in ipairs(set.members) do ids[#ids + 1] = string.sub(member, 13) end
+    if set.tenant then
+      set.head = redis.call('ZRANGE', set.key, #set.members, #set.members, 'WITHSCORES')[2]
+      -- (An empty set may be one whose key has not arrived yet.)
+      if #set.members == 0 and not set.head and IN_CLUSTER and slot_moving_once(due_key) then
+        return nil
+      end
+    end
+  end
   -- (With buckets opened, the slot was found still above.)
   if ready_push_blocked(ready_key, ids) then return nil end
-  if moved > 0 then redis.call('ZREM', due_key, unpack(members)) end
+  for _, set in ipairs(sets) do
+    if #set.members > 0 then redis.call('ZREM', set.key, unpack(set.members)) end
+    if set.head then
+      redis.call('ZADD', index, set.head, set.tenant)
+    elseif set.tenant then
+      redis.call('ZREM', index, set.tenant)
+    end
+  end
   -- No wake message: the daemon promoting is the one that claims from this
   -- partition (see src/fleet.rs), and tells its claim loop itself.
-  ready_push(ready_key, ids)
+  local started = ready_push(ready_key, ids)
 
   local next_due
   if #buckets > 0 then
     next_due = next_wake(prefix, due_key)
   else
-    next_due = tonumber(redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')[2])
+    next_due = due_head(due_key)
     if not next_due or (wheel_head and wheel_head < next_due) then next_due = wheel_head end
   end
-  return moved, next_due or -1
+  return #ids, next_due or -1, started
 end
 
 --[[

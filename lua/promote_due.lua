@@ -1,21 +1,26 @@
 --[[
-  Move due jobs from the due set to the ready list, a bounded batch at a time,
-  after opening the timing wheel's buckets whose time has come (see the
-  prelude): at most a batch of their jobs move on, to finer buckets or into
-  the due set.
+  Move due jobs from the due sets to the ready lists, a bounded batch at a
+  time shared between the tenants with jobs due, after opening the timing
+  wheel's buckets whose time has come (see the prelude): at most a batch of
+  their jobs move on, to finer buckets or into the due sets.
 
   Input:
-    KEYS[1] due zset        <ns>:{p}:due
-    KEYS[2] ready list      <ns>:{p}:ready
+    KEYS[1] due zset        <ns>:{p}:due  (the default tenant's; the other
+            tenants' `<ns>:{p}:due:<tenant>` and their index
+            `<ns>:{p}:due-tenants` are built from it)
+    KEYS[2] ready list      <ns>:{p}:ready  (the default tenant's)
     KEYS[3] wheel index     <ns>:{p}:wheel
-    ARGV[1] batch size (at most this many jobs are moved)
+    ARGV[1] batch size (about this many jobs at most are moved: each
+            tenant's share is rounded up)
   Output:
-    {moved, next_due, now}: next_due is the earliest time work is left (the
-    due set's head, or the next bucket to open; at most now when a bucket is
-    still being opened), or -1 when there is none.
+    {moved, next_due, now, started}: next_due is the earliest time work is
+    left (the due sets' head, or the next bucket to open; at most now while
+    jobs are still due or a bucket is still being opened), or -1 when there
+    is none; started is 1 when a ready list was empty before (a tenant's
+    jobs the claim loop has not seen yet), else 0.
     TRYAGAIN, with nothing changed, while the partition's slot is migrating.
 ]]
 local now = now_ms()
-local moved, next_due = promote_due_jobs(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]), now)
+local moved, next_due, started = promote_due_jobs(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]), now)
 if not moved then return try_again() end
-return {moved, next_due, now}
+return {moved, next_due, now, started and 1 or 0}

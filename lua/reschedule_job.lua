@@ -7,7 +7,8 @@
 
   Input:
     KEYS[1] record hash      <ns>:{p}:jobs:<shard>  (the job's live record)
-    KEYS[2] due zset        <ns>:{p}:due
+    KEYS[2] due zset        <ns>:{p}:due  (the default tenant's; see the
+            prelude for the other tenants' and their index)
     KEYS[3] ready list      <ns>:{p}:ready
     KEYS[4] sequence        <ns>:{p}:seq
     ARGV[1] id
@@ -56,11 +57,13 @@ end
 if due <= now and r.state ~= 'o' and ready_push_blocked(KEYS[3], {ARGV[1]}) then
   return try_again()
 end
+-- Its tenant's due set (and their index), which it may leave or join.
+if due_blocked(KEYS[2], {ARGV[1]}) then return try_again() end
 
--- The job leaves where it waits: the due set (its member), the wheel (its
+-- The job leaves where it waits: its due set (its member), the wheel (its
 -- id stays in its bucket as a tombstone), or its host's parking (its entry
 -- no longer matches its sequence and is skipped when the host drains).
-if r.state == 's' and r.seq > 0 then rcall('ZREM', KEYS[2], due_member(r.seq, ARGV[1])) end
+if r.state == 's' and r.seq > 0 then due_remove(KEYS[2], ARGV[1], r.seq) end
 local wheel_delta = 0
 if r.state == 'w' then wheel_delta = -1 end
 r.max, r.due, r.ut, r.lease = tonumber(ARGV[5]), due, now, tonumber(ARGV[6]) or 0

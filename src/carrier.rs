@@ -49,7 +49,7 @@ pub(crate) const EARLY_WAKE_MS: i64 = 1;
 /// whether the promotion came early for that time (within
 /// [`EARLY_WAKE_MS`]), so that the next one waits for the time itself.
 pub(crate) fn after_promotion(promotion: &Promotion) -> (Option<i64>, bool) {
-    let next = if promotion.moved == PROMOTE_BATCH {
+    let next = if promotion.more_due() {
         Some(promotion.now)
     } else {
         promotion.next_due
@@ -304,13 +304,19 @@ impl Carrier {
         let promote = |p| store.promote(p, PROMOTE_BATCH);
         call_each(partitions, promote, "promotion failed", |p, promotion| {
             self.clock.observe(promotion.now);
-            if promotion.moved > 0 {
+            if promotion.started {
+                // A tenant's jobs the busy claim loop has not seen: claim
+                // them now, without waiting for a chunk of room.
+                self.signals.list_started(p);
+            } else if promotion.moved > 0 {
                 self.signals.ready(p);
+            }
+            if promotion.moved > 0 {
                 metrics::counter!("hookq_promoted_total").increment(promotion.moved as u64);
             }
             let (next, early) = after_promotion(&promotion);
             times.set_next_due(p, next, early);
-            promotion.moved == PROMOTE_BATCH
+            promotion.more_due()
         })
         .await
     }

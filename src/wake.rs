@@ -42,6 +42,9 @@ pub struct Signals {
     due_hints: Vec<AtomicI64>,
     /// Per partition: wakes that partition's claim loop.
     ready: Vec<Notify>,
+    /// Per partition: a ready list started (a tenant's jobs its claim loop
+    /// has not seen): a loop waiting for room claims a few at once.
+    started: Vec<Notify>,
     /// Per partition: its claim loop waits with room to claim, so a due
     /// promotion can be handed to it (one call promotes and claims).
     claim_idle: Vec<AtomicBool>,
@@ -70,6 +73,7 @@ impl Signals {
             carrier: Notify::new(),
             due_hints: (0..partitions).map(|_| AtomicI64::new(i64::MAX)).collect(),
             ready: (0..partitions).map(|_| Notify::new()).collect(),
+            started: (0..partitions).map(|_| Notify::new()).collect(),
             claim_idle: (0..partitions).map(|_| AtomicBool::new(false)).collect(),
             promotion_asked: (0..partitions).map(|_| AtomicBool::new(false)).collect(),
             came_early: (0..partitions).map(|_| AtomicBool::new(false)).collect(),
@@ -120,6 +124,20 @@ impl Signals {
         if let Some(n) = self.ready.get(p as usize) {
             n.notify_one();
         }
+    }
+
+    /// Announces that a ready list of partition `p` started: wakes its claim
+    /// loop, or has it claim at once if it is waiting for room.
+    pub(crate) fn list_started(&self, p: u16) {
+        self.ready(p);
+        if let Some(n) = self.started.get(p as usize) {
+            n.notify_one();
+        }
+    }
+
+    /// The notifier of a started ready list of partition `p`.
+    pub(crate) fn started_notify(&self, p: u16) -> Option<&Notify> {
+        self.started.get(p as usize)
     }
 
     /// Partition `p`'s claim loop says whether it waits with room to claim.
@@ -221,7 +239,7 @@ impl Signals {
             }
         } else if let Some(p) = message.strip_prefix('r') {
             if let Ok(p) = p.parse() {
-                self.ready(p);
+                self.list_started(p);
             }
         } else if let Some(id) = message.strip_prefix('x') {
             self.cancelled(id);

@@ -7,7 +7,11 @@
 //! twice that many claimed jobs held in memory (in flight or waiting for
 //! their host). A claim loop per partition claims only what the claim budget
 //! allows, so a busy host's jobs wait here under their leases instead of
-//! going back and forth to Redis. In-flight attempts run on a
+//! going back and forth to Redis. A claim loop waits for a chunk of room at
+//! a time; when a ready list starts meanwhile (a tenant's jobs it has not
+//! seen, SPEC §15), it claims a few jobs at once from a small reserve, so a
+//! tenant new to a busy partition does not wait for every other
+//! partition's chunk. In-flight attempts run on a
 //! [`TaskTracker`] so a graceful stop can wait for them, bounded by
 //! `delivery.shutdown_grace`; jobs still waiting for their host are given
 //! back to Redis at once.
@@ -42,6 +46,9 @@ use crate::wake::Signals;
 
 /// Claimed jobs held in memory per worker (in flight or waiting for a host).
 pub(crate) const HELD_PER_WORKER: usize = 2;
+
+/// Most jobs a claim for a started ready list takes from the reserve.
+const STARTED_CLAIM: usize = 4;
 
 /// How long an idle claim loop waits before looking at its ready list even
 /// without a signal (a safety net for lost pub/sub messages).
@@ -87,6 +94,29 @@ fn bounded_label(labeled: &Labeled, max: usize, value: &str) -> String {
     "other".to_string()
 }
 
+/// Permits a claim waits for at least: room for a chunk of jobs at a time,
+/// a sixteenth of the claim budget (at least 1, at most
+/// `delivery.claim_batch`).
+fn claim_chunk(config: &Config) -> u32 {
+    let batch = config.delivery.claim_batch;
+    let held = config.delivery.workers * HELD_PER_WORKER;
+    (held / 16).clamp(1, batch) as u32
+}
+
+/// `room` as one permit per job.
+fn split_permits(mut room: OwnedSemaphorePermit) -> Vec<OwnedSemaphorePermit> {
+    let n = room.num_permits();
+    std::iter::from_fn(|| room.split(1)).take(n).collect()
+}
+
+/// Waits for `notify` (forever when there is none).
+async fn notified(notify: Option<&Notify>) {
+    match notify {
+        Some(n) => n.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// How often lanes are checked for jobs that should go back to Redis.
 const EVICT_EVERY: Duration = Duration::from_millis(100);
 
@@ -108,6 +138,9 @@ pub(crate) struct WorkerPool {
     clock: RedisClock,
     /// Claimed jobs in memory.
     budget: Arc<Semaphore>,
+    /// Room beyond `budget` for claims made when a ready list starts, a
+    /// chunk's worth.
+    reserve: Arc<Semaphore>,
     /// Attempts in flight.
     workers: Arc<Semaphore>,
     lanes: Arc<Lanes>,
@@ -137,7 +170,9 @@ impl WorkerPool {
         let workers = config.delivery.workers;
         let held = workers * HELD_PER_WORKER;
         let completions = Completions::start(store.clone());
+        let reserve = claim_chunk(&config) as usize;
         WorkerPool {
+            reserve: Arc::new(Semaphore::new(reserve)),
             completions,
             fleet,
             lanes,
@@ -211,7 +246,7 @@ impl WorkerPool {
         let Some(notify) = self.signals.ready_notify(p) else {
             return;
         };
-        let chunk = self.claim_chunk();
+        let chunk = claim_chunk(&self.config);
         loop {
             // A partition another daemon has is left alone (gaining it
             // signals).
@@ -226,15 +261,6 @@ impl WorkerPool {
                 return;
             }
         }
-    }
-
-    /// Permits a claim waits for at least: room for a chunk of jobs at a
-    /// time, a sixteenth of the claim budget (at least 1, at most
-    /// `delivery.claim_batch`).
-    fn claim_chunk(&self) -> u32 {
-        let batch = self.config.delivery.claim_batch;
-        let held = self.config.delivery.workers * HELD_PER_WORKER;
-        (held / 16).clamp(1, batch) as u32
     }
 
     /// Waits for a ready signal on `notify` or [`IDLE_RECHECK`], telling the
@@ -272,7 +298,7 @@ impl WorkerPool {
         token: &CancellationToken,
     ) -> ControlFlow<()> {
         loop {
-            let Some(permits) = self.reserve_room(chunk, token).await else {
+            let Some(permits) = self.reserve_room(p, chunk, token).await else {
                 return ControlFlow::Break(());
             };
             let promote = if self.signals.take_promotion(p) {
@@ -297,10 +323,12 @@ impl WorkerPool {
     }
 
     /// Takes room in the claim budget for at least `chunk` jobs and at most
-    /// `delivery.claim_batch`, a permit per job; None when `token` is
-    /// cancelled or the budget is closed.
+    /// `delivery.claim_batch`, a permit per job; or, when a ready list of
+    /// partition `p` starts meanwhile, up to [`STARTED_CLAIM`] permits of the
+    /// reserve. None when `token` is cancelled or the budget is closed.
     async fn reserve_room(
         &self,
+        p: u16,
         chunk: u32,
         token: &CancellationToken,
     ) -> Option<Vec<OwnedSemaphorePermit>> {
@@ -308,10 +336,21 @@ impl WorkerPool {
         // Room for a chunk of jobs at a time: claiming for every
         // single permit freed would cost a script call per job
         // whenever the budget is full (a slow or rate-limited host).
-        let mut room = tokio::select! {
-            biased;
-            _ = token.cancelled() => return None,
-            permit = self.budget.clone().acquire_many_owned(chunk) => permit.ok()?,
+        let mut room = loop {
+            tokio::select! {
+                biased;
+                _ = token.cancelled() => return None,
+                permit = self.budget.clone().acquire_many_owned(chunk) => break permit.ok()?,
+                _ = notified(self.signals.started_notify(p)) => {
+                    // (A reserve in use: back to waiting for the budget.)
+                    let n = self.reserve.available_permits().min(STARTED_CLAIM) as u32;
+                    if n > 0 {
+                        if let Ok(room) = self.reserve.clone().try_acquire_many_owned(n) {
+                            return Some(split_permits(room));
+                        }
+                    }
+                }
+            }
         };
         while room.num_permits() < batch {
             match self.budget.clone().try_acquire_owned() {
@@ -319,8 +358,7 @@ impl WorkerPool {
                 Err(_) => break,
             }
         }
-        let n = room.num_permits();
-        Some(std::iter::from_fn(|| room.split(1)).take(n).collect())
+        Some(split_permits(room))
     }
 
     /// After a failed claim: counts and logs it, has the carrier read the due

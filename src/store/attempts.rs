@@ -50,6 +50,18 @@ pub struct Promotion {
     pub next_due: Option<i64>,
     /// Redis time (epoch ms).
     pub now: i64,
+    /// A ready list was empty before: a tenant's jobs its partition's claim
+    /// loop has not seen yet (always false for a promotion made by a
+    /// claim, which claims right after).
+    pub started: bool,
+}
+
+impl Promotion {
+    /// Whether jobs were left due (or a wheel bucket still opening): the
+    /// next promotion should follow at once.
+    pub fn more_due(&self) -> bool {
+        self.next_due.is_some_and(|due| due <= self.now)
+    }
 }
 
 /// Result of one reclaim call on a partition.

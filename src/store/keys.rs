@@ -138,10 +138,24 @@ impl Keys {
         format!("{}hist:", self.prefix(p))
     }
 
-    /// ZSET `<ns>:{p}:due`: scheduled jobs, score = due epoch ms, member =
-    /// 12 hex digits of enqueue sequence followed by the id.
+    /// ZSET `<ns>:{p}:due`: the default tenant's scheduled jobs, score = due
+    /// epoch ms, member = 12 hex digits of enqueue sequence followed by the
+    /// id.
     pub fn due(&self, p: u16) -> String {
         format!("{}due", self.prefix(p))
+    }
+
+    /// ZSET `<ns>:{p}:due:<tenant>`: the scheduled jobs of a tenant other
+    /// than `default`, like [`Keys::due`].
+    pub fn tenant_due(&self, p: u16, tenant: &str) -> String {
+        format!("{}due:{tenant}", self.prefix(p))
+    }
+
+    /// ZSET `<ns>:{p}:due-tenants`: the tenants other than `default` whose
+    /// due set in partition `p` may hold jobs, scored at most by its
+    /// earliest due time (see `lua/prelude.lua`).
+    pub fn due_tenants(&self, p: u16) -> String {
+        format!("{}due-tenants", self.prefix(p))
     }
 
     /// ZSET `<ns>:{p}:wheel`: the timing wheel's buckets of partition `p`,

@@ -128,6 +128,7 @@ impl Promotion {
                 moved,
                 next_due: (next >= 0).then_some(next),
                 now: f.next("now")?,
+                started: f.next::<i64>("started")? == 1,
             })
         })
     }
@@ -330,6 +331,7 @@ impl ClaimReply {
                     moved: moved as usize,
                     next_due: (next_due >= 0).then_some(next_due),
                     now,
+                    started: false,
                 }),
                 jobs,
             })
@@ -391,15 +393,24 @@ mod tests {
 
     #[test]
     fn a_reply_too_short_or_too_long_is_refused() {
-        let fine = array(vec![Value::Int(3), Value::Int(-1), Value::Int(7)]);
+        let fine = array(vec![
+            Value::Int(3),
+            Value::Int(-1),
+            Value::Int(7),
+            Value::Int(1),
+        ]);
         let promotion = Promotion::from_redis_value(&fine).expect("well formed");
-        assert_eq!((promotion.moved, promotion.next_due), (3, None));
-        let short = array(vec![Value::Int(3), Value::Int(-1)]);
+        assert_eq!(
+            (promotion.moved, promotion.next_due, promotion.started),
+            (3, None, true)
+        );
+        let short = array(vec![Value::Int(3), Value::Int(-1), Value::Int(7)]);
         assert!(Promotion::from_redis_value(&short).is_err());
         let long = array(vec![
             Value::Int(3),
             Value::Int(-1),
             Value::Int(7),
+            Value::Int(0),
             Value::Int(0),
         ]);
         assert!(Promotion::from_redis_value(&long).is_err());

@@ -129,6 +129,82 @@ async fn a_claim_shares_its_batch_between_tenants_by_weight() {
     assert!(tenants.is_empty(), "dry tenants leave the set: {tenants:?}");
 }
 
+/// Tenant `bulk`'s 1,000 jobs fall due a millisecond before tenant
+/// `pay`'s one job: the first promotion (a batch of 256) already moves
+/// `pay`'s job, since each tenant's due set gives a share of the batch (one
+/// due set in due order would move it after all 1,000). Cancelling a
+/// tenant's only due job leaves its index entry early; the next promotion
+/// drops it, and the stats count every tenant's due set.
+#[tokio::test]
+async fn a_tenants_due_backlog_does_not_hold_another_tenants_due_job() {
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    config.redis.partitions = 1;
+    config.validate().expect("valid");
+    let store = Store::connect(&config).await.expect("store");
+    store.load_scripts().await.expect("scripts");
+    let url = "http://127.0.0.1:9/never";
+    let due = store.redis_time_ms().await.expect("time") + 500;
+    enqueue_for(&store, &config, "bulk", "b", 1000, url, due).await;
+    enqueue_for(&store, &config, "pay", "p", 1, url, due + 1).await;
+    enqueue_for(&store, &config, "later", "l", 1, url, due + 60_000).await;
+    assert_eq!(store.stats().await.expect("stats").scheduled, 1002);
+    crate::support::wait_until("both due", Duration::from_secs(10), || async {
+        store.redis_time_ms().await.expect("time") > due + 1
+    })
+    .await;
+
+    let promotion = store.promote(0, 256).await.expect("promote");
+    assert!(promotion.started, "the ready lists started");
+    assert!(promotion.more_due(), "bulk has jobs left due");
+    let mut conn = redis.conn().await;
+    let paid: u64 = redis::cmd("LLEN")
+        .arg(store.keys().tenant_ready(0, "pay"))
+        .query_async(&mut conn)
+        .await
+        .expect("llen");
+    assert_eq!(paid, 1, "pay's due job waited behind bulk's backlog");
+
+    // `later`'s only job is cancelled: its index entry stays until a
+    // promotion finds its set empty (scored 0 here, so the next looks).
+    let id = internal_id("later", "l-00000");
+    store.cancel(&id).await.expect("cancel");
+    let index = store.keys().due_tenants(0);
+    let listed: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&index)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await
+        .expect("zrange");
+    assert!(listed.contains(&"later".to_string()), "{listed:?}");
+    redis::cmd("ZADD")
+        .arg(&index)
+        .arg(0)
+        .arg("later")
+        .query_async::<i64>(&mut conn)
+        .await
+        .expect("zadd");
+    for _ in 0..10 {
+        if !store.promote(0, 256).await.expect("promote").more_due() {
+            break;
+        }
+    }
+    let listed: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&index)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await
+        .expect("zrange");
+    assert!(
+        listed.is_empty(),
+        "emptied due sets leave the index: {listed:?}"
+    );
+    let stats = store.stats().await.expect("stats");
+    assert_eq!((stats.scheduled, stats.ready), (0, 1001));
+}
+
 /// Tenant `marketing`'s 400 jobs due now to a receiver answering in 20 ms,
 /// then, once 20 of them are delivered, tenant `billing`'s `payments` jobs
 /// to another receiver, with `daemons` daemons on `config`: the payments

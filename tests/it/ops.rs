@@ -830,14 +830,16 @@ async fn metrics_move_when_their_events_happen() {
 
     // Waiting and ready lag: both workers held by slow hosts; the daemon
     // holds two more jobs in memory (its claim budget is twice its workers)
-    // and the next waits in Redis's ready list.
+    // and one more from its reserve (claimed at once when a ready list
+    // starts while the budget is full), and the next waits in Redis's
+    // ready list.
     post_created(&jobs, json!({"id": "hold-a", "url": slow_a.url("/")})).await;
     post_created(&jobs, json!({"id": "hold-b", "url": slow_b.url("/")})).await;
     wait_until("both workers are busy", Duration::from_secs(10), || async {
         slow_a.count() == 1 && slow_b.count() == 1
     })
     .await;
-    for id in ["waits-1", "waits-2", "waits-3"] {
+    for id in ["waits-1", "waits-2", "waits-3", "waits-4"] {
         post_created(&jobs, json!({"id": id, "url": ok.url("/")})).await;
     }
     unmoved.extend(series_moves(&base, SERIES[5], 0.2).await.err());

@@ -65,13 +65,24 @@ impl Store {
         let now = self.redis_time_ms().await?;
         for p in 0..self.keys.partitions() {
             #[allow(clippy::type_complexity)]
-            let (due, mut ready, inflight, dead, counters, head, parked_hosts, tenants): (
+            let (
+                mut due,
+                mut ready,
+                inflight,
+                dead,
+                counters,
+                head,
+                parked_hosts,
+                tenants,
+                due_tenants,
+            ): (
                 u64,
                 u64,
                 u64,
                 u64,
                 HashMap<String, u64>,
                 Option<String>,
+                Vec<String>,
                 Vec<String>,
                 Vec<String>,
             ) = redis::pipe()
@@ -83,8 +94,18 @@ impl Store {
                 .lindex(self.keys.ready(p), 0)
                 .smembers(self.keys.parked_hosts(p))
                 .smembers(self.keys.tenants(p))
+                .zrange(self.keys.due_tenants(p), 0, -1)
                 .query_async(&mut conn)
                 .await?;
+            // Other tenants' due sets (see `lua/prelude.lua`).
+            if !due_tenants.is_empty() {
+                let mut pipe = redis::pipe();
+                for tenant in &due_tenants {
+                    pipe.zcard(self.keys.tenant_due(p, tenant));
+                }
+                let sizes: Vec<u64> = pipe.query_async(&mut conn).await?;
+                due += sizes.iter().sum::<u64>();
+            }
             // Other tenants' ready lists (see `lua/prelude.lua`): counted,
             // and their heads are candidates for the oldest ready job.
             let mut heads: Vec<String> = head.into_iter().collect();
