@@ -11,8 +11,13 @@ use crate::job::{Due, JobSpec, State};
 /// What `cancel` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CancelOutcome {
-    /// Cancelled now.
+    /// Cancelled now, before any worker had it: no attempt of it will ever
+    /// be sent.
     Cancelled,
+    /// Cancelled now, but it was already claimed (held in a daemon for its
+    /// host, or in flight): the attempt under way may still be sent, its
+    /// outcome is discarded and no attempt follows it.
+    CancelledInFlight,
     /// Already cancelled earlier.
     AlreadyCancelled,
     /// No such job.
@@ -116,6 +121,7 @@ impl Store {
                 .await?;
             return match code {
                 Code::Done => Ok(CancelOutcome::Cancelled),
+                Code::InFlight => Ok(CancelOutcome::CancelledInFlight),
                 Code::Unchanged => Ok(CancelOutcome::AlreadyCancelled),
                 Code::NotFound => Ok(CancelOutcome::NotFound),
                 Code::WrongState => Ok(CancelOutcome::Finished),

@@ -234,10 +234,7 @@ async fn a_cancel_during_the_second_attempt_keeps_the_first() {
         .await
         .expect("DELETE")
         .status();
-    assert!(
-        matches!(status.as_u16(), 202 | 204),
-        "cancelled with an attempt in flight: {status}"
-    );
+    assert_eq!(status, 202, "cancelled with an attempt in flight");
     let (_, view) = get_json(&url).await;
     assert_eq!(
         (&view["state"], &view["attempts"]),
