@@ -74,6 +74,10 @@ async fn a_job_held_for_its_busy_host_cancels_202_and_is_never_attempted() {
     let host = HangingHost::start().await;
     let mut config = test_config(&redis);
     config.delivery.per_host_concurrency = 1;
+    // A claimed job waits in memory for its host at most half the lease
+    // margin, then goes back to Redis until its booked turn: the default
+    // margin (20 s) keeps `held` claimed throughout the test.
+    config.delivery.lease_margin = Duration::from_secs(20);
     config.validate().expect("valid config");
     let daemon = start_daemon(&config).await;
     let base = daemon.url();
@@ -110,11 +114,12 @@ async fn a_job_held_for_its_busy_host_cancels_202_and_is_never_attempted() {
         job_view(&base, "first").await["state"] == "dead"
     })
     .await;
-    // The lane is free now: a held job that was not dropped starts at once.
-    // Wait longer than its whole lease (its timeout + the lease margin, from
-    // the config), so an attempt started in that time would have been
-    // accepted by now; then stop (draining any attempt) and count.
-    tokio::time::sleep(config.delivery.timeout + config.delivery.lease_margin).await;
+    // The lane is free now: a held job that was not dropped starts at once,
+    // or, past its time in memory (half the lease margin after its claim,
+    // which came before first died), goes back to Redis, where a cancelled
+    // job stays cancelled. Wait past that bound, then stop (draining any
+    // attempt) and count.
+    tokio::time::sleep(config.delivery.lease_margin / 2).await;
     daemon.stop().await.expect("clean stop");
     assert_eq!(host.accepted(), 1, "the cancelled held job was attempted");
 }
