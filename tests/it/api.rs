@@ -1179,6 +1179,18 @@ async fn a_cancelled_ready_job_never_arrives() {
     )
     .await;
     assert_eq!(view["state"], "ready", "{view}");
+    // Ready, not claimed: a PATCH is refused as not scheduled (not in flight).
+    let (status, body) = send(
+        reqwest::Method::PATCH,
+        &format!("{jobs}/queued"),
+        Some(json!({"delay": "1h"})),
+    )
+    .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (409, &json!("not_scheduled")),
+        "{body}"
+    );
     let (status, body) = send(reqwest::Method::DELETE, &format!("{jobs}/queued"), None).await;
     assert_eq!(status, 204, "{body}");
     let (_, view) = get_json(&format!("{jobs}/queued")).await;

@@ -114,6 +114,18 @@ async fn a_job_held_for_its_busy_host_cancels_202_and_is_never_attempted() {
         job_view(&base, "first").await["state"] == "dead"
     })
     .await;
+    // A finished job's PATCH keeps its own answer.
+    let (status, body) = send(
+        reqwest::Method::PATCH,
+        &format!("{jobs}/first"),
+        Some(json!({"delay": "1h"})),
+    )
+    .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (409, &json!("not_scheduled")),
+        "{body}"
+    );
     // The lane is free now: a held job that was not dropped starts at once,
     // or, past its time in memory (half the lease margin after its claim,
     // which came before first died), goes back to Redis, where a cancelled
@@ -192,8 +204,8 @@ async fn cancels_just_before_the_due_time_answer_204_only_when_nothing_is_sent()
     let config = test_config(&redis);
     let daemon = start_daemon(&config).await;
     let base = daemon.url();
-    // Due from 3 s ahead (time to create them all), one every 5 ms.
-    let first_due = now_ms() + 3000;
+    // Due from 5 s ahead (time to create them all), one every 5 ms.
+    let first_due = now_ms() + 5000;
     let due = |i: i64| first_due + i * SPACING_MS;
     // Each cancel lands 0..=100 ms before its job's due time, spread.
     let lead = |i: i64| (i * 37) % 101;
