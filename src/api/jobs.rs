@@ -543,7 +543,7 @@ fn not_scheduled(id: &str, state: JobState) -> ApiError {
 /// `DELETE /v1/jobs/{id}`: cancel. 204 when no attempt of the job will
 /// ever be sent; 202 `{"state": "cancelled", "in_flight": true}` when a
 /// worker had it already (the attempt under way may still arrive, none
-/// after it).
+/// after it), also on a repeated cancel of such a job.
 pub(super) async fn cancel_job(
     State(state): State<AppState>,
     caller: CallerExt,
@@ -555,7 +555,7 @@ pub(super) async fn cancel_job(
         CancelOutcome::Cancelled | CancelOutcome::AlreadyCancelled => {
             Ok(StatusCode::NO_CONTENT.into_response())
         }
-        CancelOutcome::CancelledInFlight => {
+        CancelOutcome::CancelledInFlight | CancelOutcome::AlreadyCancelledInFlight => {
             let (tenant, external) = crate::tenant::split_id(&id);
             let body = serde_json::json!({
                 "id": external,

@@ -29,7 +29,7 @@ pub(super) async fn cancel(
             }
             Ok(ExitCode::SUCCESS)
         }
-        CancelOutcome::CancelledInFlight => {
+        CancelOutcome::CancelledInFlight | CancelOutcome::AlreadyCancelledInFlight => {
             if json {
                 print_json(&serde_json::json!({
                     "id": id,

@@ -167,6 +167,9 @@ async fn a_job_cancelled_mid_attempt_answers_202_and_is_not_retried() {
     assert_patch_refused(&base, "flying").await;
     let (status, body) = send(reqwest::Method::DELETE, &format!("{jobs}/flying"), None).await;
     assert_in_flight_cancel(status, &body, "flying");
+    // A repeated cancel answers the same while the attempt may still come.
+    let (status, body) = send(reqwest::Method::DELETE, &format!("{jobs}/flying"), None).await;
+    assert_in_flight_cancel(status, &body, "flying");
     // A stop drains the running attempt: its 500 is handled before it returns.
     daemon.stop().await.expect("clean stop");
 
@@ -392,4 +395,73 @@ async fn the_console_says_when_a_cancelled_job_was_already_under_way() {
         assert_eq!(view["state"], "cancelled", "{view}");
     }
     daemon.stop().await.expect("clean stop");
+}
+
+/// A repeated cancel answers as the first did, from a summary and from a
+/// record kept whole (`retention.keep_bodies`): in flight for a job a
+/// worker had when it was cancelled, cancelled outright for one never
+/// claimed and for one cancelled between two attempts.
+#[tokio::test]
+async fn a_repeated_cancel_answers_as_the_first_did() {
+    use hookq::job::JobInput;
+    use hookq::store::{CancelOutcome, Failure, Store};
+    let redis = RedisServer::start();
+    for keep in [false, true] {
+        let mut config = test_config(&redis);
+        config.redis.namespace = format!("repeat-{keep}");
+        config.retention.keep_bodies = keep;
+        config.validate().expect("valid config");
+        let store = Store::connect(&config).await.expect("store");
+        let enqueue = |id: &'static str| {
+            let input = JobInput {
+                id: Some(id.into()),
+                url: Some("http://127.0.0.1:9/never".into()),
+                ..JobInput::default()
+            };
+            crate::enqueue_direct(&store, &config, input)
+        };
+        enqueue("never-claimed").await;
+        enqueue("claimed").await;
+        crate::claim_direct(&store, "claimed").await;
+        // Attempt 1 failed, attempt 2 is an hour away.
+        enqueue("between").await;
+        let claim = crate::claim_direct(&store, "between").await;
+        let failure = Failure {
+            record: r#"{"attempt":1,"at":1,"duration_ms":5,"status":500}"#,
+            last_error: "http_status",
+            last_status: Some(500),
+            topic: "default",
+            action: hookq::retry::FailAction::Retry(Duration::from_secs(3600)),
+        };
+        store.fail(&claim, &failure).await.expect("fail");
+
+        for (id, first, again) in [
+            (
+                "never-claimed",
+                CancelOutcome::Cancelled,
+                CancelOutcome::AlreadyCancelled,
+            ),
+            (
+                "claimed",
+                CancelOutcome::CancelledInFlight,
+                CancelOutcome::AlreadyCancelledInFlight,
+            ),
+            (
+                "between",
+                CancelOutcome::Cancelled,
+                CancelOutcome::AlreadyCancelled,
+            ),
+        ] {
+            assert_eq!(
+                store.cancel(id).await.expect("cancel"),
+                first,
+                "{id}, keep {keep}"
+            );
+            assert_eq!(
+                store.cancel(id).await.expect("cancel"),
+                again,
+                "{id} again, keep {keep}"
+            );
+        }
+    }
 }
