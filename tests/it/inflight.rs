@@ -78,15 +78,17 @@ async fn a_job_held_for_its_busy_host_cancels_202_and_is_never_attempted() {
     // margin, then goes back to Redis until its booked turn: the default
     // margin (20 s) keeps `held` claimed throughout the test.
     config.delivery.lease_margin = Duration::from_secs(20);
+    config.delivery.max_timeout = Duration::from_secs(10);
     config.validate().expect("valid config");
     let daemon = start_daemon(&config).await;
     let base = daemon.url();
     let jobs = format!("{base}/v1/jobs");
-    // `first` takes the host's one lane until its 4 s timeout, then dies
-    // (no retry); `held` waits behind it, claimed.
+    // `first` takes the host's one lane until its 6 s timeout (time for
+    // the requests below, under load too), then dies (no retry); `held`
+    // waits behind it, claimed.
     post_created(
         &jobs,
-        json!({"id": "first", "url": host.url("/a"), "timeout": "4s", "retry": []}),
+        json!({"id": "first", "url": host.url("/a"), "timeout": "6s", "retry": []}),
     )
     .await;
     wait_until(
