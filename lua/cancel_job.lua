@@ -32,8 +32,12 @@
   hash, ordering lists and the ledger `<ns>:{p}:ledger` (counting the
   cancel under the job's tenant).
   Output:
-    DONE         cancelled now (the partition's `stats` hash counts it
+    DONE         cancelled now, before any worker had it: no attempt of it
+                 will ever be sent (the partition's `stats` hash counts it
                  under `cancelled`)
+    IN_FLIGHT    cancelled now (counted the same), but it was already
+                 claimed (held in a daemon or in flight): that attempt may
+                 still be sent, its outcome is discarded, none follows it
     UNCHANGED    was already cancelled
     NOT_FOUND    no such job
     WRONG_STATE  already delivered or dead (nothing changed)
@@ -109,4 +113,5 @@ end
 if line then order_leave(prefix, line, ARGV[1], now, ARGV[3], ARGV[7]) end
 rcall('HINCRBY', prefix .. 'stats', 'cancelled', 1)
 ledger_one(prefix, 'cancelled', ARGV[1])
+if state == 'i' then return IN_FLIGHT end
 return DONE

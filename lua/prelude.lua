@@ -29,6 +29,7 @@ local CHANGED = -3      -- the job differs from what the caller expected
 local SUMMARIZED = -4   -- only a finished job's summary remains
 local ELSEWHERE = -5    -- the id's job lives in another partition (a pointer)
 local RESERVED = -6     -- (enqueue_jobs) the id is a schedule's fire id
+local IN_FLIGHT = 3     -- (cancel_job) done, but a worker had the job already
 
 -- Whether the cluster slot of `key` is migrating from or importing to this
 -- node right now; always false outside a cluster.

@@ -71,6 +71,8 @@ GUARDS=(
   "reclaim: last attempt dead-letters|lua/reclaim_expired.lua|    if r.att >= r.max then|    if r.att > r.max then|$E::a_lease_lost_on_the_last_attempt_dead_letters_the_job"
   "cancel: finished jobs stay finished|lua/cancel_job.lua|if state == 'd' or state == 'x' then return WRONG_STATE end||api::a_finished_job_cannot_be_cancelled"
   "cancel: in-flight lease dropped|lua/cancel_job.lua|  rcall('ZREM', KEYS[3], ARGV[1])|  rcall('EXISTS', KEYS[3])|$E::late_moves_change_nothing"
+  "cancel: a claimed job's cancel answers in flight|lua/cancel_job.lua|if state == 'i' then return IN_FLIGHT end||inflight::a_job_cancelled_mid_attempt_answers_202_and_is_not_retried"
+  "cancel: a held job's cancel is announced|lua/cancel_job.lua|  rcall('PUBLISH', ARGV[3], 'x' .. ARGV[1])||inflight::a_job_held_for_its_busy_host_cancels_202_and_is_never_attempted"
   "replay: a live job is not replayed|lua/replay_dead.lua|if r and (r.state == 's' or r.state == 'w' or r.state == 'p' or r.state == 'r' or r.state == 'i' or r.state == 'o') then|if false then|ops::an_interrupted_replay_never_makes_two_live_jobs"
   "reschedule: only scheduled jobs|lua/reschedule_job.lua|if (r.state ~= 's' and r.state ~= 'w' and r.state ~= 'p' and r.state ~= 'o') or rec_ready(r, now) then|if false then|$E::late_moves_change_nothing"
   "reschedule: spec unchanged since read|lua/reschedule_job.lua|if r.spec ~= ARGV[9] then return {CHANGED, 'scheduled'} end||$E::late_moves_change_nothing"

@@ -515,7 +515,20 @@ async fn store_change(
     }
 }
 
+/// 409 for a change of job `id`, which is `state` (not scheduled): `in_flight`
+/// when a worker has it (claimed: held in a daemon or in flight), else
+/// `not_scheduled`.
 fn not_scheduled(id: &str, state: JobState) -> ApiError {
+    if state == JobState::Inflight {
+        return ApiError::new(
+            StatusCode::CONFLICT,
+            "in_flight",
+            format!(
+                "job `{}` is already handed to a worker (in flight); it cannot be changed",
+                quote(external_id(id))
+            ),
+        );
+    }
     ApiError::new(
         StatusCode::CONFLICT,
         "not_scheduled",
@@ -527,7 +540,10 @@ fn not_scheduled(id: &str, state: JobState) -> ApiError {
     )
 }
 
-/// `DELETE /v1/jobs/{id}`: cancel.
+/// `DELETE /v1/jobs/{id}`: cancel. 204 when no attempt of the job will
+/// ever be sent; 202 `{"state": "cancelled", "in_flight": true}` when a
+/// worker had it already (the attempt under way may still arrive, none
+/// after it), also on a repeated cancel of such a job.
 pub(super) async fn cancel_job(
     State(state): State<AppState>,
     caller: CallerExt,
@@ -538,6 +554,16 @@ pub(super) async fn cancel_job(
     match state.store.cancel(&id).await? {
         CancelOutcome::Cancelled | CancelOutcome::AlreadyCancelled => {
             Ok(StatusCode::NO_CONTENT.into_response())
+        }
+        CancelOutcome::CancelledInFlight | CancelOutcome::AlreadyCancelledInFlight => {
+            let (tenant, external) = crate::tenant::split_id(&id);
+            let body = serde_json::json!({
+                "id": external,
+                "tenant": tenant,
+                "state": "cancelled",
+                "in_flight": true,
+            });
+            Ok((StatusCode::ACCEPTED, Json(body)).into_response())
         }
         CancelOutcome::NotFound => Err(not_found(&id)),
         CancelOutcome::Finished => Err(ApiError::new(

@@ -10,7 +10,8 @@ use crate::job::{format_ms, JobInput, JobView, RunAt};
 use crate::store::{CancelOutcome, EnqueueOutcome};
 use crate::tenant::internal_id;
 
-/// `hookq cancel ID [--tenant T]`.
+/// `hookq cancel ID [--tenant T]`: exit 0 once cancelled, saying so when an
+/// attempt was already under way (it may still arrive; none after it).
 pub(super) async fn cancel(
     config: &Config,
     tenant: &str,
@@ -25,6 +26,19 @@ pub(super) async fn cancel(
                 print_json(&serde_json::json!({"id": id, "tenant": tenant, "state": "cancelled"}))?;
             } else {
                 println!("cancelled {id}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        CancelOutcome::CancelledInFlight | CancelOutcome::AlreadyCancelledInFlight => {
+            if json {
+                print_json(&serde_json::json!({
+                    "id": id,
+                    "tenant": tenant,
+                    "state": "cancelled",
+                    "in_flight": true,
+                }))?;
+            } else {
+                println!("cancelled {id}; an attempt already under way may still arrive");
             }
             Ok(ExitCode::SUCCESS)
         }

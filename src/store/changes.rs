@@ -11,10 +11,18 @@ use crate::job::{Due, JobSpec, State};
 /// What `cancel` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CancelOutcome {
-    /// Cancelled now.
+    /// Cancelled now, before any worker had it: no attempt of it will ever
+    /// be sent.
     Cancelled,
-    /// Already cancelled earlier.
+    /// Cancelled now, but it was already claimed (held in a daemon for its
+    /// host, or in flight): the attempt under way may still be sent, its
+    /// outcome is discarded and no attempt follows it.
+    CancelledInFlight,
+    /// Already cancelled earlier, before any worker had it.
     AlreadyCancelled,
+    /// Already cancelled earlier, while a worker had it: the attempt that
+    /// was under way then may still arrive (none after it).
+    AlreadyCancelledInFlight,
     /// No such job.
     NotFound,
     /// Already delivered or dead.
@@ -116,7 +124,8 @@ impl Store {
                 .await?;
             return match code {
                 Code::Done => Ok(CancelOutcome::Cancelled),
-                Code::Unchanged => Ok(CancelOutcome::AlreadyCancelled),
+                Code::InFlight => Ok(CancelOutcome::CancelledInFlight),
+                Code::Unchanged => self.already_cancelled(id).await,
                 Code::NotFound => Ok(CancelOutcome::NotFound),
                 Code::WrongState => Ok(CancelOutcome::Finished),
                 Code::Changed => continue,
@@ -127,6 +136,29 @@ impl Store {
             "cancel_job",
             "the job kept changing while it was being cancelled",
         ))
+    }
+
+    /// The answer to a repeated cancel of job `id`: whether the first one
+    /// found an attempt under way, so that only a job no worker ever had
+    /// answers as cancelled outright. It did when the job counts more
+    /// attempts than its newest recorded one (a claim counts its attempt
+    /// at once, its outcome records it; a claim given back unattempted
+    /// counts it back down), which the summary keeps as well.
+    async fn already_cancelled(&self, id: &str) -> StoreResult<CancelOutcome> {
+        let Some(record) = self.get(id).await? else {
+            return Ok(CancelOutcome::AlreadyCancelled);
+        };
+        let newest = record
+            .history
+            .first()
+            .and_then(|h| serde_json::from_str::<serde_json::Value>(h).ok())
+            .and_then(|h| h["attempt"].as_u64())
+            .unwrap_or(0);
+        Ok(if u64::from(record.attempts) > newest {
+            CancelOutcome::AlreadyCancelledInFlight
+        } else {
+            CancelOutcome::AlreadyCancelled
+        })
     }
 
     /// Replaces a scheduled job's content and/or due time, provided it is

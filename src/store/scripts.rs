@@ -31,11 +31,14 @@ pub(crate) enum Code {
     Elsewhere,
     /// (`enqueue_jobs`) the id is one of an existing schedule's fire ids.
     Reserved,
+    /// (`cancel_job`) done, but a worker had the job already: its attempt
+    /// under way may still be sent.
+    InFlight,
 }
 
 impl Code {
     /// Every code with its number.
-    const ALL: [(Code, i64); 9] = [
+    const ALL: [(Code, i64); 10] = [
         (Code::Done, 1),
         (Code::DeadLettered, 2),
         (Code::Unchanged, 0),
@@ -45,6 +48,7 @@ impl Code {
         (Code::Summarized, -4),
         (Code::Elsewhere, -5),
         (Code::Reserved, -6),
+        (Code::InFlight, 3),
     ];
 
     /// The code numbered `n`, if the prelude has one.
@@ -416,6 +420,7 @@ mod tests {
                 Code::Summarized => "SUMMARIZED",
                 Code::Elsewhere => "ELSEWHERE",
                 Code::Reserved => "RESERVED",
+                Code::InFlight => "IN_FLIGHT",
             };
             let line = format!("local {name} = {n} ");
             assert!(prelude.contains(&line), "the prelude lacks `{line}`");

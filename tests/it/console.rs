@@ -41,7 +41,7 @@ fn screenshot_path(name: &str) -> PathBuf {
 }
 
 /// Logs `browser` in to the console at `base` with `key`.
-async fn log_in(browser: &Browser, base: &str, key: &str) {
+pub(crate) async fn log_in(browser: &Browser, base: &str, key: &str) {
     browser.goto(&format!("{base}/ui")).await;
     browser.type_into("#key", key).await;
     browser.click("#login button[type=submit]").await;

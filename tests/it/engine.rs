@@ -878,7 +878,7 @@ async fn late_moves_change_nothing() {
         .inflight(store.keys().partition_of("defer-cancelled"));
     assert_eq!(
         store.cancel("defer-cancelled").await.expect("cancel"),
-        CancelOutcome::Cancelled
+        CancelOutcome::CancelledInFlight
     );
     let mut conn = redis.conn().await;
     let leased: Option<f64> = conn

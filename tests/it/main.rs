@@ -21,6 +21,7 @@ mod hardening;
 mod history;
 mod hosts;
 mod image;
+mod inflight;
 mod inputs;
 mod ledger;
 mod listings;

@@ -492,8 +492,8 @@ function jobsPage(params) {
 }
 
 // One job of one tenant: its fields, headers (names only), body as text,
-// history.
-function jobPage(id, params) {
+// history; `note`, if given, above them (what the last action did).
+function jobPage(id, params, note) {
   const tenant = itemTenant(params);
   const path = '/v1/jobs/' + encodeURIComponent(id) + tq(tenant);
   const at = location.hash;
@@ -526,9 +526,11 @@ function jobPage(id, params) {
     }
     const headers = Object.keys(job.headers || {});
     const cancel = !['delivered', 'dead', 'cancelled'].includes(job.state) && can('write')
-      ? el('button', { type: 'button', id: 'cancel', onclick: () => attempt(() => api('DELETE', path), () => jobPage(id, params)) }, 'Cancel job')
+      ? el('button', { type: 'button', id: 'cancel', onclick: () => attempt(() => api('DELETE', path), (answer) => jobPage(id, params,
+        // 202 {in_flight: true}: a worker had the job already.
+        answer && answer.in_flight ? 'Cancelled; an attempt already under way may still arrive (none after it).' : null)) }, 'Cancel job')
       : null;
-    showAt(at, el('h1', {}, 'Job ', el('code', {}, job.id)), cancel,
+    showAt(at, el('h1', {}, 'Job ', el('code', {}, job.id)), note ? el('p', { class: 'ok', id: 'cancel-note' }, note) : null, cancel,
       table(['field', 'value'], fields),
       el('h2', {}, 'Headers'),
       headers.length ? el('p', {}, headers.join(', '), el('span', { class: 'muted' }, ' (values are write-only)')) : el('p', { class: 'muted' }, 'None.'),
