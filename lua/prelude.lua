@@ -932,9 +932,9 @@ end
   (`ready_key` is the default tenant's), after opening the timing wheel's
   (`wheel_key`) buckets whose time has come: at most a batch of their jobs
   move on, to finer buckets or into the due sets. Each due set with jobs
-  due gives an equal share of the batch (rounded up; at most
-  DUE_TENANTS_PER_PROMOTION tenants' sets, the earliest first), in due
-  order. Answers the jobs moved, the earliest time work is left (the due
+  due gives an equal share of the batch, in due order (at most
+  DUE_TENANTS_PER_PROMOTION tenants' sets, the earliest first); what a set
+  cannot fill goes to the sets that filled theirs. Answers the jobs moved, the earliest time work is left (the due
   sets' head, or the next bucket to open; at most now while jobs are still
   due or a bucket is still being opened; -1 when there is none), and
   whether a ready list started (it was empty: its tenant's jobs are new to
@@ -996,15 +996,36 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now)
   -- checks each record, and drops an id whose job is gone). Read pass:
   -- each due set's due members, and its head once they have left.
   local index = due_index(due_key)
-  local sets = {{key = due_key}}
+  local sets = {}
+  local default_head = tonumber(redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')[2])
+  if default_head and default_head <= now then sets[1] = {key = due_key, members = {}} end
   for _, tenant in ipairs(redis.call('ZRANGE', index, '-inf', now, 'BYSCORE', 'LIMIT', 0,
       DUE_TENANTS_PER_PROMOTION)) do
-    sets[#sets + 1] = {key = due_key .. ':' .. tenant, tenant = tenant}
+    sets[#sets + 1] = {key = due_key .. ':' .. tenant, tenant = tenant, members = {}}
   end
-  local share = math.ceil(batch / #sets)
+  -- An equal share each; what a set cannot fill goes to those that filled
+  -- theirs, in a second round.
+  local left, full = batch, {}
+  local share = math.ceil(batch / math.max(#sets, 1))
+  for round = 1, 2 do
+    local takers = sets
+    if round == 2 then
+      takers = full
+      share = math.ceil(left / math.max(#full, 1))
+    end
+    for _, set in ipairs(takers) do
+      local want = math.min(share, left)
+      if want > 0 then
+        local got = redis.call('ZRANGE', set.key, '-inf', now, 'BYSCORE', 'LIMIT', #set.members, want)
+        for _, member in ipairs(got) do set.members[#set.members + 1] = member end
+        left = left - #got
+        if round == 1 and #got == want then full[#full + 1] = set end
+      end
+    end
+    if left == 0 or #full == 0 then break end
+  end
   local ids = {}
   for _, set in ipairs(sets) do
-    set.members = redis.call('ZRANGE', set.key, '-inf', now, 'BYSCORE', 'LIMIT', 0, share)
     for _, member in ipairs(set.members) do ids[#ids + 1] = string.sub(member, 13) end
     if set.tenant then
       set.head = redis.call('ZRANGE', set.key, #set.members, #set.members, 'WITHSCORES')[2]

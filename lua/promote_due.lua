@@ -10,8 +10,8 @@
             `<ns>:{p}:due-tenants` are built from it)
     KEYS[2] ready list      <ns>:{p}:ready  (the default tenant's)
     KEYS[3] wheel index     <ns>:{p}:wheel
-    ARGV[1] batch size (about this many jobs at most are moved: each
-            tenant's share is rounded up)
+    ARGV[1] batch size (at most this many jobs are moved, shared between
+            the tenants with jobs due)
   Output:
     {moved, next_due, now, started}: next_due is the earliest time work is
     left (the due sets' head, or the next bucket to open; at most now while

@@ -48,6 +48,10 @@ pub struct Signals {
     /// Per partition: its claim loop waits with room to claim, so a due
     /// promotion can be handed to it (one call promotes and claims).
     claim_idle: Vec<AtomicBool>,
+    /// Per partition: its claim loop waits for room with the reserve free,
+    /// so a due promotion can be handed to it too (it promotes and claims
+    /// a few jobs from the reserve in one call).
+    claim_waiting: Vec<AtomicBool>,
     /// Per partition: a promotion handed to the claim loop, not yet taken.
     promotion_asked: Vec<AtomicBool>,
     /// Per partition: the last promotion the claim loop reported came
@@ -75,6 +79,7 @@ impl Signals {
             ready: (0..partitions).map(|_| Notify::new()).collect(),
             started: (0..partitions).map(|_| Notify::new()).collect(),
             claim_idle: (0..partitions).map(|_| AtomicBool::new(false)).collect(),
+            claim_waiting: (0..partitions).map(|_| AtomicBool::new(false)).collect(),
             promotion_asked: (0..partitions).map(|_| AtomicBool::new(false)).collect(),
             came_early: (0..partitions).map(|_| AtomicBool::new(false)).collect(),
             cancelled: Mutex::new(Vec::new()),
@@ -147,22 +152,38 @@ impl Signals {
         }
     }
 
-    /// Hands partition `p`'s due promotion to its claim loop if that waits
-    /// with room (true: it will promote, claim and report through
-    /// [`Signals::promoted`]); false: the caller promotes.
-    pub(crate) fn hand_promotion(&self, p: u16) -> bool {
-        let idle = self
-            .claim_idle
-            .get(p as usize)
-            .is_some_and(|f| f.load(Ordering::Acquire));
-        if idle {
-            if let Some(asked) = self.promotion_asked.get(p as usize) {
-                asked.store(true, Ordering::Release);
-                self.ready(p);
-                return true;
-            }
+    /// Partition `p`'s claim loop says whether it waits for room with the
+    /// reserve free.
+    pub(crate) fn set_claim_waiting(&self, p: u16, waiting: bool) {
+        if let Some(flag) = self.claim_waiting.get(p as usize) {
+            flag.store(waiting, Ordering::Release);
         }
-        false
+    }
+
+    /// Hands partition `p`'s due promotion to its claim loop if that waits
+    /// with room, or for room with the reserve free (true: it will promote,
+    /// claim and report through [`Signals::promoted`], or give the
+    /// promotion back with [`Signals::due`]); false: the caller promotes.
+    pub(crate) fn hand_promotion(&self, p: u16) -> bool {
+        let flag = |flags: &[AtomicBool]| {
+            flags
+                .get(p as usize)
+                .is_some_and(|f| f.load(Ordering::Acquire))
+        };
+        let (idle, waiting) = (flag(&self.claim_idle), flag(&self.claim_waiting));
+        if !(idle || waiting) {
+            return false;
+        }
+        let Some(asked) = self.promotion_asked.get(p as usize) else {
+            return false;
+        };
+        asked.store(true, Ordering::Release);
+        if idle {
+            self.ready(p);
+        } else if let Some(n) = self.started.get(p as usize) {
+            n.notify_one();
+        }
+        true
     }
 
     /// Takes a promotion handed to partition `p`'s claim loop.

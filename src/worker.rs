@@ -337,17 +337,31 @@ impl WorkerPool {
         // single permit freed would cost a script call per job
         // whenever the budget is full (a slow or rate-limited host).
         let mut room = loop {
-            tokio::select! {
+            // The carrier may hand a due promotion to a loop waiting here
+            // while the reserve is free (one call then promotes and claims).
+            let waiting = self.reserve.available_permits() > 0 && self.fleet.owns(p);
+            self.signals.set_claim_waiting(p, waiting);
+            let budget = tokio::select! {
                 biased;
                 _ = token.cancelled() => return None,
-                permit = self.budget.clone().acquire_many_owned(chunk) => break permit.ok()?,
-                _ = notified(self.signals.started_notify(p)) => {
-                    // (A reserve in use: back to waiting for the budget.)
+                permit = self.budget.clone().acquire_many_owned(chunk) => Some(permit),
+                _ = notified(self.signals.started_notify(p)) => None,
+            };
+            self.signals.set_claim_waiting(p, false);
+            match budget {
+                Some(permit) => break permit.ok()?,
+                // A ready list started, or a promotion was handed over.
+                None => {
                     let n = self.reserve.available_permits().min(STARTED_CLAIM) as u32;
                     if n > 0 {
                         if let Ok(room) = self.reserve.clone().try_acquire_many_owned(n) {
                             return Some(split_permits(room));
                         }
+                    }
+                    // The reserve is in use: a promotion handed over goes
+                    // back to the carrier, and the loop waits for the budget.
+                    if self.signals.take_promotion(p) {
+                        self.signals.due(p, 0);
                     }
                 }
             }

@@ -466,6 +466,81 @@ async fn a_hanging_host_holds_neither_its_tenants_other_hosts_nor_other_tenants(
         .await;
 }
 
+/// Tenant `orders` fills the daemon's claim budget (2 × 2 workers): two
+/// attempts hang on two hosts, two jobs wait in memory for a worker. Tenant
+/// `billing`'s job then falls due: its ready list starts, and the claim
+/// loop, waiting for room, claims it at once from the reserve (the budget
+/// would keep it in Redis until an attempt ends or the jobs in memory go
+/// back: 30 s).
+#[tokio::test]
+async fn a_tenants_job_is_claimed_while_another_tenant_fills_the_claim_budget() {
+    let redis = RedisServer::start();
+    let hanging = [
+        crate::support::hanging::HangingHost::start().await,
+        crate::support::hanging::HangingHost::start().await,
+    ];
+    let ok = Receiver::ok().await;
+    let mut config = test_config(&redis);
+    config.redis.partitions = 1;
+    config.delivery.workers = 2;
+    config.delivery.timeout = Duration::from_secs(30);
+    config.delivery.max_timeout = Duration::from_secs(30);
+    // Jobs waiting in memory go back to Redis after half the lease margin:
+    // not within this test.
+    config.delivery.lease_margin = Duration::from_secs(60);
+    config.validate().expect("valid");
+    let store = Store::connect(&config).await.expect("store");
+    store.load_scripts().await.expect("scripts");
+    let _daemon = start_daemon(&config).await;
+    for (i, host) in hanging.iter().enumerate() {
+        enqueue_for(
+            &store,
+            &config,
+            "orders",
+            &format!("hang{i}"),
+            1,
+            &host.url("/"),
+            0,
+        )
+        .await;
+    }
+    crate::support::wait_until("both workers hang", Duration::from_secs(10), || async {
+        hanging.iter().all(|h| h.accepted() == 1)
+    })
+    .await;
+    enqueue_for(&store, &config, "orders", "wait", 2, &ok.url("/wait"), 0).await;
+    let inflight = || async {
+        let n: u64 = redis::cmd("ZCARD")
+            .arg(store.keys().inflight(0))
+            .query_async(&mut redis.conn().await)
+            .await
+            .expect("zcard");
+        n
+    };
+    crate::support::wait_until("the budget is full", Duration::from_secs(10), || async {
+        inflight().await == 4
+    })
+    .await;
+    let due = store.redis_time_ms().await.expect("time") + 300;
+    enqueue_for(&store, &config, "billing", "pay", 1, &ok.url("/pay"), due).await;
+    let pay = internal_id("billing", "pay-00000");
+    crate::support::wait_until(
+        "billing's job is claimed",
+        Duration::from_secs(10),
+        || async {
+            let job = store.get(&pay).await.expect("get").expect("the job");
+            job.state == hookq::job::State::Inflight
+        },
+    )
+    .await;
+    assert_eq!(
+        inflight().await,
+        5,
+        "claimed beyond the budget, from the reserve"
+    );
+    assert_eq!(ok.count(), 0, "no worker was free meanwhile");
+}
+
 /// A claim looks at 64 tenants' lists at most; with more tenants ready it
 /// says there may be more, so the claim loop comes back for the others
 /// at once instead of sleeping on them.
