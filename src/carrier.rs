@@ -316,6 +316,7 @@ impl Carrier {
             }
             let (next, early) = after_promotion(&promotion);
             times.set_next_due(p, next, early);
+            self.signals.set_backlog(p, promotion.more_due());
             promotion.more_due()
         })
         .await

@@ -52,6 +52,10 @@ pub struct Signals {
     /// so a due promotion can be handed to it too (it promotes and claims
     /// a few jobs from the reserve in one call).
     claim_waiting: Vec<AtomicBool>,
+    /// Per partition: the last promotion left jobs due (a backlog is being
+    /// promoted): its promotions are not handed to a loop waiting for room,
+    /// whose reserve is kept for ready lists that start.
+    backlog: Vec<AtomicBool>,
     /// Per partition: a promotion handed to the claim loop, not yet taken.
     promotion_asked: Vec<AtomicBool>,
     /// Per partition: the last promotion the claim loop reported came
@@ -80,6 +84,7 @@ impl Signals {
             started: (0..partitions).map(|_| Notify::new()).collect(),
             claim_idle: (0..partitions).map(|_| AtomicBool::new(false)).collect(),
             claim_waiting: (0..partitions).map(|_| AtomicBool::new(false)).collect(),
+            backlog: (0..partitions).map(|_| AtomicBool::new(false)).collect(),
             promotion_asked: (0..partitions).map(|_| AtomicBool::new(false)).collect(),
             came_early: (0..partitions).map(|_| AtomicBool::new(false)).collect(),
             cancelled: Mutex::new(Vec::new()),
@@ -160,8 +165,16 @@ impl Signals {
         }
     }
 
+    /// Records whether partition `p`'s last promotion left jobs due.
+    pub(crate) fn set_backlog(&self, p: u16, backlog: bool) {
+        if let Some(flag) = self.backlog.get(p as usize) {
+            flag.store(backlog, Ordering::Release);
+        }
+    }
+
     /// Hands partition `p`'s due promotion to its claim loop if that waits
-    /// with room, or for room with the reserve free (true: it will promote,
+    /// with room, or for room with the reserve free and no backlog being
+    /// promoted (true: it will promote,
     /// claim and report through [`Signals::promoted`], or give the
     /// promotion back with [`Signals::due`]); false: the caller promotes.
     pub(crate) fn hand_promotion(&self, p: u16) -> bool {
@@ -170,7 +183,8 @@ impl Signals {
                 .get(p as usize)
                 .is_some_and(|f| f.load(Ordering::Acquire))
         };
-        let (idle, waiting) = (flag(&self.claim_idle), flag(&self.claim_waiting));
+        let idle = flag(&self.claim_idle);
+        let waiting = flag(&self.claim_waiting) && !flag(&self.backlog);
         if !(idle || waiting) {
             return false;
         }

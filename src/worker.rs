@@ -447,6 +447,7 @@ impl WorkerPool {
             metrics::counter!("hookq_promoted_total").increment(promotion.moved as u64);
         }
         let (next, early) = crate::carrier::after_promotion(&promotion);
+        self.signals.set_backlog(p, promotion.more_due());
         self.signals.promoted(p, next, early);
     }
 
