@@ -170,14 +170,18 @@ async fn a_tenants_due_backlog_does_not_hold_another_tenants_due_job() {
     let id = internal_id("later", "l-00000");
     store.cancel(&id).await.expect("cancel");
     let index = store.keys().due_tenants(0);
-    let listed: Vec<String> = redis::cmd("ZRANGE")
-        .arg(&index)
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut conn)
-        .await
-        .expect("zrange");
-    assert!(listed.contains(&"later".to_string()), "{listed:?}");
+    let listed = || async {
+        let members: Vec<String> = redis::cmd("ZRANGE")
+            .arg(&index)
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut redis.conn().await)
+            .await
+            .expect("zrange");
+        members
+    };
+    let before = listed().await;
+    assert!(before.contains(&"later".to_string()), "{before:?}");
     redis::cmd("ZADD")
         .arg(&index)
         .arg(0)
@@ -190,16 +194,10 @@ async fn a_tenants_due_backlog_does_not_hold_another_tenants_due_job() {
             break;
         }
     }
-    let listed: Vec<String> = redis::cmd("ZRANGE")
-        .arg(&index)
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut conn)
-        .await
-        .expect("zrange");
+    let after = listed().await;
     assert!(
-        listed.is_empty(),
-        "emptied due sets leave the index: {listed:?}"
+        after.is_empty(),
+        "emptied due sets leave the index: {after:?}"
     );
     let stats = store.stats().await.expect("stats");
     assert_eq!((stats.scheduled, stats.ready), (0, 1001));

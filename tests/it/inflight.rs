@@ -48,6 +48,22 @@ fn assert_in_flight_cancel(status: u16, body: &Value, id: &str) {
 
 /// Asserts a PATCH of `id` answers 409 `in_flight` and leaves its view as
 /// it was.
+/// A PATCH of job `id` (on `jobs`, the jobs URL) answers 409
+/// `not_scheduled`: it is ready or finished, not in flight.
+pub(crate) async fn assert_patch_not_scheduled(jobs: &str, id: &str) {
+    let (status, body) = send(
+        reqwest::Method::PATCH,
+        &format!("{jobs}/{id}"),
+        Some(json!({"delay": "1h"})),
+    )
+    .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (409, &json!("not_scheduled")),
+        "{body}"
+    );
+}
+
 async fn assert_patch_refused(base: &str, id: &str) {
     let before = job_view(base, id).await;
     assert_eq!(before["state"], "inflight", "{before}");
@@ -117,17 +133,7 @@ async fn a_job_held_for_its_busy_host_cancels_202_and_is_never_attempted() {
     })
     .await;
     // A finished job's PATCH keeps its own answer.
-    let (status, body) = send(
-        reqwest::Method::PATCH,
-        &format!("{jobs}/first"),
-        Some(json!({"delay": "1h"})),
-    )
-    .await;
-    assert_eq!(
-        (status, &body["error"]["code"]),
-        (409, &json!("not_scheduled")),
-        "{body}"
-    );
+    assert_patch_not_scheduled(&jobs, "first").await;
     // The lane is free now: a held job that was not dropped starts at once,
     // or, past its time in memory (half the lease margin after its claim,
     // which came before first died), goes back to Redis, where a cancelled
