@@ -1,6 +1,8 @@
 //! The fleet scenarios (SPEC §13): several daemons on one Redis, Redis's
-//! CPU while idle and, at a steady 200 jobs/s, per delivered job; and the
-//! floor under those figures, the CPU of one `PING` round trip at that pace.
+//! CPU while idle and, at a steady 200 jobs/s, per delivered job; the floor
+//! under those figures, the CPU of one `PING` round trip at that pace; and
+//! the steady scenarios (SPEC §16), the same paced run at 200 and 2,000
+//! jobs/s with its lateness.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -8,7 +10,7 @@ use std::time::Duration;
 use hookq::config::Config;
 use hookq::store::Store;
 
-use crate::common::{default_config, job, loaded_store, own_cpu_seconds, preload};
+use crate::common::{default_config, job, loaded_store, own_cpu_seconds, percentile, preload};
 use crate::lateness::start_daemons;
 use crate::nginx::Nginx;
 use crate::support::redis::RedisServer;
@@ -23,7 +25,7 @@ use crate::{Figures, Res};
 /// to the last answer: per delivered job, Redis's CPU, the commands it
 /// served (`INFO commandstats`, those scripts run included) and the script
 /// calls, and this process's CPU (the daemons'); `last_late_ms` is the last
-/// answer's lateness.
+/// answer's lateness (and [`paced_run`]'s other figures).
 pub async fn fleet(
     redis: &RedisServer,
     nginx: &Nginx,
@@ -41,12 +43,38 @@ pub async fn fleet(
     let idle_pct = idle_redis_cpu_pct(redis, idle).await?;
     let mut figures = HashMap::from([("idle_redis_cpu_pct", idle_pct)]);
     if n > 0 {
-        figures.extend(fleet_paced_run(redis, nginx, &store, &cfg, n).await?);
+        figures.extend(paced_run(redis, nginx, &store, &cfg, n, 200).await?);
     }
     for daemon in fleet {
         daemon.stop().await?;
     }
     Ok(figures)
+}
+
+/// SPEC §16's steady scenarios (`steady_200`, `steady_2000`,
+/// `steady_2000_20_daemons`): `daemons` daemons with the default config on
+/// one Redis, `rate` × `seconds` jobs due one every 1/`rate` s to nginx;
+/// [`paced_run`]'s figures.
+pub async fn steady(
+    redis: &RedisServer,
+    nginx: &Nginx,
+    daemons: usize,
+    rate: usize,
+    seconds: f64,
+) -> Res<Figures> {
+    redis.flush().await?;
+    nginx.reset().await?;
+    let cfg = default_config(redis);
+    let store = loaded_store(&cfg).await?;
+    let fleet = start_daemons(&cfg, daemons).await?;
+    // Past the daemons' start-up work (and the fleet's first beats).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let n = (rate as f64 * seconds).round().max(1.0) as usize;
+    let figures = paced_run(redis, nginx, &store, &cfg, n, rate).await;
+    for daemon in fleet {
+        daemon.stop().await?;
+    }
+    figures
 }
 
 /// Redis's CPU over `idle` (sleeping meanwhile), as % of a core.
@@ -56,29 +84,27 @@ async fn idle_redis_cpu_pct(redis: &RedisServer, idle: Duration) -> Res<f64> {
     Ok((redis.cpu_seconds().await? - idle_cpu) / idle.as_secs_f64() * 100.0)
 }
 
-/// The measured part of [`fleet`]: `n` jobs due one every 5 ms to nginx
-/// from 2 s on, enqueued before the first is due; the per-job costs from
-/// the first due time to nginx's last answer, and `last_late_ms`.
-async fn fleet_paced_run(
+/// The measured part of [`fleet`] and [`steady`]: `n` jobs due one every
+/// 1/`rate` s to nginx, enqueued before the first is due (which is 2 s or
+/// more from now); the per-job costs from the first due time to nginx's
+/// last answer ([`FleetCounters`]), `last_late_ms`, and [`paced_figures`].
+async fn paced_run(
     redis: &RedisServer,
     nginx: &Nginx,
     store: &Store,
     cfg: &Config,
     n: usize,
+    rate: usize,
 ) -> Res<Figures> {
-    const STEP_MS: i64 = 5;
-    let first_due = store.redis_time_ms().await? + 2_000;
-    let url = nginx.url(0, "/fleet");
+    let first_due = store.redis_time_ms().await? + 2_000 + n as i64 / 20;
+    let due = |i: usize| first_due + (i as f64 * 1000.0 / rate as f64) as i64;
     preload(
         store,
         cfg,
         (0..n)
             .map(|i| {
-                job(
-                    format!("fl-{i}"),
-                    url.clone(),
-                    first_due + i as i64 * STEP_MS,
-                )
+                let url = nginx.url(0, &format!("/paced?due={}", due(i)));
+                job(format!("fl-{i}"), url, due(i))
             })
             .collect(),
     )
@@ -89,20 +115,35 @@ async fn fleet_paced_run(
     }
     tokio::time::sleep(Duration::from_millis(lead as u64)).await;
     let counters = FleetCounters::read(redis).await?;
+    let span = (due(n - 1) - first_due) as u64;
     let stats = nginx
-        .wait_for(n as u64, Duration::from_secs(60 + n as u64 * 5 / 1000))
+        .wait_for(n as u64, Duration::from_millis(60_000 + span * 2))
         .await?;
     let mut figures = counters.per_job_since(redis, n).await?;
-    figures.insert(
-        "last_late_ms",
-        (stats.last_ms - (first_due + (n as i64 - 1) * STEP_MS)) as f64,
-    );
+    figures.insert("last_late_ms", (stats.last_ms - due(n - 1)) as f64);
+    figures.extend(paced_figures(nginx, stats.last_ms - first_due, n)?);
     Ok(figures)
 }
 
+/// What a paced run of `n` jobs shows at nginx: `late_p50_ms`,
+/// `late_p99_ms` and `late_max_ms` (answer − due, from nginx's log: each
+/// job's URI carries its due time), `early` (answers before their due time)
+/// and `jobs_per_s` (n over first due → last answer, `span_ms`).
+pub fn paced_figures(nginx: &Nginx, span_ms: i64, n: usize) -> Res<Figures> {
+    let late = nginx.lateness()?;
+    Ok(HashMap::from([
+        ("late_p50_ms", percentile(&late, 0.50) as f64),
+        ("late_p99_ms", percentile(&late, 0.99) as f64),
+        ("late_max_ms", late.last().copied().unwrap_or(0) as f64),
+        ("early", late.iter().filter(|l| **l < 0).count() as f64),
+        ("jobs_per_s", n as f64 * 1000.0 / span_ms.max(1) as f64),
+    ]))
+}
+
 /// Redis's CPU, commands served and script calls, and this process's CPU,
-/// read at the start of [`fleet_paced_run`]'s measurement.
-struct FleetCounters {
+/// read at the start of a paced run's measurement ([`paced_run`], and
+/// BullMQ's in `peer_bullmq_steady_200`).
+pub struct FleetCounters {
     redis_cpu: f64,
     commands: i64,
     scripts: i64,
@@ -111,7 +152,7 @@ struct FleetCounters {
 
 impl FleetCounters {
     /// Reads the counters (in the order of the fields).
-    async fn read(redis: &RedisServer) -> Res<FleetCounters> {
+    pub async fn read(redis: &RedisServer) -> Res<FleetCounters> {
         Ok(FleetCounters {
             redis_cpu: redis.cpu_seconds().await?,
             commands: redis.command_calls().await?,
@@ -123,7 +164,7 @@ impl FleetCounters {
     /// Reads them again (same order) and returns each increase per job of
     /// `n`: `redis_cpu_us_per_job`, `redis_commands_per_job`,
     /// `script_calls_per_job`, `daemons_cpu_us_per_job`.
-    async fn per_job_since(self, redis: &RedisServer, n: usize) -> Res<Figures> {
+    pub async fn per_job_since(self, redis: &RedisServer, n: usize) -> Res<Figures> {
         let per_job = |v: f64| v / n as f64;
         Ok(HashMap::from([
             (

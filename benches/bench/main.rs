@@ -18,8 +18,8 @@
 //! `--quick` shrinks every scenario to a smoke test (used by the test suite;
 //! no timing assertions, no Node); `--only A,B` runs the scenarios whose names
 //! start with A or B (`NAME$`: exactly NAME); `--peers` adds
-//! `peer_bullmq_one_host` (`--peer-concurrency N` sets BullMQ's worker
-//! concurrency).
+//! `peer_bullmq_one_host` and `peer_bullmq_steady_200` (`--peer-concurrency
+//! N` sets BullMQ's worker concurrency).
 //!
 //! `memory_steady_load` runs last, once, and **takes 10 minutes** in the full
 //! run (2,000 jobs/s; `--quick`: 5 s at 200 jobs/s); `--steady-secs N`,
@@ -32,8 +32,9 @@
 //! order. The receivers are [`nginx`] and [`sink`]; [`common`] holds the
 //! shared helpers (configs, CPU, percentiles, preloading, [`common::Meter`])
 //! and [`naive`] the naive design. One module per scenario group:
-//! [`ingest`], [`delivery`], [`schedules`], [`fleet`], [`lateness`],
-//! [`memory`], [`backlog`] (promotion, the console's first paint),
+//! [`ingest`], [`delivery`], [`schedules`], [`fleet`] (and the steady
+//! scenarios), [`lateness`], [`memory`], [`backlog`] (promotion, the
+//! console's first paint),
 //! [`steady`] (`memory_steady_load`), [`tenants`] (`tenants_fair`) and
 //! [`peers`] (BullMQ).
 
@@ -150,7 +151,8 @@ struct Options {
     runs: usize,
     /// `--only A,B`: name prefixes (`NAME$`: an exact name); empty = all.
     only: Vec<String>,
-    /// `--peers`: also run `peer_bullmq_one_host` (needs Node).
+    /// `--peers`: also run `peer_bullmq_one_host` and
+    /// `peer_bullmq_steady_200` (need Node).
     peers: bool,
     /// `--peer-concurrency N`: BullMQ's worker concurrency.
     peer_concurrency: usize,

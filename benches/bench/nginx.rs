@@ -37,13 +37,15 @@ const NGINX_LOG_FLUSH_MS: u64 = 100;
 /// connections per host and more.
 ///
 /// Counting: every server shares one access log with `log_format t '$msec
-/// $status $server_port'` (the request's end, wall clock with ms, its status and the
-/// server's port),
+/// $status $server_port $request_uri'` (the request's end, wall clock with
+/// ms, its status, the server's port and the URI),
 /// buffered (`buffer=256k flush=100ms`, so nginx pays one write per few
 /// thousand requests). The bench tails the file from its last offset, counts
 /// the 2xx lines and keeps the smallest and largest `$msec`: a count is exact
 /// (one line per request) and `$msec` is nginx's cached clock, updated every
-/// event-loop turn, so it is at most one turn behind the answer.
+/// event-loop turn, so it is at most one turn behind the answer. A URI
+/// ending in `?due=<ms>` (the steady scenarios put each job's due time
+/// there) adds the answer's lateness, `$msec` − due, to [`Nginx::lateness`].
 pub struct Nginx {
     /// Declared first: dropped (killed) before its directory is removed.
     process: OwnedProcess,
@@ -64,6 +66,8 @@ struct AccessLog {
     per_second: std::collections::BTreeMap<i64, u64>,
     /// 2xx answers per server port (for shares between hosts).
     per_port: std::collections::HashMap<u16, u64>,
+    /// `$msec` − due (ms) of each 2xx answer to a URI ending in `?due=<ms>`.
+    lateness: Vec<i64>,
 }
 
 /// 2xx answers counted since the last [`Nginx::reset`], with the first and
@@ -123,7 +127,7 @@ fn nginx_conf(dir: &std::path::Path, ports: &[u16]) -> String {
          error_log \"{d}/error.log\" warn;\n\
          events {{ worker_connections 4096; }}\n\
          http {{\n\
-         \x20 log_format t '$msec $status $server_port';\n\
+         \x20 log_format t '$msec $status $server_port $request_uri';\n\
          \x20 access_log \"{d}/access.log\" t buffer=256k flush={NGINX_LOG_FLUSH_MS}ms;\n\
          \x20 keepalive_requests 1000000;\n\
          \x20 client_body_temp_path \"{d}/client_body\";\n\
@@ -253,6 +257,12 @@ impl Nginx {
             if let Some(port) = fields.next().and_then(|p| p.parse().ok()) {
                 *log.per_port.entry(port).or_insert(0) += 1;
             }
+            let due = fields
+                .next()
+                .and_then(|uri| uri.rsplit_once("?due=")?.1.parse::<i64>().ok());
+            if let Some(due) = due {
+                log.lateness.push(ms - due);
+            }
             let s = &mut log.stats;
             s.count += 1;
             s.first_ms = if s.first_ms == 0 {
@@ -274,6 +284,7 @@ impl Nginx {
         log.stats = NginxStats::default();
         log.per_second.clear();
         log.per_port.clear();
+        log.lateness.clear();
         Ok(())
     }
 
@@ -286,6 +297,16 @@ impl Nginx {
             .get(1..counts.len().saturating_sub(1))
             .unwrap_or_default()
             .to_vec())
+    }
+
+    /// The lateness (ms, ascending) of every 2xx answer since the last reset
+    /// whose URI carried its due time (`?due=<ms>`).
+    pub fn lateness(&self) -> Res<Vec<i64>> {
+        self.read_log()?;
+        let log = self.log.lock().map_err(|_| "access log lock poisoned")?;
+        let mut late = log.lateness.clone();
+        late.sort_unstable();
+        Ok(late)
     }
 
     /// 2xx answers of server `server` counted since the last reset.

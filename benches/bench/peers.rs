@@ -1,6 +1,7 @@
 //! The peers (`--peers`): BullMQ (`benches/peers/`, Node) on the bench's
-//! Redis and nginx, measured as hookq is (`peer_bullmq_one_host`), and the
-//! install of its pinned packages.
+//! Redis and nginx, measured as hookq is (`peer_bullmq_one_host`, and
+//! `peer_bullmq_steady_200` beside `steady_200`), and the install of its
+//! pinned packages.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -8,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::common::{cpu_seconds_of, Meter};
+use crate::fleet::{paced_figures, FleetCounters};
 use crate::nginx::{Nginx, NginxStats};
 use crate::support::process::OwnedProcess;
 use crate::support::redis::RedisServer;
@@ -96,12 +98,9 @@ pub async fn peer_bullmq(
     nginx.reset().await?;
     let out_dir = tempfile::tempdir()?;
     let events = out_dir.path().join("events.jsonl");
-    let mut node = spawn_bullmq(&dir, &events, redis, nginx, n, concurrency)?;
+    let mut node = spawn_bullmq(&dir, &events, redis, nginx, n, concurrency, 0.0)?;
     let pid = node.pid().to_string();
-    let ready = wait_for_event(&mut node, &events, "ready", "get ready", 120).await?;
-    let due = ready["due"]
-        .as_i64()
-        .ok_or("bullmq.js's ready event has no due")?;
+    let due = wait_for_ready(&mut node, &events).await?;
     let meter = Meter::start(redis, nginx).await?;
     let node_cpu_before = cpu_seconds_of(&pid);
     let stats = wait_for_bullmq_answers(&mut node, nginx, n).await?;
@@ -110,9 +109,67 @@ pub async fn peer_bullmq(
     figures.remove("hookq_cpu_us_per_job");
     figures.insert("peer_cpu_us_per_job", node_cpu * 1e6 / n as f64);
     figures.insert("worker_concurrency", concurrency as f64);
-    // Its own count must agree; then it is asked to close (SIGTERM) and,
-    // whatever happens, killed with its group when `node` drops.
-    let done = wait_for_event(&mut node, &events, "done", "report done", 10).await?;
+    close_bullmq(&mut node, &events, n).await?;
+    Ok(figures)
+}
+
+/// `peer_bullmq_steady_200`: BullMQ beside `steady_200`, on the same Redis
+/// and nginx: `rate` × `seconds` delayed jobs due one every 1/`rate` s, one
+/// Worker with `concurrency`. Measured as hookq's paced run is, over the
+/// same window (the first due time to nginx's last answer): per job, Redis's
+/// CPU, commands and script calls ([`FleetCounters`]), node's CPU
+/// (`peer_cpu_us_per_job`), and nginx's lateness figures
+/// ([`paced_figures`]).
+pub async fn peer_bullmq_steady(
+    redis: &RedisServer,
+    nginx: &Nginx,
+    rate: usize,
+    seconds: f64,
+    concurrency: usize,
+) -> Res<Figures> {
+    let dir = ensure_peers_installed()?;
+    redis.flush().await?;
+    nginx.reset().await?;
+    let n = (rate as f64 * seconds).round().max(1.0) as usize;
+    let out_dir = tempfile::tempdir()?;
+    let events = out_dir.path().join("events.jsonl");
+    let step_ms = 1000.0 / rate as f64;
+    let mut node = spawn_bullmq(&dir, &events, redis, nginx, n, concurrency, step_ms)?;
+    let pid = node.pid().to_string();
+    let due = wait_for_ready(&mut node, &events).await?;
+    let wall_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as i64;
+    tokio::time::sleep(Duration::from_millis((due - wall_ms).max(0) as u64)).await;
+    let counters = FleetCounters::read(redis).await?;
+    let node_cpu_before = cpu_seconds_of(&pid);
+    let stats = wait_for_bullmq_answers(&mut node, nginx, n).await?;
+    let node_cpu = cpu_seconds_of(&pid) - node_cpu_before;
+    let mut figures = counters.per_job_since(redis, n).await?;
+    figures.remove("daemons_cpu_us_per_job");
+    figures.insert("peer_cpu_us_per_job", node_cpu * 1e6 / n as f64);
+    let last_due = due + ((n - 1) as f64 * step_ms) as i64;
+    figures.insert("last_late_ms", (stats.last_ms - last_due) as f64);
+    figures.extend(paced_figures(nginx, stats.last_ms - due, n)?);
+    close_bullmq(&mut node, &events, n).await?;
+    Ok(figures)
+}
+
+/// Waits for bullmq.js's `ready` event and returns its first due time
+/// (wall clock, ms).
+async fn wait_for_ready(node: &mut OwnedProcess, events: &std::path::Path) -> Res<i64> {
+    let ready = wait_for_event(node, events, "ready", "get ready", 120).await?;
+    Ok(ready["due"]
+        .as_i64()
+        .ok_or("bullmq.js's ready event has no due")?)
+}
+
+/// Checks bullmq.js's own count of `n`, then asks it to close (SIGTERM)
+/// and waits up to 5 s; whatever happens, it is killed with its group when
+/// `node` drops.
+async fn close_bullmq(node: &mut OwnedProcess, events: &std::path::Path, n: usize) -> Res<()> {
+    let pid = node.pid().to_string();
+    let done = wait_for_event(node, events, "done", "report done", 10).await?;
     if done["count"].as_u64() != Some(n as u64) {
         return Err(format!("bullmq.js reported {done}, expected count {n}").into());
     }
@@ -121,11 +178,12 @@ pub async fn peer_bullmq(
     while node.try_wait().is_none() && Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Ok(figures)
+    Ok(())
 }
 
 /// Starts `node bullmq.js` in `dir` (its JSON event lines into `events`):
-/// `n` jobs for nginx's first host, a worker with `concurrency`.
+/// `n` jobs for nginx's first host, due at one moment (`step_ms` 0) or one
+/// every `step_ms`, a worker with `concurrency`.
 fn spawn_bullmq(
     dir: &std::path::Path,
     events: &std::path::Path,
@@ -133,6 +191,7 @@ fn spawn_bullmq(
     nginx: &Nginx,
     n: usize,
     concurrency: usize,
+    step_ms: f64,
 ) -> Res<OwnedProcess> {
     // addBulk stores ~15k jobs/s here: the lead leaves room for twice that.
     let lead = 3000 + n / 8;
@@ -145,6 +204,7 @@ fn spawn_bullmq(
         .arg(n.to_string())
         .arg(concurrency.to_string())
         .arg(lead.to_string())
+        .arg(step_ms.to_string())
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(events)?);
     Ok(OwnedProcess::spawn(command, "node bullmq.js"))

@@ -1,6 +1,7 @@
 //! The catalogue: every scenario's name, sizes (full run and `--quick`) and
 //! runs, in the order the report lists them (ingest, delivery, one host,
-//! tenants, fleet, lateness, memory, backlog, then `memory_steady_load`); the
+//! tenants, steady, fleet, lateness, memory, backlog, then
+//! `memory_steady_load`); the
 //! functions they call live in the module of their group. [`Rig`] is what
 //! they share and runs each one.
 
@@ -15,12 +16,12 @@ use crate::delivery::{
     delivery_rate, delivery_rate_cluster, delivery_rate_ordered, hanging, many_hosts, one_host,
     open_host_backlog, rate_two_daemons, sign,
 };
-use crate::fleet::{fleet, round_trip_floor};
+use crate::fleet::{fleet, round_trip_floor, steady};
 use crate::ingest::{ingest_batch, ingest_single, ingest_single_wrk};
 use crate::lateness::{lateness, lateness_with};
 use crate::memory::{memory, memory_finished, memory_finished_retried, STOCK_LISTPACK_VALUE};
 use crate::nginx::{Nginx, NGINX_SERVERS};
-use crate::peers::peer_bullmq;
+use crate::peers::{peer_bullmq, peer_bullmq_steady};
 use crate::schedules::schedules_firing;
 use crate::sink::Sink;
 use crate::steady::memory_steady_load;
@@ -89,6 +90,7 @@ pub async fn bench(opts: &Options) -> Res<Vec<Scenario>> {
     delivery_scenarios(&rig, &mut out).await?;
     one_host_scenarios(&rig, &mut out).await?;
     tenant_scenarios(&rig, &mut out).await?;
+    steady_scenarios(&rig, &mut out).await?;
     fleet_scenarios(&rig, &mut out).await?;
     lateness_scenarios(&rig, &mut out).await?;
     memory_scenarios(&rig, &mut out).await?;
@@ -228,6 +230,33 @@ async fn tenant_scenarios(rig: &Rig<'_>, out: &mut Vec<Scenario>) -> Res<()> {
         tenants_fair(redis, nginx, sink, n, Duration::from_secs(window))
     })
     .await
+}
+
+/// SPEC §16's steady load: jobs due one every 1/rate s, at 200 jobs/s (with
+/// BullMQ beside it under `--peers`) and 2,000 jobs/s (one daemon, twenty).
+async fn steady_scenarios(rig: &Rig<'_>, out: &mut Vec<Scenario>) -> Res<()> {
+    let (redis, nginx, runs) = (rig.redis, rig.nginx, rig.opts.runs);
+    // 15 s at 200 jobs/s, 10 s at 2,000 (`--quick`: 1 s and 0.25 s).
+    let seconds_200 = rig.size(15, 1) as f64;
+    rig.run(out, "steady_200", runs, move || {
+        steady(redis, nginx, 1, 200, seconds_200)
+    })
+    .await?;
+    if rig.opts.peers {
+        let concurrency = rig.opts.peer_concurrency;
+        rig.run(out, "peer_bullmq_steady_200", runs, move || {
+            peer_bullmq_steady(redis, nginx, 200, seconds_200, concurrency)
+        })
+        .await?;
+    }
+    let seconds_2000 = rig.size(40, 1) as f64 / 4.0;
+    for (name, daemons) in [("steady_2000", 1), ("steady_2000_20_daemons", 20)] {
+        rig.run(out, name, runs, move || {
+            steady(redis, nginx, daemons, 2000, seconds_2000)
+        })
+        .await?;
+    }
+    Ok(())
 }
 
 /// SPEC §13's fleets and their round-trip floor, then the shared per-host

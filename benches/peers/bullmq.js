@@ -1,14 +1,18 @@
 // BullMQ as a peer of hookq for benches/bench/peers.rs (`--peers`): the one-host
-// shape of `one_host_default`, on the same Redis and the same nginx receiver.
+// shape of `one_host_default` and the steady shape of `steady_200`, on the
+// same Redis and the same nginx receiver.
 //
-//   node bullmq.js REDIS_URL TARGET_URL N CONCURRENCY LEAD_MS
+//   node bullmq.js REDIS_URL TARGET_URL N CONCURRENCY LEAD_MS [STEP_MS]
 //
-// 1. adds N delayed jobs all due at one moment (now + LEAD_MS), with
+// 1. adds N delayed jobs all due at one moment (now + LEAD_MS), or with
+//    STEP_MS job i due at now + LEAD_MS + i * STEP_MS (a steady pace), with
 //    `queue.addBulk` in chunks of 1,000 (`delay` is relative, so each chunk's
 //    delay is computed against the clock just before it is sent);
 // 2. starts one Worker with CONCURRENCY whose processor POSTs the job's data
 //    as a small JSON body to TARGET_URL through a keep-alive http.Agent
-//    (one socket per concurrent job at most); a non-2xx answer fails the job;
+//    (one socket per concurrent job at most), to TARGET_URL's path with
+//    `?due=<the job's due ms>` (nginx's log then shows each answer's
+//    lateness); a non-2xx answer fails the job;
 // 3. prints one JSON line per event on stdout:
 //    {"event":"ready","due":ms,"now":ms} once the jobs are added and the
 //    worker runs (the bench starts measuring CPU there), then
@@ -24,12 +28,13 @@
 const http = require("node:http");
 const { Queue, Worker } = require("bullmq");
 
-const [redisUrl, targetUrl, nArg, concurrencyArg, leadArg] = process.argv.slice(2);
+const [redisUrl, targetUrl, nArg, concurrencyArg, leadArg, stepArg] = process.argv.slice(2);
 const n = Number(nArg);
 const concurrency = Number(concurrencyArg);
 const lead = Number(leadArg);
-if (!redisUrl || !targetUrl || !(n > 0) || !(concurrency > 0) || !(lead > 0)) {
-  console.error("usage: node bullmq.js REDIS_URL TARGET_URL N CONCURRENCY LEAD_MS");
+const step = Number(stepArg || 0);
+if (!redisUrl || !targetUrl || !(n > 0) || !(concurrency > 0) || !(lead > 0) || !(step >= 0)) {
+  console.error("usage: node bullmq.js REDIS_URL TARGET_URL N CONCURRENCY LEAD_MS [STEP_MS]");
   process.exit(2);
 }
 
@@ -48,13 +53,13 @@ function emit(event) {
   process.stdout.write(JSON.stringify(event) + "\n");
 }
 
-function post(body) {
+function post(body, due) {
   return new Promise((resolve, reject) => {
     const req = http.request(
       {
         host: target.hostname,
         port: target.port,
-        path: target.pathname,
+        path: `${target.pathname}?due=${due}`,
         method: "POST",
         agent,
         headers: {
@@ -92,7 +97,8 @@ async function main() {
     const now = Date.now();
     const jobs = [];
     for (let i = start; i < Math.min(n, start + 1000); i++) {
-      jobs.push({ name: "hook", data: { due, i }, opts: { delay: Math.max(0, due - now) } });
+      const at = due + Math.floor(i * step);
+      jobs.push({ name: "hook", data: { due: at, i }, opts: { delay: Math.max(0, at - now) } });
     }
     await queue.addBulk(jobs);
   }
@@ -103,7 +109,7 @@ async function main() {
   const worker = new Worker(
     "bench",
     async (job) => {
-      await post(JSON.stringify(job.data));
+      await post(JSON.stringify(job.data), job.data.due);
       const at = Date.now();
       count += 1;
       if (firstMs === 0) firstMs = at;

@@ -1,15 +1,18 @@
 //! The connection to Redis (a single server or a Cluster) and the calls
 //! every other part of the store goes through: connecting and building the
-//! [`Store`], loading the scripts, the checked script invocation (with
-//! `WAIT` after the writes that must reach replicas), PING and Redis's clock.
+//! [`Store`], loading the scripts (the Lua library as Redis Functions, or
+//! each script for `EVALSHA` on a Redis without Functions), the checked
+//! script invocation (`FCALL`, reloading the library on a node that lacks
+//! it; with `WAIT` after the writes that must reach replicas), PING and
+//! Redis's clock.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Value};
+use redis::{Cmd, FromRedisValue, Pipeline, RedisError, RedisFuture, Value};
 
-use super::scripts::{ScriptDef, Scripts};
+use super::scripts::{Runner, ScriptDef, Scripts};
 use super::{ClusterConn, Keys, Settings, Store, StoreError, StoreResult};
 use crate::config::Config;
 
@@ -17,6 +20,20 @@ use crate::config::Config;
 /// another shape is [`StoreError::Reply`] naming the script.
 fn decode<T: FromRedisValue>(def: &ScriptDef, value: Value) -> StoreResult<T> {
     T::from_owned_redis_value(value).map_err(|e| StoreError::reply(def.name, e.to_string()))
+}
+
+/// Whether `err` says the function called is not on that Redis: a Redis
+/// restarted without persistence or flushed (`FUNCTION FLUSH`), a new or
+/// failed-over master.
+fn function_missing(err: &RedisError) -> bool {
+    err.to_string().contains("Function not found")
+}
+
+/// Whether `err` says that Redis has no Functions (before 7.0): `FCALL` or
+/// `FUNCTION` is an unknown command.
+fn functions_unsupported(err: &RedisError) -> bool {
+    let text = err.to_string().to_ascii_lowercase();
+    text.contains("unknown command") && (text.contains("fcall") || text.contains("function"))
 }
 
 /// A connection to a single Redis or to a Redis Cluster; both reconnect by
@@ -180,14 +197,55 @@ impl Store {
         self.conn.clone()
     }
 
-    /// Loads every script into Redis's script cache (pipelines do not reload
-    /// on NOSCRIPT, and readiness means the scripts are there).
+    /// Loads the scripts: the Lua library as Redis Functions on the Redis
+    /// (on every master of a cluster), or, on a Redis without Functions,
+    /// every script into its script cache for `EVALSHA` (readiness means
+    /// the scripts are there). Logs which of the two is used when that is
+    /// new.
     pub async fn load_scripts(&self) -> StoreResult<()> {
         let mut conn = self.conn.clone();
-        for (_, script) in self.scripts.iter() {
-            script.prepare_invoke().load_async(&mut conn).await?;
+        match self.load_library(&mut conn, None).await {
+            Ok(()) => {
+                if self.scripts.set_runner(Runner::Functions) {
+                    tracing::info!(
+                        library = %self.scripts.library().name,
+                        "Lua library loaded as Redis Functions: scripts run by FCALL"
+                    );
+                }
+                Ok(())
+            }
+            Err(err) if functions_unsupported(&err) => {
+                if self.scripts.set_runner(Runner::Evalsha) {
+                    tracing::info!("Redis has no Functions (before 7.0): scripts run by EVALSHA");
+                }
+                for (_, script) in self.scripts.iter() {
+                    script.prepare_invoke().load_async(&mut conn).await?;
+                }
+                Ok(())
+            }
+            Err(err) => Err(err.into()),
         }
-        Ok(())
+    }
+
+    /// `FUNCTION LOAD` of the library (never `REPLACE`: its name carries
+    /// its digest, so one of that name is this very library) on the Redis,
+    /// on every master of a cluster, or, with `near`, on the master holding
+    /// that key only. A library already there is fine.
+    async fn load_library(
+        &self,
+        conn: &mut RedisConn,
+        near: Option<&str>,
+    ) -> redis::RedisResult<()> {
+        let mut load = redis::cmd("FUNCTION");
+        load.arg("LOAD").arg(&self.scripts.library().code);
+        let loaded = match (conn, near) {
+            (RedisConn::Cluster(cluster), Some(key)) => cluster.on_master_of(key, &load).await,
+            (conn, _) => load.query_async::<Value>(conn).await,
+        };
+        match loaded {
+            Err(err) if err.to_string().contains("already exists") => Ok(()),
+            other => other.map(drop),
+        }
     }
 
     /// Whether Redis answers: PING on a single Redis; on a cluster, a read
@@ -228,13 +286,8 @@ impl Store {
         Ok(secs * 1000 + micros / 1000)
     }
 
-    /// Builds a checked invocation of `def` (the counts must match the header).
-    fn invocation(
-        &self,
-        def: &'static ScriptDef,
-        keys: &[&str],
-        args: &[Vec<u8>],
-    ) -> StoreResult<redis::ScriptInvocation<'_>> {
+    /// Checks `keys` and `args` against `def`'s header.
+    fn check_inputs(def: &ScriptDef, keys: &[&str], args: &[Vec<u8>]) -> StoreResult<()> {
         let args_fit = if def.repeat == 0 {
             args.len() == def.args
         } else {
@@ -253,6 +306,50 @@ impl Store {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// Runs script `def` with `keys` and `args` on `conn` (checked against
+    /// its header): `FCALL` of the library's function; when that node lacks
+    /// the function, the library is loaded there and the call made once
+    /// more; on a Redis without Functions, `EVALSHA` (which loads the script
+    /// on `NOSCRIPT`) from then on.
+    async fn run(
+        &self,
+        conn: &mut RedisConn,
+        def: &'static ScriptDef,
+        keys: &[&str],
+        args: &[Vec<u8>],
+    ) -> StoreResult<Value> {
+        Store::check_inputs(def, keys, args)?;
+        if self.scripts.runner() != Runner::Evalsha {
+            let mut fcall = redis::cmd("FCALL");
+            fcall.arg(self.scripts.function(def)?).arg(keys.len());
+            for key in keys {
+                fcall.arg(*key);
+            }
+            for arg in args {
+                fcall.arg(arg.as_slice());
+            }
+            match fcall.query_async::<Value>(conn).await {
+                Err(err) if function_missing(&err) => {
+                    tracing::info!(
+                        library = %self.scripts.library().name,
+                        "a Redis node lacks the Lua library (restarted, flushed or a new master): loading it there"
+                    );
+                    self.load_library(conn, keys.first().copied()).await?;
+                    return Ok(fcall.query_async::<Value>(conn).await?);
+                }
+                Err(err) if functions_unsupported(&err) => {
+                    if self.scripts.set_runner(Runner::Evalsha) {
+                        tracing::info!(
+                            "Redis has no Functions (before 7.0): scripts run by EVALSHA"
+                        );
+                    }
+                }
+                other => return Ok(other?),
+            }
+        }
         let mut invocation = self.scripts.get(def)?.prepare_invoke();
         for key in keys {
             invocation.key(*key);
@@ -260,7 +357,7 @@ impl Store {
         for arg in args {
             invocation.arg(arg.as_slice());
         }
-        Ok(invocation)
+        Ok(invocation.invoke_async::<Value>(conn).await?)
     }
 
     /// Runs script `def` with `keys` and `args`, decoding its reply.
@@ -270,9 +367,8 @@ impl Store {
         keys: &[&str],
         args: &[Vec<u8>],
     ) -> StoreResult<T> {
-        let invocation = self.invocation(def, keys, args)?;
         let mut conn = self.conn.clone();
-        decode(def, invocation.invoke_async::<Value>(&mut conn).await?)
+        decode(def, self.run(&mut conn, def, keys, args).await?)
     }
 
     /// [`Store::invoke`] for a write the API or CLI acknowledges (or an
@@ -290,9 +386,8 @@ impl Store {
         let Some(acked) = &self.acked else {
             return self.invoke(def, keys, args).await;
         };
-        let invocation = self.invocation(def, keys, args)?;
         let mut conn = acked.clone();
-        let value: T = decode(def, invocation.invoke_async::<Value>(&mut conn).await?)?;
+        let value: T = decode(def, self.run(&mut conn, def, keys, args).await?)?;
         let wanted = self.settings.ack_replicas;
         let mut wait = redis::cmd("WAIT");
         wait.arg(wanted).arg(self.settings.ack_timeout_ms);

@@ -1,11 +1,21 @@
 //! The Lua scripts of `lua/`, one per atomic state change, compiled into the
 //! binary with `include_str!`, with the KEYS/ARGV counts their headers declare.
 //!
+//! They run in one of two forms. On Redis 7.0 and later, as one Redis
+//! Functions library ([`Library`]): the prelude once, each script a function
+//! (`FCALL`), loaded once per Redis (or per master of a cluster), so a call
+//! no longer re-creates the prelude's definitions. On older Redis, each
+//! script compiled after the part of the prelude it uses and run by
+//! `EVALSHA` ([`Scripts`] keeps both; [`Runner`] says which one is used).
+//!
 //! A unit test reads each script's header and checks it against the counts
 //! here, and the store's wrappers refuse to invoke a script with other counts,
 //! so header, wrapper and script cannot drift apart silently.
 
+use std::sync::atomic::{AtomicU8, Ordering};
+
 use redis::Script;
+use sha1::{Digest, Sha1};
 
 use super::{StoreError, StoreResult};
 
@@ -317,18 +327,149 @@ fn identifiers(code: &str) -> std::collections::HashSet<&str> {
     out
 }
 
-/// The compiled scripts (with their SHA1s), built once per store.
+/// The prelude's per-call state: each top-level `local NAME = value` that a
+/// prelude function assigns again (`moving_checked`, asked once per call),
+/// as Lua statements setting it back to its first value. A function of the
+/// library runs them first: the prelude's locals live as long as the
+/// library, where a script run by `EVALSHA` got fresh ones on every call.
+fn per_call_state(prelude: &str) -> String {
+    let mut resets = String::new();
+    for line in prelude.lines() {
+        let Some(rest) = line.strip_prefix("local ") else {
+            continue;
+        };
+        let Some((name, value)) = rest.split_once('=') else {
+            continue;
+        };
+        let name = name.trim();
+        if rest.starts_with("function ") || name.contains(',') {
+            continue;
+        }
+        let assigned_again = prelude.lines().any(|l| {
+            l.starts_with(char::is_whitespace)
+                && l.trim_start().strip_prefix(name).is_some_and(|r| {
+                    let r = r.trim_start();
+                    r.starts_with('=') && !r.starts_with("==")
+                })
+        });
+        if assigned_again {
+            let value = value.split("--").next().unwrap_or("").trim();
+            resets.push_str(&format!("{name} = {value}\n"));
+        }
+    }
+    resets
+}
+
+/// `ipairs` in plain Lua, for the prelude's top-level statements: Redis
+/// runs a library's top level (at `FUNCTION LOAD`) without Lua's base
+/// functions, which its functions have when they run.
+const LOAD_TIME_IPAIRS: &str = "local function load_time_ipairs(t)
+  local i = 0
+  return function()
+    i = i + 1
+    if t[i] ~= nil then return i, t[i] end
+  end
+end
+";
+
+/// `prelude` with each top-level loop (a line starting `for `, the only
+/// top-level statements besides definitions) run in a block where `ipairs`
+/// is [`LOAD_TIME_IPAIRS`]; the prelude's functions keep Lua's own.
+fn at_load_time(prelude: &str) -> String {
+    prelude
+        .split_inclusive('\n')
+        .map(|line| {
+            if line.starts_with("for ") {
+                format!(
+                    "do local ipairs = load_time_ipairs; {} end\n",
+                    line.trim_end()
+                )
+            } else {
+                line.to_string()
+            }
+        })
+        .collect()
+}
+
+/// The Lua library as Redis Functions: `local IN_CLUSTER`, `local
+/// WHEEL_BUCKET`, the whole prelude once, then every script of [`ALL`]
+/// registered as a function whose callback is the script's text (its
+/// `KEYS` and `ARGV` are the callback's arguments).
+pub(crate) struct Library {
+    /// `hookq_` and 16 hex digits of the SHA1 of the library's whole source
+    /// (prelude, scripts, `IN_CLUSTER`, `WHEEL_BUCKET`): daemons of another
+    /// version or config on the same Redis load a library of another name,
+    /// so none replaces another's functions.
+    pub(crate) name: String,
+    /// The source `FUNCTION LOAD` takes (`#!lua name=<name>` first).
+    pub(crate) code: String,
+    /// The function of each script, `<name>_<script>`, indexed like [`ALL`].
+    functions: Vec<String>,
+}
+
+impl Library {
+    /// Builds the library for a cluster or a single Redis (as
+    /// [`Scripts::new`]).
+    fn new(in_cluster: bool, wheel_bucket_ms: u64) -> Library {
+        const NAME: &str = "@LIBRARY@";
+        let resets = per_call_state(PRELUDE);
+        let mut body = format!(
+            "local IN_CLUSTER = {in_cluster}\nlocal WHEEL_BUCKET = {wheel_bucket_ms}\n\
+             {LOAD_TIME_IPAIRS}{}\n",
+            at_load_time(PRELUDE)
+        );
+        for def in ALL {
+            // Eval-compatible: a script run by EVAL without flags may touch
+            // keys of several slots of its node; so may these functions.
+            body.push_str(&format!(
+                "redis.register_function{{function_name = '{NAME}_{}', \
+                 flags = {{'allow-cross-slot-keys'}}, callback = function(KEYS, ARGV)\n\
+                 {resets}{}\nend}}\n",
+                def.name, def.source
+            ));
+        }
+        let digest: String = Sha1::digest(body.as_bytes())
+            .iter()
+            .take(8)
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let name = format!("hookq_{digest}");
+        Library {
+            code: format!("#!lua name={name}\n{}", body.replace(NAME, &name)),
+            functions: ALL.iter().map(|d| format!("{name}_{}", d.name)).collect(),
+            name,
+        }
+    }
+}
+
+/// How the scripts run on this store's Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Runner {
+    /// Not known yet: `FCALL` is tried first.
+    Unknown = 0,
+    /// As the [`Library`]'s functions, by `FCALL` (Redis ≥ 7.0).
+    Functions = 1,
+    /// Each compiled script by `EVALSHA` (Redis without Functions).
+    Evalsha = 2,
+}
+
+/// The scripts of a store, built once per store: the [`Library`] and each
+/// script compiled for `EVALSHA` (with its SHA1), and which of the two runs.
 pub(crate) struct Scripts {
     /// Indexed like [`ALL`].
     compiled: Vec<Script>,
+    library: Library,
+    /// A [`Runner`], shared by the store's clones.
+    runner: AtomicU8,
 }
 
 impl Scripts {
-    /// Compiles every script of [`ALL`], each after the [`PRELUDE`], for a
-    /// Redis Cluster (`in_cluster`: the scripts guard against slot
-    /// migrations) or a single Redis (where no slot ever moves, so the guard's
-    /// extra reads are skipped), with the timing wheel's finest buckets
-    /// `wheel_bucket_ms` wide.
+    /// Compiles every script of [`ALL`] for a Redis Cluster (`in_cluster`:
+    /// the scripts guard against slot migrations) or a single Redis (where
+    /// no slot ever moves, so the guard's extra reads are skipped), with the
+    /// timing wheel's finest buckets `wheel_bucket_ms` wide: the
+    /// [`Library`], and each script after the [`PRELUDE`] definitions it
+    /// uses for `EVALSHA`.
     pub(crate) fn new(in_cluster: bool, wheel_bucket_ms: u64) -> Self {
         let prelude = Prelude::parse(PRELUDE);
         Scripts {
@@ -342,21 +483,60 @@ impl Scripts {
                     ))
                 })
                 .collect(),
+            library: Library::new(in_cluster, wheel_bucket_ms),
+            runner: AtomicU8::new(Runner::Unknown as u8),
         }
     }
 
-    /// The compiled form of `def`; an error naming it when it is not one
-    /// of [`ALL`] (a script added without being listed there).
+    /// The position of `def` in [`ALL`]; an error naming it when it is not
+    /// there (a script added without being listed).
+    fn index(def: &ScriptDef) -> StoreResult<usize> {
+        ALL.iter().position(|d| d.name == def.name).ok_or_else(|| {
+            StoreError::reply(
+                "script wrapper",
+                format!("{} is not listed in scripts::ALL", def.name),
+            )
+        })
+    }
+
+    /// The compiled form of `def` (for `EVALSHA`); an error naming it when
+    /// it is not one of [`ALL`].
     pub(crate) fn get(&self, def: &ScriptDef) -> StoreResult<&Script> {
-        ALL.iter()
-            .position(|d| d.name == def.name)
-            .and_then(|index| self.compiled.get(index))
+        let index = Scripts::index(def)?;
+        self.compiled.get(index).ok_or_else(|| {
+            StoreError::reply("script wrapper", format!("{} is not compiled", def.name))
+        })
+    }
+
+    /// The library's function for `def` (for `FCALL`).
+    pub(crate) fn function(&self, def: &ScriptDef) -> StoreResult<&str> {
+        let index = Scripts::index(def)?;
+        self.library
+            .functions
+            .get(index)
+            .map(String::as_str)
             .ok_or_else(|| {
-                StoreError::reply(
-                    "script wrapper",
-                    format!("{} is not listed in scripts::ALL", def.name),
-                )
+                StoreError::reply("script wrapper", format!("{} is not registered", def.name))
             })
+    }
+
+    /// The Lua library.
+    pub(crate) fn library(&self) -> &Library {
+        &self.library
+    }
+
+    /// How the scripts run now.
+    pub(crate) fn runner(&self) -> Runner {
+        match self.runner.load(Ordering::Acquire) {
+            1 => Runner::Functions,
+            2 => Runner::Evalsha,
+            _ => Runner::Unknown,
+        }
+    }
+
+    /// Sets how the scripts run; whether that changed it.
+    pub(crate) fn set_runner(&self, runner: Runner) -> bool {
+        self.runner.swap(runner as u8, Ordering::AcqRel) != runner as u8
     }
 
     /// All compiled scripts with their definitions.
@@ -385,6 +565,42 @@ mod tests {
         };
         let err = scripts.get(&stray).expect_err("not listed");
         assert!(err.to_string().contains("not_listed"), "{err}");
+    }
+
+    /// The library registers every script under a name carrying the digest
+    /// of the whole source, which differs with the compiled-in config; each
+    /// callback starts by resetting the prelude's per-call state
+    /// (`moving_checked`, else a slot migration would be checked once per
+    /// library instead of once per call).
+    #[test]
+    fn the_library_names_its_digest_and_resets_per_call_state() {
+        let resets = per_call_state(PRELUDE);
+        assert_eq!(resets, "moving_checked = false\n");
+        let library = Library::new(false, 65_536);
+        assert!(library
+            .code
+            .starts_with(&format!("#!lua name={}\n", library.name)));
+        assert_eq!(library.name.len(), "hookq_".len() + 16);
+        for def in ALL {
+            let register = format!("function_name = '{}_{}'", library.name, def.name);
+            let at = library.code.find(&register).expect(def.name);
+            let callback = &library.code[at..];
+            let body = &callback[callback.find("function(KEYS, ARGV)\n").expect("callback")..];
+            assert!(
+                body["function(KEYS, ARGV)\n".len()..].starts_with(&resets),
+                "{} does not reset the per-call state first",
+                def.name
+            );
+        }
+        let scripts = Scripts::new(false, 65_536);
+        assert_eq!(
+            scripts.function(&CLAIM_READY).ok(),
+            Some(format!("{}_claim_ready", library.name).as_str())
+        );
+        for other in [Library::new(true, 65_536), Library::new(false, 1_024)] {
+            assert_ne!(other.name, library.name);
+        }
+        assert_eq!(Library::new(false, 65_536).name, library.name);
     }
 
     /// Highest `NAME[n]` index mentioned in the script's `--[[ ... ]]` header.

@@ -16,6 +16,7 @@ mod engine;
 mod fairness;
 mod fleet;
 mod footprint;
+mod functions;
 mod guards;
 mod hardening;
 mod history;

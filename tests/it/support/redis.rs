@@ -225,11 +225,15 @@ impl RedisServer {
         Ok(total)
     }
 
-    /// Script calls Redis has served (`EVALSHA` and `EVAL`): hookq's
+    /// Script calls Redis has served (`FCALL`, `EVALSHA` and `EVAL`): hookq's
     /// requests are all scripts.
     pub async fn script_calls(&self) -> ::redis::RedisResult<i64> {
-        self.calls_of(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-            .await
+        self.calls_of(|l| {
+            ["cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_fcall:"]
+                .iter()
+                .any(|c| l.starts_with(c))
+        })
+        .await
     }
 
     /// Commands Redis has served (`INFO commandstats`), those scripts run

@@ -1,0 +1,182 @@
+//! The Lua library as Redis Functions (issue 37, SPEC §16): loaded once per
+//! Redis under a name that carries its digest, reloaded on a Redis that
+//! lost it, scripts run by `FCALL`; and `EVALSHA` on a Redis without
+//! Functions.
+
+use std::time::Duration;
+
+use hookq::store::Store;
+use serde_json::json;
+
+use crate::support::receiver::Receiver;
+use crate::support::redis::RedisServer;
+use crate::{post_created, start_daemon, test_config};
+
+/// Starts a daemon, failing the test if it has not started within 60 s
+/// (it cannot while its scripts cannot run: its start-up retries them).
+async fn start(config: &hookq::config::Config) -> hookq::daemon::Daemon {
+    tokio::time::timeout(Duration::from_secs(60), start_daemon(config))
+        .await
+        .expect("the daemon starts within 60 s")
+}
+
+/// The libraries on `redis` (`FUNCTION LIST`): (name, number of functions).
+async fn libraries(redis: &RedisServer) -> Vec<(String, usize)> {
+    let mut conn = redis.conn().await;
+    let list: Vec<redis::Value> = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .query_async(&mut conn)
+        .await
+        .expect("FUNCTION LIST");
+    list.iter()
+        .map(|library| {
+            let fields: Vec<(String, redis::Value)> =
+                redis::from_redis_value(library).expect("a library is a map");
+            let field = |name: &str| {
+                fields
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_else(|| panic!("a library without {name}"))
+            };
+            let name: String = redis::from_redis_value(&field("library_name")).expect("name");
+            let functions: Vec<redis::Value> =
+                redis::from_redis_value(&field("functions")).expect("functions");
+            (name, functions.len())
+        })
+        .collect()
+}
+
+/// `calls=` of one command in `INFO commandstats` (0 if never called).
+async fn calls(redis: &RedisServer, command: &str) -> i64 {
+    let prefix = format!("cmdstat_{command}:");
+    redis
+        .calls_of(|l| l.starts_with(&prefix))
+        .await
+        .expect("INFO commandstats")
+}
+
+/// Creates a job due now to `receiver` through the daemon at `api` and
+/// waits until it arrives.
+async fn deliver_one(api: &str, receiver: &Receiver, id: &str, count: usize) {
+    post_created(
+        &format!("{api}/v1/jobs"),
+        json!({"id": id, "url": receiver.url("/fn"), "body": {"n": count}}),
+    )
+    .await;
+    receiver
+        .wait_for_count(count, Duration::from_secs(30))
+        .await;
+}
+
+/// A daemon and another store on one Redis load one library (the same one:
+/// its name is its digest), holding every script; the daemon's scripts run
+/// by `FCALL`, never `EVALSHA`. After `FUNCTION FLUSH` (as a Redis restarted
+/// without persistence), the next call finds its function missing, loads
+/// the library again on that Redis and succeeds.
+#[tokio::test]
+async fn the_library_is_loaded_once_and_again_after_a_flush() {
+    let redis = RedisServer::start();
+    let config = test_config(&redis);
+    let receiver = Receiver::ok().await;
+    let other = Store::connect(&config).await.expect("connect");
+    other.load_scripts().await.expect("load");
+    let daemon = start(&config).await;
+    other.load_scripts().await.expect("load again");
+
+    let loaded = libraries(&redis).await;
+    assert_eq!(loaded.len(), 1, "one library: {loaded:?}");
+    let (name, functions) = &loaded[0];
+    assert!(name.starts_with("hookq_"), "{name}");
+    assert_eq!(
+        *functions,
+        hookq_script_count(),
+        "every script is a function"
+    );
+
+    deliver_one(&daemon.url(), &receiver, "f-1", 1).await;
+    assert!(calls(&redis, "fcall").await > 0, "scripts run by FCALL");
+    assert_eq!(calls(&redis, "evalsha").await, 0, "no EVALSHA");
+    assert_eq!(calls(&redis, "eval").await, 0, "no EVAL");
+
+    let mut conn = redis.conn().await;
+    let _: () = redis::cmd("FUNCTION")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .expect("FUNCTION FLUSH");
+    assert!(libraries(&redis).await.is_empty());
+    deliver_one(&daemon.url(), &receiver, "f-2", 2).await;
+    assert_eq!(libraries(&redis).await, loaded, "the same library again");
+    daemon.stop().await.expect("stop");
+}
+
+/// The number of scripts in `lua/` besides the prelude: one function each.
+fn hookq_script_count() -> usize {
+    std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/lua"))
+        .expect("lua/")
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.ends_with(".lua") && name != "prelude.lua"
+        })
+        .count()
+}
+
+/// Daemons whose scripts differ (here by `redis.wheel_bucket`, compiled into
+/// them) on one Redis load one library each, neither replacing the other,
+/// and both work.
+#[tokio::test]
+async fn daemons_of_other_configs_keep_their_own_libraries() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let first = test_config(&redis);
+    let mut second = test_config(&redis);
+    second.redis.wheel_bucket = first.redis.wheel_bucket * 2;
+    let one = Store::connect(&first).await.expect("connect");
+    one.load_scripts().await.expect("load");
+    let daemon = start(&second).await;
+    let loaded = libraries(&redis).await;
+    assert_eq!(loaded.len(), 2, "two libraries: {loaded:?}");
+    assert_ne!(loaded[0].0, loaded[1].0);
+    deliver_one(&daemon.url(), &receiver, "w-1", 1).await;
+    daemon.stop().await.expect("stop");
+    let daemon = start(&first).await;
+    deliver_one(&daemon.url(), &receiver, "w-2", 2).await;
+    assert_eq!(libraries(&redis).await, loaded, "nothing replaced");
+    daemon.stop().await.expect("stop");
+}
+
+/// On a Redis without Functions (`FUNCTION` and `FCALL` renamed away, as on
+/// Redis 6), the daemon starts, its scripts run by `EVALSHA`, and jobs are
+/// delivered; a store that never loaded the scripts finds out at its first
+/// call and runs it by `EVALSHA` too.
+#[tokio::test]
+async fn a_redis_without_functions_runs_the_scripts_by_evalsha() {
+    let redis = RedisServer::start_with(&[
+        "--rename-command",
+        "FUNCTION",
+        "",
+        "--rename-command",
+        "FCALL",
+        "",
+    ]);
+    let mut conn = redis.conn().await;
+    let refused: redis::RedisResult<redis::Value> = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .query_async(&mut conn)
+        .await;
+    assert!(refused.is_err(), "FUNCTION is gone");
+    let config = test_config(&redis);
+    let receiver = Receiver::ok().await;
+    let daemon = start(&config).await;
+    deliver_one(&daemon.url(), &receiver, "e-1", 1).await;
+    assert!(calls(&redis, "evalsha").await > 0, "scripts run by EVALSHA");
+    daemon.stop().await.expect("stop");
+
+    let fresh = Store::connect(&config).await.expect("connect");
+    let before = calls(&redis, "evalsha").await;
+    fresh.promote(0, 100).await.expect("promote runs");
+    assert!(calls(&redis, "evalsha").await > before, "by EVALSHA");
+}
