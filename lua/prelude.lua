@@ -1038,7 +1038,8 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now)
   -- (With buckets opened, the slot was found still above.)
   if ready_push_blocked(ready_key, ids) then return nil end
   for _, set in ipairs(sets) do
-    if #set.members > 0 then redis.call('ZREM', set.key, unpack(set.members)) end
+    -- (The members read are the set's first, by rank.)
+    if #set.members > 0 then redis.call('ZREMRANGEBYRANK', set.key, 0, #set.members - 1) end
     if set.head then
       redis.call('ZADD', index, set.head, set.tenant)
     elseif set.tenant then
