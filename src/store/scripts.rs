@@ -391,6 +391,19 @@ fn at_load_time(prelude: &str) -> String {
         .collect()
 }
 
+/// The scripts that add jobs or schedules (or grow one): as functions they
+/// are refused at Redis's `maxmemory`, the others run there (see
+/// [`Library::new`]).
+const GROWING: [&str; 7] = [
+    "enqueue_jobs",
+    "place_jobs",
+    "put_schedule",
+    "place_schedule",
+    "fire_schedules",
+    "reschedule_job",
+    "replay_dead",
+];
+
 /// The Lua library as Redis Functions: `local IN_CLUSTER`, `local
 /// WHEEL_BUCKET`, the whole prelude once, then every script of [`ALL`]
 /// registered as a function whose callback is the script's text (its
@@ -421,9 +434,19 @@ impl Library {
         for def in ALL {
             // Eval-compatible: a script run by EVAL without flags may touch
             // keys of several slots of its node; so may these functions.
+            // And a function runs at Redis's `maxmemory` only with
+            // `allow-oom` (EVAL refused a script there only at its first
+            // write of a command that may grow memory): every script but
+            // those that add jobs or schedules, so that at the wall creates
+            // are refused while deliveries, which free memory, go on.
+            let flags = if GROWING.contains(&def.name) {
+                "'allow-cross-slot-keys'"
+            } else {
+                "'allow-cross-slot-keys', 'allow-oom'"
+            };
             body.push_str(&format!(
                 "redis.register_function{{function_name = '{NAME}_{}', \
-                 flags = {{'allow-cross-slot-keys'}}, callback = function(KEYS, ARGV)\n\
+                 flags = {{{flags}}}, callback = function(KEYS, ARGV)\n\
                  {resets}{}\nend}}\n",
                 def.name, def.source
             ));
