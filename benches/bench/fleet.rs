@@ -33,13 +33,7 @@ pub async fn fleet(
     n: usize,
     idle: Duration,
 ) -> Res<Figures> {
-    redis.flush().await?;
-    nginx.reset().await?;
-    let cfg = default_config(redis);
-    let store = loaded_store(&cfg).await?;
-    let fleet = start_daemons(&cfg, daemons).await?;
-    // Past the daemons' start-up work.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (cfg, store, fleet) = fresh_fleet(redis, nginx, daemons).await?;
     let idle_pct = idle_redis_cpu_pct(redis, idle).await?;
     let mut figures = HashMap::from([("idle_redis_cpu_pct", idle_pct)]);
     if n > 0 {
@@ -49,6 +43,23 @@ pub async fn fleet(
         daemon.stop().await?;
     }
     Ok(figures)
+}
+
+/// An empty Redis and nginx, and `daemons` daemons with the default config
+/// on them, past their start-up work (and the fleet's first beats): the
+/// config, a store with the scripts loaded, and the daemons.
+async fn fresh_fleet(
+    redis: &RedisServer,
+    nginx: &Nginx,
+    daemons: usize,
+) -> Res<(Config, Store, Vec<hookq::daemon::Daemon>)> {
+    redis.flush().await?;
+    nginx.reset().await?;
+    let cfg = default_config(redis);
+    let store = loaded_store(&cfg).await?;
+    let fleet = start_daemons(&cfg, daemons).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    Ok((cfg, store, fleet))
 }
 
 /// SPEC §16's steady scenarios (`steady_200`, `steady_2000`,
@@ -62,13 +73,7 @@ pub async fn steady(
     rate: usize,
     seconds: f64,
 ) -> Res<Figures> {
-    redis.flush().await?;
-    nginx.reset().await?;
-    let cfg = default_config(redis);
-    let store = loaded_store(&cfg).await?;
-    let fleet = start_daemons(&cfg, daemons).await?;
-    // Past the daemons' start-up work (and the fleet's first beats).
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (cfg, store, fleet) = fresh_fleet(redis, nginx, daemons).await?;
     let n = (rate as f64 * seconds).round().max(1.0) as usize;
     let figures = paced_run(redis, nginx, &store, &cfg, n, rate).await;
     for daemon in fleet {
