@@ -394,14 +394,14 @@ fn at_load_time(prelude: &str) -> String {
 /// The scripts that add jobs or schedules (or grow one): as functions they
 /// are refused at Redis's `maxmemory`, the others run there (see
 /// [`Library::new`]).
-const GROWING: [&str; 7] = [
-    "enqueue_jobs",
-    "place_jobs",
-    "put_schedule",
-    "place_schedule",
-    "fire_schedules",
-    "reschedule_job",
-    "replay_dead",
+const GROWING: [&ScriptDef; 7] = [
+    &ENQUEUE_JOBS,
+    &PLACE_JOBS,
+    &PUT_SCHEDULE,
+    &PLACE_SCHEDULE,
+    &FIRE_SCHEDULES,
+    &RESCHEDULE_JOB,
+    &REPLAY_DEAD,
 ];
 
 /// The Lua library as Redis Functions: `local IN_CLUSTER`, `local
@@ -439,7 +439,7 @@ impl Library {
             // write of a command that may grow memory): every script but
             // those that add jobs or schedules, so that at the wall creates
             // are refused while deliveries, which free memory, go on.
-            let flags = if GROWING.contains(&def.name) {
+            let flags = if GROWING.iter().any(|g| g.name == def.name) {
                 "'allow-cross-slot-keys'"
             } else {
                 "'allow-cross-slot-keys', 'allow-oom'"
