@@ -33,15 +33,18 @@
             `<ns>:{p}:jobs:*` are built from it)
     ARGV[3] default lease in ms
     ARGV[4] promotion batch: promote up to this many due jobs first (0: none)
-    ARGV[5] the weight of a tenant not named below
-    ARGV[6] a tenant's name; then, for every tenant with a weight of its own,
+    ARGV[5] claim ahead in ms (delivery.claim_ahead): jobs due within this
+            much of now are promoted and claimed; the daemon holds each to
+            its due time, and its lease runs from then
+    ARGV[6] the weight of a tenant not named below
+    ARGV[7] a tenant's name; then, for every tenant with a weight of its own,
             two arguments:
-    ARGV[7] its weight
+    ARGV[8] its weight
   Output:
-    {now, more, moved, next_due, id1, attempt1, due1, spec1, id2, ...}:
+    {now, more, moved, next_due, horizon, id1, attempt1, due1, spec1, id2, ...}:
     `more` is 1 when N ids were taken (the list may hold more), 0 when the
-    list ran dry; `moved` and `next_due` as promote_due answers them, or -1
-    and -2 without a promotion.
+    list ran dry; `moved`, `next_due` and `horizon` as promote_due answers
+    them, or -1 and -2 without a promotion.
     TRYAGAIN while the partition's slot is migrating: nothing was claimed
     (a promotion made before stands; it is a change of its own).
 ]]
@@ -51,12 +54,12 @@ local now = now_ms()
 -- Most tenants' lists one claim looks at (see the header).
 local TENANTS_PER_CLAIM = 64
 
--- The weight of `tenant` (ARGV[5], or its own in the pairs that follow).
+-- The weight of `tenant` (ARGV[6], or its own in the pairs that follow).
 local function weight_of(tenant)
-  for i = 6, #ARGV - 1, 2 do
+  for i = 7, #ARGV - 1, 2 do
     if ARGV[i] == tenant then return tonumber(ARGV[i + 1]) end
   end
-  return tonumber(ARGV[5])
+  return tonumber(ARGV[6])
 end
 
 -- Jobs `a..b` of a cycle cover of `[lo, hi)`.
@@ -127,11 +130,13 @@ local function share_lists(ready_key, turn_key, tenants, want)
   return lists
 end
 local want = tonumber(ARGV[1])
+-- Jobs due by the horizon are claimed (held by the daemon to their time).
+local horizon = now + tonumber(ARGV[5])
 
-local out = {now, 0, -1, -2}
+local out = {now, 0, -1, -2, horizon}
 local promote = tonumber(ARGV[4])
 if promote > 0 then
-  local moved, next_due = promote_due_jobs(KEYS[3], KEYS[1], KEYS[4], promote, now)
+  local moved, next_due = promote_due_jobs(KEYS[3], KEYS[1], KEYS[4], promote, now, horizon)
   if not moved then return try_again() end
   out[3], out[4] = moved, next_due
 end
@@ -178,13 +183,14 @@ for i, id in ipairs(ids) do
   if v and not r then
     -- A bare record (its job was deleted by hand): nothing to deliver.
     rec_delete(at)
-  elseif r and rec_ready(r, now) and not taken[id] then
+  elseif r and rec_ready(r, horizon) and not taken[id] then
     taken[id] = true
     local attempt = r.att + 1
     local lease = r.lease
     if lease == 0 then lease = tonumber(ARGV[3]) end
     rec_patch(at, v, struct.pack('>c1I6I2', 'i', now, attempt))
-    leases[#leases + 1] = now + lease
+    -- (A job claimed ahead is attempted at its due time.)
+    leases[#leases + 1] = math.max(now, r.due) + lease
     leases[#leases + 1] = id
     out[#out + 1] = id
     out[#out + 1] = attempt

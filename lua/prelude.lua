@@ -945,7 +945,7 @@ end
 ]]
 local DUE_TENANTS_PER_PROMOTION = 64
 
-local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now)
+local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horizon)
   local prefix = partition_prefix(due_key, 'due')
   -- Open the wheel's buckets whose time has come. Read pass first: the bucket
   -- lists and records are keys the script builds, checked by Redis only when
@@ -998,8 +998,8 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now)
   local index = due_index(due_key)
   local sets = {}
   local default_head = tonumber(redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')[2])
-  if default_head and default_head <= now then sets[1] = {key = due_key, members = {}} end
-  for _, tenant in ipairs(redis.call('ZRANGE', index, '-inf', now, 'BYSCORE', 'LIMIT', 0,
+  if default_head and default_head <= horizon then sets[1] = {key = due_key, members = {}} end
+  for _, tenant in ipairs(redis.call('ZRANGE', index, '-inf', horizon, 'BYSCORE', 'LIMIT', 0,
       DUE_TENANTS_PER_PROMOTION)) do
     sets[#sets + 1] = {key = due_key .. ':' .. tenant, tenant = tenant, members = {}}
   end
@@ -1016,7 +1016,7 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now)
     for _, set in ipairs(takers) do
       local want = math.min(share, left)
       if want > 0 then
-        local got = redis.call('ZRANGE', set.key, '-inf', now, 'BYSCORE', 'LIMIT', #set.members, want)
+        local got = redis.call('ZRANGE', set.key, '-inf', horizon, 'BYSCORE', 'LIMIT', #set.members, want)
         for _, member in ipairs(got) do set.members[#set.members + 1] = member end
         left = left - #got
         if round == 1 and #got == want then full[#full + 1] = set end

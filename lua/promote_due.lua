@@ -12,15 +12,20 @@
     KEYS[3] wheel index     <ns>:{p}:wheel
     ARGV[1] batch size (at most this many jobs are moved, shared between
             the tenants with jobs due)
+    ARGV[2] claim ahead in ms: jobs due within this much of now count as
+            due (delivery.claim_ahead; the claim holds them to their time)
   Output:
-    {moved, next_due, now, started}: next_due is the earliest time work is
+    {moved, next_due, now, started, horizon}: next_due is the earliest time work is
     left (the due sets' head, or the next bucket to open; at most now while
     jobs are still due or a bucket is still being opened), or -1 when there
     is none; started is 1 when a ready list was empty before (a tenant's
-    jobs the claim loop has not seen yet), else 0.
+    jobs the claim loop has not seen yet), else 0; horizon is now plus the
+    claim ahead (jobs due by it counted as due).
     TRYAGAIN, with nothing changed, while the partition's slot is migrating.
 ]]
 local now = now_ms()
-local moved, next_due, started = promote_due_jobs(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]), now)
+local horizon = now + tonumber(ARGV[2])
+local moved, next_due, started = promote_due_jobs(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]), now,
+  horizon)
 if not moved then return try_again() end
-return {moved, next_due, now, started and 1 or 0}
+return {moved, next_due, now, started and 1 or 0, horizon}

@@ -47,15 +47,32 @@ pub(crate) const EARLY_WAKE_MS: i64 = 1;
 /// What a promotion left for the carrier: when work is next due (Redis's
 /// now after a full batch: more may be due already; None: nothing), and
 /// whether the promotion came early for that time (within
-/// [`EARLY_WAKE_MS`]), so that the next one waits for the time itself.
+/// [`EARLY_WAKE_MS`] of its horizon), so that the next one waits for the
+/// time itself.
 pub(crate) fn after_promotion(promotion: &Promotion) -> (Option<i64>, bool) {
     let next = if promotion.more_due() {
         Some(promotion.now)
     } else {
         promotion.next_due
     };
-    let early = next.is_some_and(|d| d > promotion.now && d - promotion.now <= EARLY_WAKE_MS);
+    let early =
+        next.is_some_and(|d| d > promotion.horizon && d - promotion.horizon <= EARLY_WAKE_MS);
     (next, early)
+}
+
+/// When to promote next (Redis epoch ms) for the earliest due time `due`,
+/// which could be promoted from `wake` on (`ahead` ms before it), the last
+/// round having promoted at `last_round`: rounds come at most every four
+/// fifths of `ahead` while each due job is still promoted at least a fifth
+/// of `ahead` before its time, so that spread-out jobs are claimed together,
+/// a round's worth at a time, instead of one wake each. Unpaced when
+/// `ahead` is 0.
+fn paced(wake: i64, due: i64, last_round: i64, ahead: i64) -> i64 {
+    if ahead <= 0 {
+        return wake;
+    }
+    let pace = ahead * 4 / 5;
+    wake.max(last_round.saturating_add(pace).min(due - (ahead - pace)))
 }
 
 /// Sentinel for "nothing known to be due".
@@ -71,17 +88,25 @@ struct Timetable {
     next_lease: Vec<i64>,
     owned: Vec<bool>,
     came_early: Vec<bool>,
+    /// `delivery.claim_ahead` in ms: a partition is promoted this long
+    /// before its next due time.
+    ahead: i64,
+    /// When the last round promoted (Redis epoch ms, by the estimate).
+    last_round: i64,
 }
 
 impl Timetable {
-    /// A timetable for `partitions` partitions, none of them carried yet.
-    fn new(partitions: u16) -> Self {
+    /// A timetable for `partitions` partitions, none of them carried yet,
+    /// promoting `ahead` ms before due times.
+    fn new(partitions: u16, ahead: i64) -> Self {
         let n = partitions as usize;
         Timetable {
             next_due: vec![0; n],
             next_lease: vec![0; n],
             owned: vec![false; n],
             came_early: vec![false; n],
+            ahead,
+            last_round: 0,
         }
     }
 
@@ -121,7 +146,7 @@ impl Timetable {
                 } else {
                     EARLY_WAKE_MS
                 };
-                self.next_due[*p as usize] <= now.saturating_add(lead)
+                self.next_due[*p as usize] <= now.saturating_add(self.ahead + lead)
             })
             .collect()
     }
@@ -141,20 +166,28 @@ impl Timetable {
     }
 
     /// The soonest time (Redis epoch ms) the carrier has work: a due time
-    /// less [`EARLY_WAKE_MS`] unless the last promote came early, or a lease
-    /// deadline; [`NEVER`] when nothing is known.
+    /// less the claim ahead and [`EARLY_WAKE_MS`] (unless the last promote
+    /// came early), paced (see [`paced`]), or a lease deadline; [`NEVER`]
+    /// when nothing is known.
     fn earliest_wake(&self) -> i64 {
-        self.next_due
-            .iter()
-            .zip(&self.came_early)
-            .map(|(&d, &early)| match d {
-                NEVER => NEVER,
-                d if early => d,
-                d => d - EARLY_WAKE_MS,
-            })
-            .chain(self.next_lease.iter().copied())
-            .min()
-            .unwrap_or(NEVER)
+        let (mut wake, mut due) = (NEVER, NEVER);
+        for (&d, &early) in self.next_due.iter().zip(&self.came_early) {
+            if d == NEVER {
+                continue;
+            }
+            let lead = if early { 0 } else { EARLY_WAKE_MS };
+            wake = wake.min(d - self.ahead - lead);
+            due = due.min(d);
+        }
+        if due != NEVER {
+            wake = paced(wake, due, self.last_round, self.ahead);
+        }
+        self.next_lease.iter().copied().fold(wake, i64::min)
+    }
+
+    /// Notes that a round promoted at `now`.
+    fn promoted_at(&mut self, now: i64) {
+        self.last_round = now;
     }
 
     /// Forgets every known due time, so that each due set is read again.
@@ -233,12 +266,15 @@ impl Carrier {
 
     /// Runs until `token` is cancelled.
     pub async fn run(self, token: CancellationToken) {
-        let mut times = Timetable::new(self.store.keys().partitions());
+        let mut times = Timetable::new(self.store.keys().partitions(), self.store.claim_ahead_ms());
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_millis(1600));
         loop {
             self.read_fleet_and_hints(&mut times);
             let now = self.clock.now_ms();
             let due_now = times.due_by(now);
+            if !due_now.is_empty() {
+                times.promoted_at(now);
+            }
             let leases_now = times.leases_expired_by(now);
             let to_promote = self.hand_over_promotions(&mut times, &due_now);
             let promoted = self.promote(&mut times, &to_promote).await;

@@ -40,6 +40,7 @@ pub(crate) mod delivery;
 pub mod doctor;
 pub(crate) mod firer;
 pub mod fleet;
+pub(crate) mod holding;
 pub(crate) mod hosts;
 pub mod job;
 pub mod retry;

@@ -32,6 +32,7 @@ use crate::completions::Completions;
 use crate::config::Config;
 use crate::delivery::{AttemptRecord, Deliverer, ErrorKind, Outcome};
 use crate::fleet::Fleet;
+use crate::holding::{may_start, Holding};
 use crate::hosts::breaker::{Breaker, Verdict};
 use crate::hosts::lanes::{Entry, Lane, Lanes, Push};
 use crate::hosts::rate::RateLimiter;
@@ -152,6 +153,8 @@ pub(crate) struct WorkerPool {
     completions: Completions,
     /// The partitions this daemon claims from.
     fleet: Arc<Fleet>,
+    /// Jobs claimed ahead of their due time.
+    holding: Holding,
 }
 
 impl WorkerPool {
@@ -169,7 +172,7 @@ impl WorkerPool {
         let Cues { signals, fleet } = cues;
         let workers = config.delivery.workers;
         let held = workers * HELD_PER_WORKER;
-        let completions = Completions::start(store.clone());
+        let completions = Completions::start(store.clone(), config.delivery.claim_ahead * 4 / 5);
         let reserve = claim_chunk(&config) as usize;
         WorkerPool {
             reserve: Arc::new(Semaphore::new(reserve)),
@@ -186,6 +189,7 @@ impl WorkerPool {
             clock,
             tracker: TaskTracker::new(),
             runners: TaskTracker::new(),
+            holding: Holding::default(),
         }
     }
 
@@ -206,16 +210,27 @@ impl WorkerPool {
             let token = token.clone();
             loops.spawn(async move { pool.evict_loop(token).await });
         }
+        {
+            let pool = pool.clone();
+            let token = token.clone();
+            loops.spawn(async move { pool.hold_loop(token).await });
+        }
         loops.close();
         loops.wait().await;
         pool.runners.close();
         pool.runners.wait().await;
-        let waiting: Vec<(Entry, Duration)> = pool
-            .lanes
+        // Held jobs go back still due at their time.
+        let now = pool.clock.now_ms();
+        let mut waiting: Vec<(Entry, Duration)> = pool
+            .holding
             .drain()
             .into_iter()
-            .map(|e| (e, Duration::ZERO))
+            .map(|e| {
+                let wait = u64::try_from(e.job.due - now).unwrap_or(0);
+                (e, Duration::from_millis(wait))
+            })
             .collect();
+        waiting.extend(pool.lanes.drain().into_iter().map(|e| (e, Duration::ZERO)));
         if !waiting.is_empty() {
             tracing::info!(
                 jobs = waiting.len(),
@@ -401,22 +416,66 @@ impl WorkerPool {
         ControlFlow::Continue(())
     }
 
-    /// Sends each claimed job, holding its permit, on by its host's state:
-    /// queued on its lane (closed), offered as the probe (half-open), or
-    /// parked (open, paused); the jobs a lane gives back and the parked ones
-    /// go back to Redis in a task of their own.
+    /// Sends each claimed job, holding its permit, on ([`Self::route`]) once
+    /// it is due; a job claimed ahead is held until then, unless its host is
+    /// open or paused (it is parked at once).
     fn dispatch(
         self: &Arc<Self>,
         jobs: Vec<Claimed>,
         permits: Vec<OwnedSemaphorePermit>,
         token: &CancellationToken,
     ) {
-        let mut given_back = Vec::new();
-        let mut parked = Vec::new();
+        let now = self.clock.now_ms();
+        let mut due = Vec::new();
         for (job, held) in jobs.into_iter().zip(permits) {
             let Some(entry) = self.admit(job, held) else {
                 continue;
             };
+            // A job of an open or paused host is parked at once, due or
+            // not (it keeps its due time there).
+            let parks = matches!(
+                self.breaker.state(&entry.host),
+                HostState::Open | HostState::Paused
+            );
+            if parks || may_start(entry.job.due, now) {
+                due.push(entry);
+            } else {
+                self.holding.hold(entry);
+            }
+        }
+        self.route(due, token);
+    }
+
+    /// Holds each job claimed ahead until its due time, then sends it on
+    /// ([`Self::route`]); returns when `token` is cancelled.
+    async fn hold_loop(self: Arc<Self>, token: CancellationToken) {
+        loop {
+            let wake = match self.holding.earliest() {
+                // A millisecond past the due time (see `may_start`).
+                Some(due) => tokio::time::Instant::from_std(self.clock.instant_at(due + 1)),
+                None => tokio::time::Instant::now() + IDLE_RECHECK,
+            };
+            tokio::select! {
+                biased;
+                _ = token.cancelled() => return,
+                _ = self.holding.changed.notified() => {}
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+            let due = self.holding.take_due(self.clock.now_ms());
+            if !due.is_empty() {
+                self.route(due, &token);
+            }
+        }
+    }
+
+    /// Sends each job on by its host's state: queued on its lane (closed),
+    /// offered as the probe (half-open), or parked (open, paused); the jobs
+    /// a lane gives back and the parked ones go back to Redis in a task of
+    /// their own.
+    fn route(self: &Arc<Self>, entries: Vec<Entry>, token: &CancellationToken) {
+        let mut given_back = Vec::new();
+        let mut parked = Vec::new();
+        for entry in entries {
             match self.breaker.state(&entry.host) {
                 HostState::Closed => {
                     if let Some(back) = self.queue(entry, token) {
@@ -601,7 +660,7 @@ impl WorkerPool {
             let cancelled: std::collections::HashSet<String> =
                 self.signals.take_cancelled().into_iter().collect();
             if !cancelled.is_empty() {
-                let dropped = self.lanes.remove(&cancelled);
+                let dropped = self.lanes.remove(&cancelled) + self.holding.remove(&cancelled);
                 if dropped > 0 {
                     tracing::debug!(dropped, "dropped cancelled jobs waiting for their host");
                 }

@@ -301,6 +301,11 @@ pub struct DeliveryConfig {
     pub signing_mode: SigningMode,
     /// Jobs claimed from Redis in one round trip, at most.
     pub claim_batch: usize,
+    /// How long before its due time a job may be claimed and held in the
+    /// daemon (sent at its due time, never before), at most 50ms; 0 claims
+    /// only jobs already due.
+    #[serde(with = "humantime_serde")]
+    pub claim_ahead: Duration,
     /// How long a graceful stop waits for in-flight attempts.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
@@ -371,6 +376,10 @@ pub(crate) fn default_ladder() -> Vec<Duration> {
         .collect()
 }
 
+/// The longest `delivery.claim_ahead` (SPEC §16): a job is handed to a
+/// daemon at most this long before its due time.
+pub const MAX_CLAIM_AHEAD: Duration = Duration::from_millis(50);
+
 impl Default for DeliveryConfig {
     fn default() -> Self {
         DeliveryConfig {
@@ -388,6 +397,7 @@ impl Default for DeliveryConfig {
             signing_secrets: Vec::new(),
             signing_mode: SigningMode::Shared,
             claim_batch: 64,
+            claim_ahead: MAX_CLAIM_AHEAD,
             shutdown_grace: Duration::from_secs(30),
         }
     }
@@ -635,6 +645,9 @@ impl DeliveryConfig {
         }
         if !(1..=1000).contains(&self.claim_batch) {
             bail!("config key `delivery.claim_batch`: must be between 1 and 1000");
+        }
+        if self.claim_ahead > MAX_CLAIM_AHEAD {
+            bail!("config key `delivery.claim_ahead`: at most 50ms (a cancel or PATCH earlier than that always wins)");
         }
         Ok(())
     }

@@ -54,13 +54,15 @@ pub struct Promotion {
     /// loop has not seen yet (always false for a promotion made by a
     /// claim, which claims right after).
     pub started: bool,
+    /// Redis time plus the claim ahead: jobs due by it counted as due.
+    pub horizon: i64,
 }
 
 impl Promotion {
-    /// Whether jobs were left due (or a wheel bucket still opening): the
-    /// next promotion should follow at once.
+    /// Whether jobs were left due by the horizon (or a wheel bucket still
+    /// opening): the next promotion should follow at once.
     pub fn more_due(&self) -> bool {
-        self.next_due.is_some_and(|due| due <= self.now)
+        self.next_due.is_some_and(|due| due <= self.horizon)
     }
 }
 
@@ -109,7 +111,7 @@ impl Store {
         self.invoke(
             &scripts::PROMOTE_DUE,
             &[&self.keys.due(p), &self.keys.ready(p), &self.keys.wheel(p)],
-            &[arg(&batch)],
+            &[arg(&batch), arg(&self.settings.claim_ahead_ms)],
         )
         .await
     }
@@ -143,6 +145,7 @@ impl Store {
                     arg(&self.keys.job_prefix(p)),
                     arg(&self.settings.default_lease_ms),
                     arg(&promote),
+                    arg(&self.settings.claim_ahead_ms),
                 ]
                 .into_iter()
                 .chain(self.tenant_weights.iter().map(arg))

@@ -176,6 +176,7 @@ impl Store {
                 keep_bodies: config.retention.keep_bodies,
                 dead_letters_max: config.retention.dead_letters_max,
                 default_lease_ms: config.lease_for(config.delivery.timeout).as_millis() as u64,
+                claim_ahead_ms: config.delivery.claim_ahead.as_millis() as u64,
                 ack_replicas: config.redis.ack_replicas,
                 ack_timeout_ms: config.redis.ack_timeout.as_millis() as u64,
             },
@@ -190,6 +191,12 @@ impl Store {
     /// The key schema.
     pub fn keys(&self) -> &Keys {
         &self.keys
+    }
+
+    /// `delivery.claim_ahead` in ms: how long before their due time jobs
+    /// are promoted and claimed.
+    pub(crate) fn claim_ahead_ms(&self) -> i64 {
+        self.settings.claim_ahead_ms as i64
     }
 
     /// A clone of the underlying connection, for commands outside the scripts.

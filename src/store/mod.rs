@@ -105,6 +105,8 @@ struct Settings {
     keep_bodies: bool,
     dead_letters_max: u64,
     default_lease_ms: u64,
+    /// `delivery.claim_ahead` in ms.
+    claim_ahead_ms: u64,
     ack_replicas: u32,
     ack_timeout_ms: u64,
 }

@@ -117,7 +117,7 @@ impl FromRedisValue for State {
     }
 }
 
-/// `promote_due`: `{moved, next due or -1, now}`.
+/// `promote_due`: `{moved, next due or -1, now, started, horizon}`.
 impl Promotion {
     /// Takes the reply apart (see the type's doc for its shape).
     fn decode(v: Value) -> RedisResult<Promotion> {
@@ -129,6 +129,7 @@ impl Promotion {
                 next_due: (next >= 0).then_some(next),
                 now: f.next("now")?,
                 started: f.next::<i64>("started")? == 1,
+                horizon: f.next("horizon")?,
             })
         })
     }
@@ -315,6 +316,7 @@ impl ClaimReply {
             let more: i64 = f.next("more")?;
             let moved: i64 = f.next("moved")?;
             let next_due: i64 = f.next("next due")?;
+            let horizon: i64 = f.next("horizon")?;
             let mut jobs = Vec::new();
             while !f.is_empty() {
                 jobs.push(ClaimedJob {
@@ -332,6 +334,7 @@ impl ClaimReply {
                     next_due: (next_due >= 0).then_some(next_due),
                     now,
                     started: false,
+                    horizon,
                 }),
                 jobs,
             })
@@ -398,19 +401,26 @@ mod tests {
             Value::Int(-1),
             Value::Int(7),
             Value::Int(1),
+            Value::Int(57),
         ]);
         let promotion = Promotion::from_redis_value(&fine).expect("well formed");
         assert_eq!(
             (promotion.moved, promotion.next_due, promotion.started),
             (3, None, true)
         );
-        let short = array(vec![Value::Int(3), Value::Int(-1), Value::Int(7)]);
+        let short = array(vec![
+            Value::Int(3),
+            Value::Int(-1),
+            Value::Int(7),
+            Value::Int(1),
+        ]);
         assert!(Promotion::from_redis_value(&short).is_err());
         let long = array(vec![
             Value::Int(3),
             Value::Int(-1),
             Value::Int(7),
             Value::Int(0),
+            Value::Int(57),
             Value::Int(0),
         ]);
         assert!(Promotion::from_redis_value(&long).is_err());
@@ -450,6 +460,7 @@ mod tests {
             Value::Int(1),
             Value::Int(-1),
             Value::Int(-1),
+            Value::Int(5050),
             text("a"),
             Value::Int(2),
             Value::Int(4000),
@@ -473,12 +484,16 @@ mod tests {
             Value::Int(0),
             Value::Int(3),
             Value::Int(7000),
+            Value::Int(5050),
         ]);
         let promotion = ClaimReply::from_redis_value(&promoted)
             .expect("well formed")
             .promotion
             .expect("a promotion");
-        assert_eq!((promotion.moved, promotion.next_due), (3, Some(7000)));
+        assert_eq!(
+            (promotion.moved, promotion.next_due, promotion.horizon),
+            (3, Some(7000), 5050)
+        );
 
         let fire = array(vec![
             Value::Int(9000),
@@ -565,6 +580,7 @@ mod tests {
             Value::Int(0),
             Value::Int(-1),
             Value::Int(-1),
+            Value::Int(5050),
             text("a"),
             Value::Int(1),
             Value::Int(4),

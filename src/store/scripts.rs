@@ -126,9 +126,9 @@ pub(crate) const DROP_SCHEDULE: ScriptDef = script!("drop_schedule", 3, 1);
 /// schedule.
 pub(crate) const FIRE_SCHEDULES: ScriptDef = script!("fire_schedules", 4, 3, repeat 6);
 /// `promote_due`: move due jobs to the ready list.
-pub(crate) const PROMOTE_DUE: ScriptDef = script!("promote_due", 3, 1);
+pub(crate) const PROMOTE_DUE: ScriptDef = script!("promote_due", 3, 2);
 /// `claim_ready`: lease ready jobs to workers.
-pub(crate) const CLAIM_READY: ScriptDef = script!("claim_ready", 6, 5, repeat 2);
+pub(crate) const CLAIM_READY: ScriptDef = script!("claim_ready", 6, 6, repeat 2);
 /// `complete_jobs`: record 2xx attempts of one partition, four ARGV per job.
 pub(crate) const COMPLETE_JOBS: ScriptDef = script!("complete_jobs", 2, 6, repeat 4);
 /// `fail_job`: record a failure (next rung or dead letter).

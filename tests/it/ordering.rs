@@ -362,8 +362,13 @@ async fn cancel_and_dead_letter_of_the_head_release_the_next() {
         .map(String::as_str)
         .collect();
     assert_eq!(tail, ["e", "b"]);
-    let b = job_view(&base, "b").await;
-    assert_eq!(b["state"], "delivered", "{b}");
+    // (Outcomes are recorded a batch window after the answer.)
+    wait_until(
+        "b is recorded delivered",
+        Duration::from_secs(10),
+        || async { job_view(&base, "b").await["state"] == "delivered" },
+    )
+    .await;
     daemon.stop().await.expect("clean stop");
 }
 
