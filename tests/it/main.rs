@@ -5,6 +5,7 @@
 mod support;
 
 mod abuse;
+mod ahead;
 mod api;
 mod chaos;
 mod cluster;

@@ -1,0 +1,295 @@
+//! Claim ahead (SPEC §16): jobs due within `delivery.claim_ahead` (at most
+//! 50 ms) are promoted and claimed together and held in the daemon to their
+//! due time. What holds it: Redis never hands a job over earlier than that
+//! (by its own clock); a change made before the hand-over wins over it; a
+//! held job is never sent early; and the held jobs of a daemon killed with
+//! `kill -9` come back when their leases expire.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use hookq::job::{JobInput, RunAt};
+use hookq::store::{CancelOutcome, RescheduleOutcome, Store};
+use serde_json::json;
+
+use crate::support::receiver::Receiver;
+use crate::support::redis::RedisServer;
+use crate::support::wait_until;
+use crate::test_config;
+
+/// The local clock, epoch ms (Redis runs on this machine: the same clock).
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as i64
+}
+
+/// The default and largest claim ahead, in ms.
+const AHEAD_MS: i64 = 50;
+
+/// Creates job `id`, due at `due_ms` (Redis epoch ms), through `store`.
+async fn enqueue_at(store: &Store, config: &hookq::config::Config, id: &str, due_ms: i64) {
+    let input = JobInput {
+        id: Some(id.into()),
+        url: Some("http://127.0.0.1:9/never".into()),
+        run_at: Some(RunAt::Millis(due_ms)),
+        ..JobInput::default()
+    };
+    crate::enqueue_direct(store, config, input).await;
+}
+
+/// A store on a fresh Redis with one partition and the default claim ahead.
+async fn one_partition_store(redis: &RedisServer) -> (hookq::config::Config, Store) {
+    let mut config = test_config(redis);
+    config.redis.partitions = 1;
+    config.validate().expect("valid config");
+    assert_eq!(
+        config.delivery.claim_ahead,
+        Duration::from_millis(AHEAD_MS as u64),
+        "the default"
+    );
+    let store = Store::connect(&config).await.expect("store");
+    store.load_scripts().await.expect("scripts");
+    (config, store)
+}
+
+/// Promotes and claims partition 0 every couple of milliseconds: no call
+/// moves or claims the job before Redis's clock reads 50 ms before its due
+/// time, and the claim that takes it says its due time and leases it from
+/// then.
+#[tokio::test]
+async fn redis_hands_a_job_over_at_most_claim_ahead_before_its_due_time() {
+    let redis = RedisServer::start();
+    let (config, store) = one_partition_store(&redis).await;
+    let due = store.redis_time_ms().await.expect("time") + 400;
+    enqueue_at(&store, &config, "ahead", due).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let (claimed, claimed_at) = loop {
+        assert!(tokio::time::Instant::now() < deadline, "never claimed");
+        let promotion = store.promote(0, 256).await.expect("promote");
+        assert!(
+            promotion.moved == 0 || promotion.now >= due - AHEAD_MS,
+            "promoted at {} for {due}",
+            promotion.now
+        );
+        let claim = store.claim(0, 10).await.expect("claim");
+        if let Some(job) = claim.jobs.into_iter().next() {
+            break (job, claim.now);
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    assert!(
+        claimed_at >= due - AHEAD_MS,
+        "claimed {} ms before its due time",
+        due - claimed_at
+    );
+    assert_eq!((claimed.id.as_str(), claimed.due), ("ahead", due));
+    let lease: f64 = redis::cmd("ZSCORE")
+        .arg(store.keys().inflight(0))
+        .arg("ahead")
+        .query_async(&mut redis.conn().await)
+        .await
+        .expect("ZSCORE");
+    let lease_ms = (config.delivery.timeout + config.delivery.lease_margin).as_millis() as i64;
+    assert_eq!(
+        lease as i64,
+        due.max(claimed_at) + lease_ms,
+        "the lease runs from the due time"
+    );
+}
+
+/// Three jobs promoted ahead (their ids in the ready list, not yet
+/// claimed): one cancelled, one moved a minute later, one changed in place.
+/// The cancel is the plain kind (the API's 204), and the next claim takes
+/// only the changed one, with its new spec.
+#[tokio::test]
+async fn a_change_before_the_hand_over_wins_over_a_promotion_ahead() {
+    let redis = RedisServer::start();
+    let (config, store) = one_partition_store(&redis).await;
+    let due = store.redis_time_ms().await.expect("time") + 300;
+    for id in ["gone", "moved", "changed"] {
+        enqueue_at(&store, &config, id, due).await;
+    }
+    wait_until(
+        "the three are promoted ahead",
+        Duration::from_secs(20),
+        || {
+            let store = store.clone();
+            async move {
+                let promotion = store.promote(0, 256).await.expect("promote");
+                assert!(promotion.moved == 0 || promotion.now >= due - AHEAD_MS);
+                promotion.moved == 3
+            }
+        },
+    )
+    .await;
+
+    assert_eq!(
+        store.cancel("gone").await.expect("cancel"),
+        CancelOutcome::Cancelled
+    );
+    let spec = |id: &str| {
+        let store = store.clone();
+        let id = id.to_string();
+        async move {
+            store
+                .get(&id)
+                .await
+                .expect("get")
+                .expect("record")
+                .spec_json
+        }
+    };
+    let old = spec("moved").await;
+    let change = hookq::store::Reschedule {
+        id: "moved",
+        old_spec_json: &old,
+        new_spec_json: &old,
+        due: Some(hookq::job::Due::At(due + 60_000)),
+        max_attempts: config.delivery.retry.len() as u32 + 1,
+        lease_ms: None,
+        given: hookq::job::GIVEN_DELAY,
+    };
+    let moved = store.reschedule(&change).await.expect("reschedule");
+    assert!(
+        matches!(moved, RescheduleOutcome::Changed { due: d, .. } if d == due + 60_000),
+        "{moved:?}"
+    );
+    let old = spec("changed").await;
+    let mut new: serde_json::Value = serde_json::from_str(&old).expect("spec");
+    new["url"] = json!("http://127.0.0.1:9/changed");
+    let new = new.to_string();
+    let change = hookq::store::Reschedule {
+        id: "changed",
+        old_spec_json: &old,
+        new_spec_json: &new,
+        due: None,
+        max_attempts: config.delivery.retry.len() as u32 + 1,
+        lease_ms: None,
+        given: hookq::job::GIVEN_DELAY,
+    };
+    let changed = store.reschedule(&change).await.expect("reschedule");
+    assert!(
+        matches!(changed, RescheduleOutcome::Changed { .. }),
+        "{changed:?}"
+    );
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut claimed = Vec::new();
+    while claimed.is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "nothing claimed");
+        store.promote(0, 256).await.expect("promote");
+        claimed = store.claim(0, 10).await.expect("claim").jobs;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let ids: Vec<&str> = claimed.iter().map(|j| j.id.as_str()).collect();
+    assert_eq!(ids, ["changed"], "only the job changed in place");
+    assert!(claimed[0].spec_json.contains("/changed"), "the new spec");
+    let moved = store.get("moved").await.expect("get").expect("record");
+    assert_eq!(moved.state, hookq::job::State::Scheduled);
+}
+
+/// Jobs due together, and the daemon (`hookq serve`) killed with `kill -9`
+/// once it holds them (a job reads `inflight` before its due time): a new
+/// daemon delivers every one of them, none before its due time, those held
+/// after their lease (attempt timeout + `lease_margin`) expired.
+#[tokio::test]
+async fn held_jobs_of_a_killed_daemon_come_back_when_their_leases_expire() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let env = [
+        ("HOOKQ_DELIVERY__TIMEOUT", "1s"),
+        ("HOOKQ_DELIVERY__LEASE_MARGIN", "500ms"),
+    ];
+    let lease_ms = 1_500;
+    let mut dues: HashMap<String, i64> = HashMap::new();
+    let mut held = Vec::new();
+    // A loaded machine may miss the window: a round whose kill came too
+    // early or too late is repeated, five times at most.
+    for round in 0..5 {
+        let (serve, base) = crate::ops::serve_ready(&redis, &env).await;
+        let due = now_ms() + 1_500;
+        let ids: Vec<String> = (0..20).map(|i| format!("k{round}-{i}")).collect();
+        for id in &ids {
+            let (status, answer) = crate::post_json(
+                &format!("{base}/v1/jobs"),
+                json!({"id": id, "url": receiver.url("/held"), "run_at": due}),
+            )
+            .await;
+            assert_eq!(status, 201, "{answer}");
+            dues.insert(id.clone(), due);
+        }
+        let mut seen_held = false;
+        while now_ms() < due - 2 {
+            let view = crate::job_view(&base, &ids[0]).await;
+            if view["state"] == "inflight" {
+                seen_held = now_ms() < due - 2;
+                break;
+            }
+        }
+        drop(serve);
+        if seen_held {
+            held = ids;
+            break;
+        }
+        // Missed: a daemon delivers this round's jobs before the next.
+        let (_serve, _) = crate::ops::serve_ready(&redis, &env).await;
+        wait_until(
+            "the missed round is delivered",
+            Duration::from_secs(30),
+            || async {
+                let got = receiver.requests();
+                ids.iter().all(|id| {
+                    got.iter()
+                        .any(|r| r.header("webhook-id") == Some(id.as_str()))
+                })
+            },
+        )
+        .await;
+    }
+    assert!(!held.is_empty(), "never saw a job held before its due time");
+
+    let (_serve, base) = crate::ops::serve_ready(&redis, &env).await;
+    wait_until(
+        "every held job arrives",
+        Duration::from_secs(60),
+        || async {
+            let views =
+                futures_util::future::join_all(held.iter().map(|id| crate::job_view(&base, id)))
+                    .await;
+            views.iter().all(|v| v["state"] == "delivered")
+        },
+    )
+    .await;
+    let arrivals = receiver.requests();
+    for id in &held {
+        let due = dues[id];
+        let times: Vec<i64> = arrivals
+            .iter()
+            .filter(|r| r.header("webhook-id").is_some_and(|h| h == id))
+            .map(|r| r.received_ms())
+            .collect();
+        assert!(!times.is_empty(), "{id} never arrived");
+        assert!(
+            times.iter().all(|t| *t >= due),
+            "{id} arrived before {due}: {times:?}"
+        );
+    }
+    let first = crate::job_view(&base, &held[0]).await;
+    let history = first["history"].as_array().expect("history");
+    if history.iter().any(|a| a["error"] == "lease_expired") {
+        let came_back = history
+            .iter()
+            .find(|a| a["error"] != "lease_expired")
+            .and_then(|a| a["at"].as_str())
+            .expect("the delivered attempt");
+        let at = chrono::DateTime::parse_from_rfc3339(came_back)
+            .expect("time")
+            .timestamp_millis();
+        assert!(
+            at >= dues[&held[0]] + lease_ms - 50,
+            "came back before its lease expired: {first}"
+        );
+    }
+}
