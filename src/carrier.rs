@@ -277,6 +277,10 @@ impl Carrier {
             }
             let leases_now = times.leases_expired_by(now);
             let to_promote = self.hand_over_promotions(&mut times, &due_now);
+            if !due_now.is_empty() {
+                // The outcomes gathered meanwhile go with this round's claims.
+                self.signals.round.notify_waiters();
+            }
             let promoted = self.promote(&mut times, &to_promote).await;
             let reclaimed = self.reclaim(&mut times, &leases_now).await;
 

@@ -7,7 +7,8 @@
 //! script call (the groups of different partitions go out together on the
 //! multiplexed connection). A batch gathers for a short window after its
 //! first job (`delivery.claim_ahead`'s pace, four fifths of it; none when
-//! it is 0) or until it is full, so that at a steady load outcomes reach
+//! it is 0), until the carrier's next round claims (the batch goes to Redis
+//! with the claims, in one wake), or until it is full, so that at a steady load outcomes reach
 //! Redis a window's worth at a time rather than one wake each; under load,
 //! jobs also queue up while the previous batch is in flight.
 //!
@@ -22,6 +23,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::store::{Claimed, Delivery, Store, StoreError, StoreResult};
+use crate::wake::Signals;
 
 /// Most jobs recorded by one script call (bounds the script's run time).
 pub(crate) const MAX_BATCH: usize = 256;
@@ -43,10 +45,11 @@ pub(crate) struct Completions {
 impl Completions {
     /// Starts the flusher task; it ends once every handle is dropped and the
     /// queue is drained.
-    /// A batch gathers for up to `window` after its first job.
-    pub(crate) fn start(store: Store, window: Duration) -> Completions {
+    /// A batch gathers for up to `window` after its first job, or until
+    /// `round` is notified (a carrier round claims: the batch goes with it).
+    pub(crate) fn start(store: Store, window: Duration, round: Arc<Signals>) -> Completions {
         let (queue, rx) = mpsc::unbounded_channel();
-        tokio::spawn(flush(store, rx, window));
+        tokio::spawn(flush(store, rx, window, round));
         Completions { queue }
     }
 
@@ -77,17 +80,26 @@ impl Completions {
     }
 }
 
-async fn flush(store: Store, mut rx: mpsc::UnboundedReceiver<Pending>, window: Duration) {
+async fn flush(
+    store: Store,
+    mut rx: mpsc::UnboundedReceiver<Pending>,
+    window: Duration,
+    signals: Arc<Signals>,
+) {
     let mut batch = Vec::new();
     while rx.recv_many(&mut batch, MAX_BATCH * 4).await > 0 {
         let until = tokio::time::Instant::now() + window;
         while !window.is_zero() && batch.len() < MAX_BATCH {
             let room = MAX_BATCH * 4 - batch.len();
-            match tokio::time::timeout_at(until, rx.recv_many(&mut batch, room)).await {
-                // More came: gather on until the window ends.
-                Ok(n) if n > 0 => {}
-                // Closed, or the window ended.
-                _ => break,
+            tokio::select! {
+                n = rx.recv_many(&mut batch, room) => {
+                    if n == 0 {
+                        break;
+                    }
+                }
+                // The window ended, or a round claims now.
+                _ = tokio::time::sleep_until(until) => break,
+                _ = signals.round.notified() => break,
             }
         }
         let mut by_partition: BTreeMap<u16, Vec<Pending>> = BTreeMap::new();

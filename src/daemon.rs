@@ -255,6 +255,9 @@ impl Engine {
         let firer =
             crate::firer::Firer::new(store.clone(), signals.clone(), clock.clone(), fleet.clone());
         let firer = tokio::spawn(firer.run(token.child_token()));
+        // The carrier's and the workers' calls made at one moment go to
+        // Redis together.
+        let store = store.batching();
         let carrier = Carrier::new(
             store.clone(),
             signals.clone(),

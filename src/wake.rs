@@ -69,6 +69,9 @@ pub struct Signals {
     pub hosts: Notify,
     /// Wakes the firer (schedules).
     pub firer: Notify,
+    /// Tells the outcome recording that a carrier round is claiming now,
+    /// so that the outcomes gathered go to Redis with its claims.
+    pub round: Notify,
     /// Per partition: the earliest fire time someone announced (epoch ms),
     /// `i64::MAX` when none is pending.
     fire_hints: Vec<AtomicI64>,
@@ -91,6 +94,7 @@ impl Signals {
             cancellations: Notify::new(),
             hosts: Notify::new(),
             firer: Notify::new(),
+            round: Notify::new(),
             fire_hints: (0..partitions).map(|_| AtomicI64::new(i64::MAX)).collect(),
         })
     }

@@ -172,7 +172,11 @@ impl WorkerPool {
         let Cues { signals, fleet } = cues;
         let workers = config.delivery.workers;
         let held = workers * HELD_PER_WORKER;
-        let completions = Completions::start(store.clone(), config.delivery.claim_ahead * 4 / 5);
+        let completions = Completions::start(
+            store.clone(),
+            config.delivery.claim_ahead * 4 / 5,
+            signals.clone(),
+        );
         let reserve = claim_chunk(&config) as usize;
         WorkerPool {
             reserve: Arc::new(Semaphore::new(reserve)),

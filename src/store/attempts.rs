@@ -108,10 +108,10 @@ pub struct Failure<'a> {
 impl Store {
     /// Moves up to `batch` due jobs of partition `p` to its ready list.
     pub async fn promote(&self, p: u16, batch: usize) -> StoreResult<Promotion> {
-        self.invoke(
+        self.invoke_batched(
             &scripts::PROMOTE_DUE,
             &[&self.keys.due(p), &self.keys.ready(p), &self.keys.wheel(p)],
-            &[arg(&batch), arg(&self.settings.claim_ahead_ms)],
+            vec![arg(&batch), arg(&self.settings.claim_ahead_ms)],
         )
         .await
     }
@@ -130,7 +130,7 @@ impl Store {
         promote: usize,
     ) -> StoreResult<ClaimBatch> {
         let reply: reply::ClaimReply = self
-            .invoke(
+            .invoke_batched(
                 &scripts::CLAIM_READY,
                 &[
                     &self.keys.ready(p),
@@ -140,7 +140,7 @@ impl Store {
                     &self.keys.tenants(p),
                     &self.keys.turn(p),
                 ],
-                &[
+                [
                     arg(&max),
                     arg(&self.keys.job_prefix(p)),
                     arg(&self.settings.default_lease_ms),
@@ -211,13 +211,14 @@ impl Store {
             });
             args.push(arg(&delivery.order.as_deref().unwrap_or_default()));
         }
-        let done: Vec<Code> = self
-            .invoke_acked(
-                &scripts::COMPLETE_JOBS,
-                &[&self.keys.inflight(p), &self.keys.stats(p)],
-                &args,
-            )
-            .await?;
+        let keys = [&*self.keys.inflight(p), &*self.keys.stats(p)];
+        let done: Vec<Code> = if self.acked.is_some() {
+            self.invoke_acked(&scripts::COMPLETE_JOBS, &keys, &args)
+                .await?
+        } else {
+            self.invoke_batched(&scripts::COMPLETE_JOBS, &keys, args)
+                .await?
+        };
         if done.len() != jobs.len() {
             return Err(StoreError::reply(
                 "complete_jobs",

@@ -25,7 +25,7 @@ fn decode<T: FromRedisValue>(def: &ScriptDef, value: Value) -> StoreResult<T> {
 /// Whether `err` says the function called is not on that Redis: a Redis
 /// restarted without persistence or flushed (`FUNCTION FLUSH`), a new or
 /// failed-over master.
-fn function_missing(err: &RedisError) -> bool {
+pub(super) fn function_missing(err: &RedisError) -> bool {
     err.to_string().contains("Function not found")
 }
 
@@ -185,7 +185,19 @@ impl Store {
                 &config.tenant_defaults,
                 &config.tenants,
             )),
+            batcher: None,
         }
+    }
+
+    /// This store, sending the calls of the hot scripts made at one moment
+    /// together ([`super::batcher`]) on a single Redis; a cluster's store
+    /// as it is. Call within a Tokio runtime (it starts the batching task).
+    pub fn batching(mut self) -> Store {
+        if matches!(self.conn, RedisConn::Single(_)) {
+            let plain = self.clone();
+            self.batcher = Some(Arc::new(super::batcher::Batcher::start(plain)));
+        }
+        self
     }
 
     /// The key schema.
@@ -238,7 +250,7 @@ impl Store {
     /// its digest, so one of that name is this very library) on the Redis,
     /// on every master of a cluster, or, with `near`, on the master holding
     /// that key only. A library already there is fine.
-    async fn load_library(
+    pub(super) async fn load_library(
         &self,
         conn: &mut RedisConn,
         near: Option<&str>,
@@ -294,7 +306,11 @@ impl Store {
     }
 
     /// Checks `keys` and `args` against `def`'s header.
-    fn check_inputs(def: &ScriptDef, keys: &[&str], args: &[Vec<u8>]) -> StoreResult<()> {
+    pub(super) fn check_inputs(
+        def: &ScriptDef,
+        keys: &[&str],
+        args: &[Vec<u8>],
+    ) -> StoreResult<()> {
         let args_fit = if def.repeat == 0 {
             args.len() == def.args
         } else {
@@ -321,7 +337,7 @@ impl Store {
     /// the function, the library is loaded there and the call made once
     /// more; on a Redis without Functions, `EVALSHA` (which loads the script
     /// on `NOSCRIPT`) from then on.
-    async fn run(
+    pub(super) async fn run(
         &self,
         conn: &mut RedisConn,
         def: &'static ScriptDef,

@@ -17,6 +17,7 @@
 //! `placement` hold their own structures.
 
 mod attempts;
+mod batcher;
 mod changes;
 pub(crate) mod cluster;
 mod connection;
@@ -126,4 +127,7 @@ pub struct Store {
     channel: Arc<String>,
     /// The claim's weight arguments ([`crate::tenant::weight_args`]).
     tenant_weights: Arc<Vec<String>>,
+    /// Sends the hot scripts' calls made at one moment together (a single
+    /// Redis only; see [`batcher`]); None: each call alone.
+    batcher: Option<Arc<batcher::Batcher>>,
 }

@@ -404,6 +404,15 @@ const GROWING: [&ScriptDef; 7] = [
     &REPLAY_DEAD,
 ];
 
+/// The scripts whose calls may go to Redis together, several in one
+/// `FCALL` of the batch function ([`BATCH`]): the claim loops' and the
+/// outcome recording's, which a steady load makes at the same moments.
+/// None of them adds jobs (the batch runs at `maxmemory`).
+pub(crate) const BATCHED: [&ScriptDef; 3] = [&PROMOTE_DUE, &CLAIM_READY, &COMPLETE_JOBS];
+
+/// `lua/batch.lua`: the batch function's Lua (`run_batch`).
+const BATCH: &str = include_str!("../../lua/batch.lua");
+
 /// The Lua library as Redis Functions: `local IN_CLUSTER`, `local
 /// WHEEL_BUCKET`, the whole prelude once, then every script of [`ALL`]
 /// registered as a function whose callback is the script's text (its
@@ -418,6 +427,8 @@ pub(crate) struct Library {
     pub(crate) code: String,
     /// The function of each script, `<name>_<script>`, indexed like [`ALL`].
     functions: Vec<String>,
+    /// The batch function (`lua/batch.lua`), `<name>_batch`.
+    pub(crate) batch: String,
 }
 
 impl Library {
@@ -444,13 +455,31 @@ impl Library {
             } else {
                 "'allow-cross-slot-keys', 'allow-oom'"
             };
+            let callback = format!("function(KEYS, ARGV)\n{resets}{}\nend", def.source);
+            let callback = if BATCHED.iter().any(|b| b.name == def.name) {
+                // Named, for the batch function too.
+                body.push_str(&format!("local batched_{} = {callback}\n", def.name));
+                format!("batched_{}", def.name)
+            } else {
+                callback
+            };
             body.push_str(&format!(
                 "redis.register_function{{function_name = '{NAME}_{}', \
-                 flags = {{{flags}}}, callback = function(KEYS, ARGV)\n\
-                 {resets}{}\nend}}\n",
-                def.name, def.source
+                 flags = {{{flags}}}, callback = {callback}}}\n",
+                def.name
             ));
         }
+        // The batch function: several calls of those in one FCALL.
+        let batched: Vec<String> = BATCHED
+            .iter()
+            .map(|b| format!("{0} = batched_{0}", b.name))
+            .collect();
+        body.push_str(&format!(
+            "local BATCHED = {{{}}}\n{BATCH}\n\
+             redis.register_function{{function_name = '{NAME}_batch', \
+             flags = {{'allow-cross-slot-keys', 'allow-oom'}}, callback = run_batch}}\n",
+            batched.join(", ")
+        ));
         let digest: String = Sha1::digest(body.as_bytes())
             .iter()
             .take(8)
@@ -460,6 +489,7 @@ impl Library {
         Library {
             code: format!("#!lua name={name}\n{}", body.replace(NAME, &name)),
             functions: ALL.iter().map(|d| format!("{name}_{}", d.name)).collect(),
+            batch: format!("{name}_batch"),
             name,
         }
     }

@@ -180,3 +180,59 @@ async fn a_redis_without_functions_runs_the_scripts_by_evalsha() {
     fresh.promote(0, 100).await.expect("promote runs");
     assert!(calls(&redis, "evalsha").await > before, "by EVALSHA");
 }
+
+/// A batching store's claims made at one moment go to Redis as one `FCALL`
+/// of the batch function, each answered with its own jobs; a call that
+/// fails (a partition whose ready list is not a list) fails alone.
+#[tokio::test]
+async fn claims_made_together_go_as_one_call_and_fail_alone() {
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    config.redis.partitions = 4;
+    config.validate().expect("valid config");
+    let store = Store::connect(&config).await.expect("store");
+    store.load_scripts().await.expect("scripts");
+    // One job due now in each of partitions 0, 1 and 2 (ids picked by
+    // partition), promoted.
+    let mut ids = Vec::new();
+    for p in 0..3u16 {
+        let id = (0..)
+            .map(|i| format!("b-{i}"))
+            .find(|id| store.keys().partition_of(id) == p)
+            .expect("an id of partition p");
+        let input = hookq::job::JobInput {
+            id: Some(id.clone()),
+            url: Some("http://127.0.0.1:9/never".into()),
+            ..hookq::job::JobInput::default()
+        };
+        crate::enqueue_direct(&store, &config, input).await;
+        store.promote(p, 10).await.expect("promote");
+        ids.push(id);
+    }
+    // Partition 3's ready list is a string: its claim fails.
+    let mut conn = redis.conn().await;
+    redis::cmd("SET")
+        .arg(store.keys().ready(3))
+        .arg("not a list")
+        .query_async::<()>(&mut conn)
+        .await
+        .expect("SET");
+
+    let batching = store.clone().batching();
+    let before = calls(&redis, "fcall").await;
+    let claims = futures_util::future::join_all((0..4u16).map(|p| batching.claim(p, 10))).await;
+    assert_eq!(
+        calls(&redis, "fcall").await - before,
+        1,
+        "four claims made together, one FCALL"
+    );
+    for (p, claim) in claims.iter().take(3).enumerate() {
+        let jobs = &claim.as_ref().expect("claimed").jobs;
+        let got: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+        assert_eq!(got, [ids[p].as_str()], "partition {p}'s own job");
+    }
+    let failed = claims[3]
+        .as_ref()
+        .expect_err("a string is not a ready list");
+    assert!(failed.to_string().contains("WRONGTYPE"), "{failed}");
+}

@@ -1,0 +1,43 @@
+--[[
+  Several calls of the library's batched functions in one FCALL (a
+  single Redis only: the calls may be of different partitions). Not a
+  state change of its own: each call is the function of its script (see
+  BATCHED, which the library builds: promote_due, claim_ready and
+  complete_jobs), run as it would run alone, one after another. The daemon
+  sends together the calls its claim loops and its outcome recording make
+  at the same moment, so that Redis wakes once for all of them.
+
+  Input:
+    KEYS    each call's KEYS, one call after the other
+    ARGV[1] n, the number of calls; then, per call, three arguments:
+    ARGV[2] its script's name
+    ARGV[3] the number of its KEYS
+    ARGV[4] the number of its ARGV
+            and after the n triples, each call's ARGV, one call after the
+            other
+  Output:
+    per call, {1, its reply} or {0, the error it raised}: an error stops
+    only its own call, and what that call wrote before it stands, as when
+    it runs alone.
+]]
+local function run_batch(KEYS, ARGV)
+  local n = tonumber(ARGV[1])
+  local out = {}
+  local k, a = 1, 2 + 3 * n
+  for c = 1, n do
+    local h = 2 + 3 * (c - 1)
+    local call = BATCHED[ARGV[h]]
+    local nk, na = tonumber(ARGV[h + 1]), tonumber(ARGV[h + 2])
+    local keys, args = {}, {}
+    for i = 1, nk do keys[i] = KEYS[k + i - 1] end
+    for i = 1, na do args[i] = ARGV[a + i - 1] end
+    k, a = k + nk, a + na
+    if not call then
+      out[c] = {0, 'not a batched function: ' .. tostring(ARGV[h])}
+    else
+      local ok, reply = pcall(call, keys, args)
+      if ok then out[c] = {1, reply} else out[c] = {0, tostring(reply)} end
+    end
+  end
+  return out
+end
