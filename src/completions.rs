@@ -5,16 +5,19 @@
 //! single flusher task and wait for the answer; the flusher takes everything
 //! queued so far, groups it by partition and records each group with one
 //! script call (the groups of different partitions go out together on the
-//! multiplexed connection). A batch gathers for a short window after its
-//! first job (`delivery.claim_ahead`'s pace, four fifths of it; none when
-//! it is 0), until the carrier's next round claims (the batch goes to Redis
-//! with the claims, in one wake), or until it is full, so that at a steady load outcomes reach
-//! Redis a window's worth at a time rather than one wake each; under load,
-//! jobs also queue up while the previous batch is in flight.
+//! multiplexed connection). A batch gathers after its first job for up to
+//! [`WINDOW`] (none when `delivery.claim_ahead` is 0: each batch goes at
+//! once), going with the carrier's first round after three fifths of it
+//! (in the same wake as the round's claims), or sooner when it is full, so
+//! that at a steady load each partition's outcomes reach Redis in one call
+//! per window rather than one call per job; under load, jobs also queue up
+//! while the previous batch is in flight.
 //!
-//! An attempt task keeps its lease (and its claim permit) until its outcome
-//! is recorded; its worker permit is free meanwhile. A daemon killed within
-//! the window leaves the job to its lease: delivered again, never lost.
+//! An attempt task keeps its lease until its outcome is recorded; its
+//! worker permit and its room in the claim budget are free meanwhile. A
+//! job's state reads `inflight` until then (up to [`WINDOW`] after the
+//! answer). A daemon killed within the window leaves the job to its lease:
+//! delivered again, never lost.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,6 +27,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::store::{Claimed, Delivery, Store, StoreError, StoreResult};
 use crate::wake::Signals;
+
+/// Longest a delivery's outcome waits for its batch.
+pub(crate) const WINDOW: Duration = Duration::from_millis(250);
 
 /// Most jobs recorded by one script call (bounds the script's run time).
 pub(crate) const MAX_BATCH: usize = 256;
@@ -88,18 +94,26 @@ async fn flush(
 ) {
     let mut batch = Vec::new();
     while rx.recv_many(&mut batch, MAX_BATCH * 4).await > 0 {
-        let until = tokio::time::Instant::now() + window;
+        let first = tokio::time::Instant::now();
+        // From `rounds_from` on, the carrier's next round takes the batch
+        // along; at `until` it goes alone.
+        let (rounds_from, until) = (first + window * 3 / 5, first + window);
         while !window.is_zero() && batch.len() < MAX_BATCH {
             let room = MAX_BATCH * 4 - batch.len();
+            let with_rounds = tokio::time::Instant::now() >= rounds_from;
+            let next = if with_rounds { until } else { rounds_from };
             tokio::select! {
                 n = rx.recv_many(&mut batch, room) => {
                     if n == 0 {
                         break;
                     }
                 }
-                // The window ended, or a round claims now.
-                _ = tokio::time::sleep_until(until) => break,
-                _ = signals.round.notified() => break,
+                _ = tokio::time::sleep_until(next) => {
+                    if with_rounds {
+                        break;
+                    }
+                }
+                _ = signals.round.notified(), if with_rounds => break,
             }
         }
         let mut by_partition: BTreeMap<u16, Vec<Pending>> = BTreeMap::new();

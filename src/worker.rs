@@ -172,11 +172,12 @@ impl WorkerPool {
         let Cues { signals, fleet } = cues;
         let workers = config.delivery.workers;
         let held = workers * HELD_PER_WORKER;
-        let completions = Completions::start(
-            store.clone(),
-            config.delivery.claim_ahead * 4 / 5,
-            signals.clone(),
-        );
+        let window = if config.delivery.claim_ahead.is_zero() {
+            Duration::ZERO
+        } else {
+            crate::completions::WINDOW
+        };
+        let completions = Completions::start(store.clone(), window, signals.clone());
         let reserve = claim_chunk(&config) as usize;
         WorkerPool {
             reserve: Arc::new(Semaphore::new(reserve)),
@@ -644,8 +645,8 @@ impl WorkerPool {
                     probe,
                     ..
                 } = entry;
-                pool.run_attempt(job, spec, &host, probe, ticket).await;
-                drop(held);
+                pool.run_attempt(job, spec, &host, probe, (ticket, held))
+                    .await;
             });
         }
     }
@@ -705,7 +706,7 @@ impl WorkerPool {
         spec: JobSpec,
         host: &str,
         probe: bool,
-        ticket: crate::hosts::lanes::Ticket,
+        (ticket, held): (crate::hosts::lanes::Ticket, OwnedSemaphorePermit),
     ) {
         let timeout = spec.timeout(&self.config);
         let started_at = self.clock.now_ms();
@@ -719,6 +720,9 @@ impl WorkerPool {
             .attempt(&job.id, job.attempt, &spec, timeout, started_at)
             .await;
         drop(ticket);
+        // The job leaves memory: its outcome waits for its batch under its
+        // lease, and room in the claim budget is free again.
+        drop(held);
         let verdict = Verdict::of(&report.outcome, report.record.error, report.record.status);
         let failure = match &report.outcome {
             Outcome::Failed(kind) => Some(kind),
