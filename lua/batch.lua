@@ -5,7 +5,8 @@
   BATCHED, which the library builds: promote_due, claim_ready and
   complete_jobs), run as it would run alone, one after another. The daemon
   sends together the calls its claim loops and its outcome recording make
-  at the same moment, so that Redis wakes once for all of them.
+  at the same moment, so that Redis wakes once for all of them. The calls
+  read Redis's clock once, as if they ran at the same instant.
 
   Input:
     KEYS    each call's KEYS, one call after the other
@@ -23,6 +24,9 @@
 local function run_batch(KEYS, ARGV)
   local n = tonumber(ARGV[1])
   local out = {}
+  -- One TIME for every call (see now_ms in the prelude).
+  batch_now = nil
+  batch_now = now_ms()
   local k, a = 1, 2 + 3 * n
   for c = 1, n do
     local h = 2 + 3 * (c - 1)
@@ -39,5 +43,6 @@ local function run_batch(KEYS, ARGV)
       if ok then out[c] = {1, reply} else out[c] = {0, tostring(reply)} end
     end
   end
+  batch_now = nil
   return out
 end

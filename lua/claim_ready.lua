@@ -9,7 +9,10 @@
 
   With a promotion batch, due jobs are first promoted (promote_due_jobs in
   the prelude), so that the daemon that has the partition claims a job that
-  just came due in one call.
+  just came due in one call. When no tenant has a ready list and the
+  default one is empty, the default tenant's jobs just promoted are claimed
+  straight from the promotion, without passing through the list (what the
+  claim does not take is pushed).
 
   Tenants (SPEC §15): each tenant with ready jobs has a list of its own
   (see the prelude). With several, N is shared between them by weight (see
@@ -135,17 +138,28 @@ local horizon = now + tonumber(ARGV[5])
 
 local out = {now, 0, -1, -2, horizon}
 local promote = tonumber(ARGV[4])
+local tenants = rcall('SCARD', KEYS[5])
+-- Promoted jobs the promotion handed back: with no tenant's list and the
+-- default list empty, the default tenant's jobs just promoted are claimed
+-- without passing through the list (its order is theirs).
+local kept
 if promote > 0 then
-  local moved, next_due = promote_due_jobs(KEYS[3], KEYS[1], KEYS[4], promote, now, horizon)
+  local keep = 0
+  if want > 0 and tenants == 0 and rcall('LLEN', KEYS[1]) == 0 then keep = want end
+  local moved, next_due, _, handed = promote_due_jobs(KEYS[3], KEYS[1], KEYS[4], promote, now,
+    horizon, keep)
+  kept = handed
   if not moved then return try_again() end
   out[3], out[4] = moved, next_due
+  if #kept == 0 then kept = nil end
 end
 -- (LRANGE 0 -1 would be the whole list.)
 if want < 1 then return out end
 local prefix = partition_prefix(ARGV[2], 'job:')
 local lists
-local tenants = rcall('SCARD', KEYS[5])
-if tenants == 0 then
+if kept then
+  lists = {{key = KEYS[1], ids = kept, kept = true}}
+elseif tenants == 0 then
   lists = {{key = KEYS[1], ids = rcall('LRANGE', KEYS[1], 0, want - 1)}}
 else
   -- At most TENANTS_PER_CLAIM of them, a random pick when there are more.
@@ -170,7 +184,7 @@ for i, id in ipairs(ids) do
   records[i] = v or false
 end
 for _, l in ipairs(lists) do
-  if #l.ids > 0 then rcall('LTRIM', l.key, #l.ids, -1) end
+  if #l.ids > 0 and not l.kept then rcall('LTRIM', l.key, #l.ids, -1) end
   -- A tenant whose list ran dry leaves the set (a push brings it back).
   if l.tenant and l.dry then rcall('SREM', KEYS[5], l.tenant) end
 end

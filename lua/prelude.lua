@@ -59,7 +59,12 @@ local function slot_moving_once(key)
 end
 
 -- Redis's clock, epoch ms: the one clock of every due time and lease.
+-- Redis's time for the calls of a batch (lua/batch.lua), which run at one
+-- moment and so read TIME once; nil outside a batch.
+local batch_now = nil
+
 local function now_ms()
+  if batch_now then return batch_now end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
@@ -945,7 +950,7 @@ end
 ]]
 local DUE_TENANTS_PER_PROMOTION = 64
 
-local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horizon)
+local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horizon, keep)
   local prefix = partition_prefix(due_key, 'due')
   -- Open the wheel's buckets whose time has come. Read pass first: the bucket
   -- lists and records are keys the script builds, checked by Redis only when
@@ -996,17 +1001,56 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
   -- checks each record, and drops an id whose job is gone). Read pass:
   -- each due set's due members, and its head once they have left.
   local index = due_index(due_key)
-  local sets = {}
-  local default_head = tonumber(redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')[2])
-  if default_head and default_head <= horizon then sets[1] = {key = due_key, members = {}} end
-  for _, tenant in ipairs(redis.call('ZRANGE', index, '-inf', horizon, 'BYSCORE', 'LIMIT', 0,
-      DUE_TENANTS_PER_PROMOTION)) do
-    sets[#sets + 1] = {key = due_key .. ':' .. tenant, tenant = tenant, members = {}}
+  -- The tenants' sets' earliest due time: their index's head. Only when it
+  -- is due are the tenants with jobs due read.
+  local index_head = tonumber(redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')[2])
+  -- The default set first, always (an empty read when none of its jobs is
+  -- due), then each tenant's with jobs due.
+  local sets = {{key = due_key, members = {}}}
+  if index_head and index_head <= horizon then
+    for _, tenant in ipairs(redis.call('ZRANGE', index, '-inf', horizon, 'BYSCORE', 'LIMIT', 0,
+        DUE_TENANTS_PER_PROMOTION)) do
+      sets[#sets + 1] = {key = due_key .. ':' .. tenant, tenant = tenant, members = {}}
+    end
+  end
+  -- Up to `want` more due members of `set`. A first read of the default
+  -- set takes at most PEEK of them and the member after them, with the
+  -- scores: at a steady load that one read also gives the set's head once
+  -- its due members have left (`head`: a time, false for none, nil when
+  -- unknown).
+  local PEEK = 8
+  local function take(set, want)
+    local n = 0
+    if not set.tenant and #set.members == 0 then
+      local peek = math.min(want, PEEK)
+      local got = redis.call('ZRANGE', set.key, '-inf', '+inf', 'BYSCORE', 'LIMIT', 0, peek + 1,
+        'WITHSCORES')
+      set.head = false
+      for i = 1, #got, 2 do
+        local score = tonumber(got[i + 1])
+        if n < peek and score <= horizon then
+          set.members[#set.members + 1] = got[i]
+          n = n + 1
+        else
+          set.head = score
+          break
+        end
+      end
+      -- All it looked at were due: more may be.
+      if not (n == peek and set.head and set.head <= horizon) then return n end
+      set.head = nil
+      want = want - n
+      if want == 0 then return n end
+    end
+    set.head = nil
+    local got = redis.call('ZRANGE', set.key, '-inf', horizon, 'BYSCORE', 'LIMIT', #set.members, want)
+    for _, member in ipairs(got) do set.members[#set.members + 1] = member end
+    return n + #got
   end
   -- An equal share each; what a set cannot fill goes to those that filled
   -- theirs, in a second round.
   local left, full = batch, {}
-  local share = math.ceil(batch / math.max(#sets, 1))
+  local share = math.ceil(batch / #sets)
   for round = 1, 2 do
     local takers = sets
     if round == 2 then
@@ -1016,31 +1060,47 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
     for _, set in ipairs(takers) do
       local want = math.min(share, left)
       if want > 0 then
-        local got = redis.call('ZRANGE', set.key, '-inf', horizon, 'BYSCORE', 'LIMIT', #set.members, want)
-        for _, member in ipairs(got) do set.members[#set.members + 1] = member end
-        left = left - #got
-        if round == 1 and #got == want then full[#full + 1] = set end
+        local got = take(set, want)
+        left = left - got
+        if round == 1 and got == want then full[#full + 1] = set end
       end
     end
     if left == 0 or #full == 0 then break end
   end
-  local ids = {}
+  local ids, default_only = {}, #sets == 1
   for _, set in ipairs(sets) do
-    for _, member in ipairs(set.members) do ids[#ids + 1] = string.sub(member, 13) end
-    if set.tenant then
-      set.head = redis.call('ZRANGE', set.key, #set.members, #set.members, 'WITHSCORES')[2]
-      -- (An empty set may be one whose key has not arrived yet.)
-      if #set.members == 0 and not set.head and IN_CLUSTER and slot_moving_once(due_key) then
-        return nil
-      end
+    for _, member in ipairs(set.members) do
+      local id = string.sub(member, 13)
+      ids[#ids + 1] = id
+      if string.find(id, '/', 1, true) then default_only = false end
     end
+    -- Its head once its due members have left (the default set's may be
+    -- known from its read).
+    if set.head == nil then
+      set.head = tonumber(redis.call('ZRANGE', set.key, #set.members, #set.members, 'WITHSCORES')[2])
+    end
+    -- (An empty set may be one whose key has not arrived yet.)
+    if set.tenant and #set.members == 0 and not set.head and IN_CLUSTER and slot_moving_once(due_key) then
+      return nil
+    end
+  end
+  -- With `keep`, and only the default tenant's jobs moving, up to `keep`
+  -- of them are handed back to the caller (a claim, which takes them at
+  -- once) instead of going through the ready list; the rest are pushed.
+  local kept = {}
+  if keep > 0 and default_only then
+    local rest = {}
+    for i, id in ipairs(ids) do
+      if i <= keep then kept[i] = id else rest[#rest + 1] = id end
+    end
+    ids = rest
   end
   -- (With buckets opened, the slot was found still above.)
   if ready_push_blocked(ready_key, ids) then return nil end
   for _, set in ipairs(sets) do
     -- (The members read are the set's first, by rank.)
     if #set.members > 0 then redis.call('ZREMRANGEBYRANK', set.key, 0, #set.members - 1) end
-    if set.head then
+    if set.tenant and set.head then
       redis.call('ZADD', index, set.head, set.tenant)
     elseif set.tenant then
       redis.call('ZREM', index, set.tenant)
@@ -1054,10 +1114,15 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
   if #buckets > 0 then
     next_due = next_wake(prefix, due_key)
   else
-    next_due = due_head(due_key)
+    -- The default set's head was read above; the tenants' sets' earliest
+    -- is the index's head (read again when a tenant's set moved).
+    next_due = sets[1].head or nil
+    local b = index_head
+    if #sets > 1 then b = tonumber(redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')[2]) end
+    if b and (not next_due or b < next_due) then next_due = b end
     if not next_due or (wheel_head and wheel_head < next_due) then next_due = wheel_head end
   end
-  return #ids, next_due or -1, started
+  return #ids + #kept, next_due or -1, started, kept
 end
 
 --[[

@@ -26,6 +26,6 @@
 local now = now_ms()
 local horizon = now + tonumber(ARGV[2])
 local moved, next_due, started = promote_due_jobs(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]), now,
-  horizon)
+  horizon, 0)
 if not moved then return try_again() end
 return {moved, next_due, now, started and 1 or 0, horizon}
