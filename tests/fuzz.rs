@@ -174,6 +174,7 @@ const CONFIG_KEYS: &[(&str, &str)] = &[
     ("delivery", "signing_secrets"),
     ("delivery", "signing_mode"),
     ("delivery", "claim_batch"),
+    ("delivery", "claim_ahead"),
     ("delivery", "shutdown_grace"),
     ("retention", "finished"),
     ("retention", "keep_bodies"),
@@ -521,6 +522,7 @@ fn held_and_written(
             text_of(value),
         ),
         ("delivery", "claim_batch") => pair(d.claim_batch as i64, int_of(value)),
+        ("delivery", "claim_ahead") => pair(d.claim_ahead, duration_of(value)),
         ("delivery", "shutdown_grace") => pair(d.shutdown_grace, duration_of(value)),
         ("retention", "finished") => pair(re.finished, duration_of(value)),
         ("retention", "keep_bodies") => pair(re.keep_bodies, value.as_bool()),
@@ -662,6 +664,7 @@ fn valid_value(section: &str, key: &str) -> BoxedStrategy<String> {
             .prop_filter("not the default", |n| *n != 64)
             .prop_map(|n| n.to_string())
             .boxed(),
+        ("delivery", "claim_ahead") => one_of(&["\"0ms\"", "\"10ms\"", "\"1ms\""]),
         ("delivery", "shutdown_grace") => one_of(&["\"0s\"", "\"5s\"", "\"2m\""]),
         ("retention", "finished") => one_of(&["\"1s\"", "\"3h\"", "\"7days\""]),
         ("retention", "dead_letters_max") => (1u64..=10_000_000_000)

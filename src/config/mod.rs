@@ -919,6 +919,11 @@ mod tests {
                 "delivery.per_host_rate",
             ),
             ("HOOKQ_BREAKER__OPEN_FOR", "\"0s\"", "breaker.open_for"),
+            (
+                "HOOKQ_DELIVERY__CLAIM_AHEAD",
+                "\"51ms\"",
+                "delivery.claim_ahead",
+            ),
             ("HOOKQ_BREAKER__MAX_OPEN", "\"1s\"", "breaker.max_open"),
             ("HOOKQ_ALERTS__URL", "ftp://x", "alerts.url"),
             (
