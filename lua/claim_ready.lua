@@ -146,10 +146,12 @@ local kept
 if promote > 0 then
   local keep = 0
   if want > 0 and tenants == 0 and rcall('LLEN', KEYS[1]) == 0 then keep = want end
-  local moved, next_due, _, handed = promote_due_jobs(KEYS[3], KEYS[1], KEYS[4], promote, now,
-    horizon, keep)
+  local moved, next_due, started, handed = promote_due_jobs(KEYS[3], KEYS[1], KEYS[4], promote,
+    now, horizon, keep)
   kept = handed
   if not moved then return try_again() end
+  -- A tenant's list it started joined the tenants set.
+  if started then tenants = rcall('SCARD', KEYS[5]) end
   out[3], out[4] = moved, next_due
   if #kept == 0 then kept = nil end
 end

@@ -565,3 +565,25 @@ async fn a_claim_with_more_than_64_tenants_ready_comes_back_for_the_rest() {
     assert_eq!(second.jobs.len(), 6);
     assert!(!second.more);
 }
+
+/// A tenant's jobs due together are claimed in the round that promotes
+/// them: the claim that promotes reads the tenants' ready lists the
+/// promotion started, so the jobs do not wait for a claim loop's idle
+/// recheck (5 s).
+#[tokio::test]
+async fn a_tenants_jobs_are_claimed_in_the_round_that_promotes_them() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let config = test_config(&redis);
+    let store = Store::connect(&config).await.expect("store");
+    store.load_scripts().await.expect("scripts");
+    let daemon = start_daemon(&config).await;
+    let due = store.redis_time_ms().await.expect("time") + 500;
+    enqueue_for(&store, &config, "burst", "b", 20, &receiver.url("/b"), due).await;
+    // Half the idle recheck after the due time: missed by the round, they
+    // would arrive only at the recheck.
+    receiver
+        .wait_for_count(20, Duration::from_millis(500 + 2_500))
+        .await;
+    daemon.stop().await.expect("clean stop");
+}
