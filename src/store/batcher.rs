@@ -58,6 +58,17 @@ impl Batcher {
 }
 
 impl Store {
+    /// This store, sending the calls of the hot scripts made at one moment
+    /// together (see the module doc) on a single Redis; a cluster's store
+    /// as it is. Call within a Tokio runtime (it starts the batching task).
+    pub fn batching(mut self) -> Store {
+        if matches!(self.conn, RedisConn::Single(_)) {
+            let plain = self.clone();
+            self.batcher = Some(Arc::new(Batcher::start(plain)));
+        }
+        self
+    }
+
     /// Runs script `def` (one of [`BATCHED`]) with `keys` and `args`, in a
     /// batch with the calls made at the same moment when this store batches
     /// (else alone, as [`Store::invoke`] does); decodes its reply.

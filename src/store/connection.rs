@@ -189,17 +189,6 @@ impl Store {
         }
     }
 
-    /// This store, sending the calls of the hot scripts made at one moment
-    /// together ([`super::batcher`]) on a single Redis; a cluster's store
-    /// as it is. Call within a Tokio runtime (it starts the batching task).
-    pub fn batching(mut self) -> Store {
-        if matches!(self.conn, RedisConn::Single(_)) {
-            let plain = self.clone();
-            self.batcher = Some(Arc::new(super::batcher::Batcher::start(plain)));
-        }
-        self
-    }
-
     /// The key schema.
     pub fn keys(&self) -> &Keys {
         &self.keys
