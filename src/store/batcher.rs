@@ -21,7 +21,7 @@ use std::sync::Arc;
 use redis::Value;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use super::connection::function_missing;
+use super::connection::{decode, function_missing};
 use super::scripts::{Runner, ScriptDef, BATCHED};
 use super::{RedisConn, Store, StoreError, StoreResult};
 
@@ -98,7 +98,7 @@ impl Store {
         let value = answer
             .await
             .unwrap_or_else(|_| Err(StoreError::reply(def.name, "the batch was dropped")))?;
-        T::from_owned_redis_value(value).map_err(|e| StoreError::reply(def.name, e.to_string()))
+        decode(def, value)
     }
 
     /// Runs `calls` as one `FCALL` of the batch function (loading the
@@ -142,25 +142,24 @@ impl Store {
                 .zip(replies)
                 .map(|(c, r)| one(c.def, r))
                 .collect(),
-            Ok(other) => {
-                let err = Arc::new(StoreError::reply(
+            Ok(other) => shared_error(
+                calls.len(),
+                StoreError::reply(
                     "batch",
                     format!("expected {} replies, got {other:?}", calls.len()),
-                ));
-                calls
-                    .iter()
-                    .map(|_| Err(StoreError::Shared(err.clone())))
-                    .collect()
-            }
-            Err(err) => {
-                let err = Arc::new(StoreError::from(err));
-                calls
-                    .iter()
-                    .map(|_| Err(StoreError::Shared(err.clone())))
-                    .collect()
-            }
+                ),
+            ),
+            Err(err) => shared_error(calls.len(), StoreError::from(err)),
         }
     }
+}
+
+/// `err` as the answer of each of `n` calls ([`StoreError::Shared`]).
+fn shared_error(n: usize, err: StoreError) -> Vec<StoreResult<Value>> {
+    let err = Arc::new(err);
+    (0..n)
+        .map(|_| Err(StoreError::Shared(err.clone())))
+        .collect()
 }
 
 /// One call's part of a batch's reply: `{1, reply}` or `{0, error}`.

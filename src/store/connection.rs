@@ -18,7 +18,7 @@ use crate::config::Config;
 
 /// Decodes the reply of script `def` as a `T` (see [`reply`](super::reply)); a reply of
 /// another shape is [`StoreError::Reply`] naming the script.
-fn decode<T: FromRedisValue>(def: &ScriptDef, value: Value) -> StoreResult<T> {
+pub(super) fn decode<T: FromRedisValue>(def: &ScriptDef, value: Value) -> StoreResult<T> {
     T::from_owned_redis_value(value).map_err(|e| StoreError::reply(def.name, e.to_string()))
 }
 
