@@ -43,26 +43,15 @@ impl WorkerPool {
                 error: &error,
             },
         );
-        let deadline = self.recording_deadline(job, self.config.delivery.max_timeout);
-        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
-        loop {
-            match self.completions.complete(job, delivery.clone()).await {
-                Ok(true) => return,
-                Ok(false) => {
-                    tracing::info!("delivered, but the lease was taken over or the job cancelled; outcome discarded");
-                    return;
-                }
-                Err(err) if tokio::time::Instant::now() + backoff.current() < deadline => {
-                    metrics::counter!("hookq_redis_errors_total", "component" => "worker")
-                        .increment(1);
-                    tracing::warn!(cause = %err, "cannot record delivery yet; retrying");
-                    tokio::time::sleep(backoff.step()).await;
-                }
-                Err(err) => {
-                    tracing::error!(cause = %err, "cannot record delivery; the lease will return the job");
-                    return;
-                }
-            }
+        let recorded = self
+            .until_recorded(job, "delivery", || {
+                self.completions.complete(job, delivery.clone())
+            })
+            .await;
+        if recorded == Some(false) {
+            tracing::info!(
+                "delivered, but the lease was taken over or the job cancelled; outcome discarded"
+            );
         }
     }
 
@@ -82,36 +71,53 @@ impl WorkerPool {
             topic,
             action,
         };
+        let failed = self
+            .until_recorded(job, "failure", || self.store.fail(job, &failure))
+            .await;
+        if let Some(outcome) = failed {
+            tracing::debug!(?outcome, error = %last_error, "attempt failed");
+            if let crate::store::FailOutcome::DeadLettered(entry) = &outcome {
+                self.breaker.alerts().emit(
+                    "job.dead_lettered",
+                    serde_json::json!({
+                        "id": job.id,
+                        "topic": topic,
+                        "attempts": job.attempt,
+                        "last_error": last_error,
+                        "last_status": record.status,
+                        "dead_letter_entry": entry,
+                    }),
+                );
+            }
+        }
+    }
+
+    /// Runs `record` (an outcome's write) until it succeeds, retrying while
+    /// Redis fails and the job's lease would still hold; None when it gave
+    /// up (the lease will return the job). `what` names it in the logs.
+    async fn until_recorded<T, Fut>(
+        &self,
+        job: &Claimed,
+        what: &str,
+        mut record: impl FnMut() -> Fut,
+    ) -> Option<T>
+    where
+        Fut: std::future::Future<Output = crate::store::StoreResult<T>>,
+    {
         let deadline = self.recording_deadline(job, self.config.delivery.max_timeout);
         let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
         loop {
-            match self.store.fail(job, &failure).await {
-                Ok(outcome) => {
-                    tracing::debug!(?outcome, error = %last_error, "attempt failed");
-                    if let crate::store::FailOutcome::DeadLettered(entry) = &outcome {
-                        self.breaker.alerts().emit(
-                            "job.dead_lettered",
-                            serde_json::json!({
-                                "id": job.id,
-                                "topic": topic,
-                                "attempts": job.attempt,
-                                "last_error": last_error,
-                                "last_status": record.status,
-                                "dead_letter_entry": entry,
-                            }),
-                        );
-                    }
-                    return;
-                }
+            match record().await {
+                Ok(value) => return Some(value),
                 Err(err) if tokio::time::Instant::now() + backoff.current() < deadline => {
                     metrics::counter!("hookq_redis_errors_total", "component" => "worker")
                         .increment(1);
-                    tracing::warn!(cause = %err, "cannot record failure yet; retrying");
+                    tracing::warn!(cause = %err, "cannot record {what} yet; retrying");
                     tokio::time::sleep(backoff.step()).await;
                 }
                 Err(err) => {
-                    tracing::error!(cause = %err, "cannot record failure; the lease will return the job");
-                    return;
+                    tracing::error!(cause = %err, "cannot record {what}; the lease will return the job");
+                    return None;
                 }
             }
         }
