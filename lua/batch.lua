@@ -32,9 +32,8 @@ local function run_batch(KEYS, ARGV)
     local h = 2 + 3 * (c - 1)
     local call = BATCHED[ARGV[h]]
     local nk, na = tonumber(ARGV[h + 1]), tonumber(ARGV[h + 2])
-    local keys, args = {}, {}
-    for i = 1, nk do keys[i] = KEYS[k + i - 1] end
-    for i = 1, na do args[i] = ARGV[a + i - 1] end
+    -- (Constructors with unpack make each table at its size.)
+    local keys, args = {unpack(KEYS, k, k + nk - 1)}, {unpack(ARGV, a, a + na - 1)}
     k, a = k + nk, a + na
     if not call then
       out[c] = {0, 'not a batched function: ' .. tostring(ARGV[h])}

@@ -44,7 +44,9 @@
             two arguments:
     ARGV[8] its weight
   Output:
-    {now, more, moved, next_due, horizon, id1, attempt1, due1, spec1, id2, ...}:
+    {now, more, moved, next_due, horizon, id1, attempt1, due1, record1, id2, ...}:
+    `record` is the job's record as read (the header, then the spec JSON:
+    the store takes the spec from it, so Redis copies no spec out of it);
     `more` is 1 when N ids were taken (the list may hold more), 0 when the
     list ran dry; `moved`, `next_due` and `horizon` as promote_due answers
     them, or -1 and -2 without a promotion.
@@ -211,7 +213,7 @@ for i, id in ipairs(ids) do
     out[#out + 1] = id
     out[#out + 1] = attempt
     out[#out + 1] = r.due
-    out[#out + 1] = string.sub(v, REC_HEADER + 1)
+    out[#out + 1] = v
   end
 end
 if #leases > 0 then rcall('ZADD', KEYS[2], unpack(leases)) end

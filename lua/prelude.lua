@@ -134,9 +134,10 @@ end
 
 local function rec_unpack(v)
   if not v or #v < REC_HEADER then return nil end
-  local r = {}
-  r.state, r.ut, r.att, r.max, r.due, r.seq, r.ct, r.lease, r.given = struct.unpack(REC_FMT, v)
-  return r
+  local state, ut, att, max, due, seq, ct, lease, given = struct.unpack(REC_FMT, v)
+  -- (One constructor: the table is made at its size, not grown per field.)
+  return {state = state, ut = ut, att = att, max = max, due = due, seq = seq, ct = ct,
+    lease = lease, given = given}
 end
 
 -- The record stored as value `v`, with its spec in `.spec`; nil when `v`
@@ -1013,39 +1014,14 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
       sets[#sets + 1] = {key = due_key .. ':' .. tenant, tenant = tenant, members = {}}
     end
   end
-  -- Up to `want` more due members of `set`. A first read of the default
-  -- set takes at most PEEK of them and the member after them, with the
-  -- scores: at a steady load that one read also gives the set's head once
-  -- its due members have left (`head`: a time, false for none, nil when
-  -- unknown).
-  local PEEK = 8
+  -- Up to `want` more due members of `set`: the due ones only, without
+  -- their scores (a read with scores of the members after them too cost
+  -- Redis more in formatting and Lua in strings than the head's own read
+  -- below).
   local function take(set, want)
-    local n = 0
-    if not set.tenant and #set.members == 0 then
-      local peek = math.min(want, PEEK)
-      local got = redis.call('ZRANGE', set.key, '-inf', '+inf', 'BYSCORE', 'LIMIT', 0, peek + 1,
-        'WITHSCORES')
-      set.head = false
-      for i = 1, #got, 2 do
-        local score = tonumber(got[i + 1])
-        if n < peek and score <= horizon then
-          set.members[#set.members + 1] = got[i]
-          n = n + 1
-        else
-          set.head = score
-          break
-        end
-      end
-      -- All it looked at were due: more may be.
-      if not (n == peek and set.head and set.head <= horizon) then return n end
-      set.head = nil
-      want = want - n
-      if want == 0 then return n end
-    end
-    set.head = nil
     local got = redis.call('ZRANGE', set.key, '-inf', horizon, 'BYSCORE', 'LIMIT', #set.members, want)
     for _, member in ipairs(got) do set.members[#set.members + 1] = member end
-    return n + #got
+    return #got
   end
   -- An equal share each; what a set cannot fill goes to those that filled
   -- theirs, in a second round.
@@ -1074,11 +1050,8 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
       ids[#ids + 1] = id
       if string.find(id, '/', 1, true) then default_only = false end
     end
-    -- Its head once its due members have left (the default set's may be
-    -- known from its read).
-    if set.head == nil then
-      set.head = tonumber(redis.call('ZRANGE', set.key, #set.members, #set.members, 'WITHSCORES')[2])
-    end
+    -- Its head once its due members have left.
+    set.head = tonumber(redis.call('ZRANGE', set.key, #set.members, #set.members, 'WITHSCORES')[2])
     -- (An empty set may be one whose key has not arrived yet.)
     if set.tenant and #set.members == 0 and not set.head and IN_CLUSTER and slot_moving_once(due_key) then
       return nil

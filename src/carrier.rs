@@ -136,18 +136,30 @@ impl Timetable {
         }
     }
 
-    /// The partitions whose due set should be promoted at `now`: those due
-    /// within [`EARLY_WAKE_MS`], or due by `now` itself after an early promote.
+    /// When partition `p` is next to be promoted (Redis epoch ms): its due
+    /// time less the claim ahead and [`EARLY_WAKE_MS`] (unless the last
+    /// promote came early for it), paced (see [`paced`]); [`NEVER`] when
+    /// nothing is known to be due.
+    fn promote_at(&self, p: usize) -> i64 {
+        let due = self.next_due[p];
+        if due == NEVER {
+            return NEVER;
+        }
+        let lead = if self.came_early[p] { 0 } else { EARLY_WAKE_MS };
+        paced(
+            due.saturating_sub(self.ahead + lead),
+            due,
+            self.last_round,
+            self.ahead,
+        )
+    }
+
+    /// The partitions whose due set should be promoted at `now` (see
+    /// [`Timetable::promote_at`]): a partition learnt of just after a round
+    /// waits for the next one, unless its jobs would be late for it.
     fn due_by(&self, now: i64) -> Vec<u16> {
         (0..self.next_due.len() as u16)
-            .filter(|p| {
-                let lead = if self.came_early[*p as usize] {
-                    0
-                } else {
-                    EARLY_WAKE_MS
-                };
-                self.next_due[*p as usize] <= now.saturating_add(self.ahead + lead)
-            })
+            .filter(|p| self.promote_at(*p as usize) <= now)
             .collect()
     }
 
@@ -165,24 +177,14 @@ impl Timetable {
         self.came_early[p as usize] = early;
     }
 
-    /// The soonest time (Redis epoch ms) the carrier has work: a due time
-    /// less the claim ahead and [`EARLY_WAKE_MS`] (unless the last promote
-    /// came early), paced (see [`paced`]), or a lease deadline; [`NEVER`]
-    /// when nothing is known.
+    /// The soonest time (Redis epoch ms) the carrier has work: a partition
+    /// to promote (see [`Timetable::promote_at`]) or a lease deadline;
+    /// [`NEVER`] when nothing is known.
     fn earliest_wake(&self) -> i64 {
-        let (mut wake, mut due) = (NEVER, NEVER);
-        for (&d, &early) in self.next_due.iter().zip(&self.came_early) {
-            if d == NEVER {
-                continue;
-            }
-            let lead = if early { 0 } else { EARLY_WAKE_MS };
-            wake = wake.min(d - self.ahead - lead);
-            due = due.min(d);
-        }
-        if due != NEVER {
-            wake = paced(wake, due, self.last_round, self.ahead);
-        }
-        self.next_lease.iter().copied().fold(wake, i64::min)
+        let promote = (0..self.next_due.len())
+            .map(|p| self.promote_at(p))
+            .fold(NEVER, i64::min);
+        self.next_lease.iter().copied().fold(promote, i64::min)
     }
 
     /// Notes that a round promoted at `now`.
@@ -276,6 +278,9 @@ impl Carrier {
                 times.promoted_at(now);
             }
             let leases_now = times.leases_expired_by(now);
+            // The claims and promotions this round sets off go to Redis
+            // as one batch (see `store::batcher`).
+            self.store.expect_calls(due_now.len());
             let to_promote = self.hand_over_promotions(&mut times, &due_now);
             if !due_now.is_empty() {
                 // The outcomes gathered meanwhile go with this round's claims.
@@ -424,5 +429,39 @@ impl Carrier {
             }
         }
         ControlFlow::Continue(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A partition learnt of just after a round (its due time reported by
+    /// a claim of that round) waits for the next round, unless waiting
+    /// would leave its jobs less than a fifth of the claim ahead; the
+    /// wake time agrees with the partitions due.
+    #[test]
+    fn a_partition_learnt_after_a_round_waits_for_the_next_unless_late() {
+        let mut times = Timetable::new(3, 50);
+        for p in 0..3 {
+            times.set_owned(p, true);
+            times.set_next_due(p, None, false);
+        }
+        // (No lease known to expire.)
+        times.next_lease = vec![NEVER; 3];
+        times.promoted_at(1_000);
+        // Due 1,051: within the claim ahead of 1,001, but paced to the
+        // next round at 1,040.
+        times.set_next_due(1, Some(1_051), false);
+        assert!(times.due_by(1_001).is_empty(), "no round of its own");
+        assert_eq!(times.earliest_wake(), 1_040);
+        assert_eq!(times.due_by(1_040), [1]);
+        // Due 1,012: promoted at 1,002 at the latest (a fifth of ahead
+        // before it).
+        times.set_next_due(2, Some(1_012), false);
+        assert_eq!(times.earliest_wake(), 1_002);
+        assert!(times.due_by(1_001).is_empty());
+        assert_eq!(times.due_by(1_002), [2]);
+        assert_eq!(times.due_by(1_040), [1, 2]);
     }
 }

@@ -7,8 +7,10 @@
 //! script call (the groups of different partitions go out together on the
 //! multiplexed connection). A batch gathers after its first job for up to
 //! [`WINDOW`] (none when `delivery.claim_ahead` is 0: each batch goes at
-//! once), going with the carrier's first round after three fifths of it
-//! (in the same wake as the round's claims), or sooner when it is full, so
+//! once). After three fifths of it, it goes in the same wake as the next
+//! claims: on a single Redis it rides with the next batch of calls (see
+//! `store::batcher`), elsewhere with the carrier's next round; or it goes
+//! sooner when it is full, so
 //! that at a steady load each partition's outcomes reach Redis in one call
 //! per window rather than one call per job; under load, jobs also queue up
 //! while the previous batch is in flight.
@@ -93,6 +95,9 @@ async fn flush(
     signals: Arc<Signals>,
 ) {
     let mut batch = Vec::new();
+    // On a batching store, outcomes ride with the next batch (see
+    // `store::batcher`) instead of waiting for a round here.
+    let rides = store.batches_calls();
     while rx.recv_many(&mut batch, MAX_BATCH * 4).await > 0 {
         let first = tokio::time::Instant::now();
         // From `rounds_from` on, the carrier's next round takes the batch
@@ -101,6 +106,9 @@ async fn flush(
         while !window.is_zero() && batch.len() < MAX_BATCH {
             let room = MAX_BATCH * 4 - batch.len();
             let with_rounds = tokio::time::Instant::now() >= rounds_from;
+            if with_rounds && rides {
+                break;
+            }
             let next = if with_rounds { until } else { rounds_from };
             tokio::select! {
                 n = rx.recv_many(&mut batch, room) => {
@@ -116,6 +124,8 @@ async fn flush(
                 _ = signals.round.notified(), if with_rounds => break,
             }
         }
+        // A full batch goes at once.
+        let ride_until = (rides && !window.is_zero() && batch.len() < MAX_BATCH).then_some(until);
         let mut by_partition: BTreeMap<u16, Vec<Pending>> = BTreeMap::new();
         for pending in batch.drain(..) {
             by_partition
@@ -127,21 +137,26 @@ async fn flush(
         for (p, mut jobs) in by_partition {
             while jobs.len() > MAX_BATCH {
                 let rest = jobs.split_off(MAX_BATCH);
-                calls.push(record(&store, p, jobs));
+                calls.push(record(&store, p, jobs, ride_until));
                 jobs = rest;
             }
-            calls.push(record(&store, p, jobs));
+            calls.push(record(&store, p, jobs, ride_until));
         }
         futures_util::future::join_all(calls).await;
     }
 }
 
-async fn record(store: &Store, p: u16, jobs: Vec<Pending>) {
+async fn record(
+    store: &Store,
+    p: u16,
+    jobs: Vec<Pending>,
+    ride_until: Option<tokio::time::Instant>,
+) {
     let items: Vec<(&str, u32, &Delivery)> = jobs
         .iter()
         .map(|j| (j.id.as_str(), j.attempt, &j.delivery))
         .collect();
-    match store.complete_many(p, &items).await {
+    match store.complete_many(p, &items, ride_until).await {
         Ok(done) => {
             for (job, recorded) in jobs.into_iter().zip(done) {
                 let _ = job.reply.send(Ok(recorded));

@@ -112,6 +112,7 @@ impl Store {
             &scripts::PROMOTE_DUE,
             &[&self.keys.due(p), &self.keys.ready(p), &self.keys.wheel(p)],
             vec![arg(&batch), arg(&self.settings.claim_ahead_ms)],
+            None,
         )
         .await
     }
@@ -150,6 +151,7 @@ impl Store {
                 .into_iter()
                 .chain(self.tenant_weights.iter().map(arg))
                 .collect::<Vec<_>>(),
+                None,
             )
             .await?;
         let now = reply.now;
@@ -176,18 +178,20 @@ impl Store {
     /// Records a 2xx; false when the lease was stale (nothing changed).
     pub async fn complete(&self, job: &Claimed, delivery: &Delivery) -> StoreResult<bool> {
         let done = self
-            .complete_many(job.partition, &[(&job.id, job.attempt, delivery)])
+            .complete_many(job.partition, &[(&job.id, job.attempt, delivery)], None)
             .await?;
         Ok(done.first().copied().unwrap_or(false))
     }
 
     /// Records 2xx attempts of partition `p` (id, fencing token, delivery)
     /// in one script call; per job, false when its lease was stale (nothing
-    /// changed for it).
+    /// changed for it). With `ride_until`, the call waits up to then for a
+    /// batch that goes anyway (see [`Store::batches_calls`]).
     pub async fn complete_many(
         &self,
         p: u16,
         jobs: &[(&str, u32, &Delivery)],
+        ride_until: Option<tokio::time::Instant>,
     ) -> StoreResult<Vec<bool>> {
         let mut args = Vec::with_capacity(6 + 4 * jobs.len());
         args.push(arg(&self.keys.job_prefix(p)));
@@ -216,7 +220,7 @@ impl Store {
             self.invoke_acked(&scripts::COMPLETE_JOBS, &keys, &args)
                 .await?
         } else {
-            self.invoke_batched(&scripts::COMPLETE_JOBS, &keys, args)
+            self.invoke_batched(&scripts::COMPLETE_JOBS, &keys, args, ride_until)
                 .await?
         };
         if done.len() != jobs.len() {

@@ -15,11 +15,22 @@
 //! run, the next one gathers, so under load batches grow instead of
 //! queueing. A batch carries at most [`MAX_ARGS`] arguments, so that no
 //! single `FCALL` holds Redis for long.
+//!
+//! Two things keep a steady load to one wake of Redis per carrier round:
+//! - the carrier says how many calls its round sets off
+//!   ([`Store::expect_calls`]); a batch waits for them, up to
+//!   [`EXPECT_WAIT`], instead of leaving with the first loop that woke;
+//! - a call may *ride* ([`Store::complete_many`]'s outcomes do): it waits
+//!   for the next batch that goes anyway, and goes alone only once its time
+//!   to ride is up.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use redis::Value;
 use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::time::Instant;
 
 use super::connection::{decode, function_missing};
 use super::scripts::{Runner, ScriptDef, BATCHED};
@@ -33,6 +44,8 @@ const IN_FLIGHT: usize = 2;
 /// Most arguments (all calls' ARGV together) one batch carries; a call
 /// larger than that goes alone.
 const MAX_ARGS: usize = 2048;
+/// Longest a batch waits for the calls a carrier round said would come.
+const EXPECT_WAIT: Duration = Duration::from_millis(2);
 
 /// One call waiting for its batch.
 struct Call {
@@ -40,11 +53,16 @@ struct Call {
     keys: Vec<String>,
     args: Vec<Vec<u8>>,
     reply: oneshot::Sender<StoreResult<Value>>,
+    /// A call that rides: it goes with the next batch, or alone at this
+    /// time (see the module doc).
+    ride_until: Option<Instant>,
 }
 
 /// The queue of a store's batched calls (see the module doc).
 pub(crate) struct Batcher {
     queue: mpsc::UnboundedSender<Call>,
+    /// Calls a carrier round said would come and that have not yet.
+    expected: Arc<AtomicUsize>,
 }
 
 impl Batcher {
@@ -52,8 +70,9 @@ impl Batcher {
     /// batcher of its own, so the task ends with the last handle).
     pub(crate) fn start(store: Store) -> Batcher {
         let (queue, rx) = mpsc::unbounded_channel();
-        tokio::spawn(send_batches(store, rx));
-        Batcher { queue }
+        let expected = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(send_batches(store, rx, expected.clone()));
+        Batcher { queue, expected }
     }
 }
 
@@ -69,27 +88,60 @@ impl Store {
         self
     }
 
+    /// The batcher this store's calls go through: a single Redis with
+    /// Functions only.
+    fn active_batcher(&self) -> Option<&Batcher> {
+        match &self.batcher {
+            Some(b) if self.scripts.runner() == Runner::Functions => Some(b),
+            _ => None,
+        }
+    }
+
+    /// True when this store sends calls made at one moment together (so
+    /// that a call may ride with the next batch; see the module doc).
+    pub(crate) fn batches_calls(&self) -> bool {
+        self.active_batcher().is_some()
+    }
+
+    /// Says that `n` batched calls are about to be made (a carrier round's
+    /// claims and promotions): the next batch waits for them, up to
+    /// [`EXPECT_WAIT`]. Nothing when this store does not batch.
+    pub(crate) fn expect_calls(&self, n: usize) {
+        if let Some(b) = self.active_batcher() {
+            b.expected.store(n, Ordering::Release);
+        }
+    }
+
     /// Runs script `def` (one of [`BATCHED`]) with `keys` and `args`, in a
     /// batch with the calls made at the same moment when this store batches
-    /// (else alone, as [`Store::invoke`] does); decodes its reply.
+    /// (else alone, as [`Store::invoke`] does); decodes its reply. With
+    /// `ride_until`, the call waits for the next batch up to that time.
     pub(super) async fn invoke_batched<T: redis::FromRedisValue>(
         &self,
         def: &'static ScriptDef,
         keys: &[&str],
         args: Vec<Vec<u8>>,
+        ride_until: Option<Instant>,
     ) -> StoreResult<T> {
         let batched = BATCHED.iter().any(|b| b.name == def.name);
-        let batcher = match &self.batcher {
-            Some(b) if batched && self.scripts.runner() == Runner::Functions => b,
+        let batcher = match self.active_batcher() {
+            Some(b) if batched => b,
             _ => return self.invoke(def, keys, &args).await,
         };
         Store::check_inputs(def, keys, &args)?;
+        if ride_until.is_none() {
+            // (Saturating: a call nobody announced takes nothing.)
+            let _ = batcher
+                .expected
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        }
         let (reply, answer) = oneshot::channel();
         let call = Call {
             def,
             keys: keys.iter().map(|k| k.to_string()).collect(),
             args,
             reply,
+            ride_until,
         };
         if let Err(mpsc::error::SendError(call)) = batcher.queue.send(call) {
             // (The task has ended: the runtime is going down.)
@@ -185,40 +237,125 @@ fn one(def: &ScriptDef, part: Value) -> StoreResult<Value> {
     }
 }
 
-/// The batching task: takes every call queued, cuts it into batches of at
-/// most [`MAX_ARGS`] arguments and sends each (a batch of one as a plain
-/// call), at most [`IN_FLIGHT`] at a time; ends when the queue closes.
-async fn send_batches(store: Store, mut rx: mpsc::UnboundedReceiver<Call>) {
+/// The calls waiting in the batching task: those to send, and those
+/// riding (see the module doc).
+#[derive(Default)]
+struct Waiting {
+    to_send: Vec<Call>,
+    riding: Vec<Call>,
+}
+
+impl Waiting {
+    /// Sorts `call` in.
+    fn take(&mut self, call: Call) {
+        if call.ride_until.is_some() {
+            self.riding.push(call);
+        } else {
+            self.to_send.push(call);
+        }
+    }
+
+    /// When the first riding call must go, if one rides.
+    fn ride_ends(&self) -> Option<Instant> {
+        self.riding.iter().filter_map(|c| c.ride_until).min()
+    }
+
+    /// Puts the riding calls with those to send (a batch goes).
+    fn board(&mut self) {
+        self.to_send.append(&mut self.riding);
+    }
+}
+
+/// Waits until `waiting` has calls to send: a call that does not ride
+/// (then the calls made at the same moment and those `expected` join it,
+/// see [`gather`]) or a riding call whose time is up. False when the queue
+/// has closed and nothing is left.
+async fn wait_for_calls(
+    rx: &mut mpsc::UnboundedReceiver<Call>,
+    waiting: &mut Waiting,
+    expected: &AtomicUsize,
+) -> bool {
+    while waiting.to_send.is_empty() {
+        let ride_ends = waiting.ride_ends();
+        let mut fresh = Vec::new();
+        tokio::select! {
+            n = rx.recv_many(&mut fresh, 1024) => {
+                if n == 0 {
+                    // Closed: what rides goes now.
+                    waiting.board();
+                    return !waiting.to_send.is_empty();
+                }
+                fresh.into_iter().for_each(|c| waiting.take(c));
+                if !waiting.to_send.is_empty() {
+                    gather(rx, waiting, expected).await;
+                }
+            }
+            _ = tokio::time::sleep_until(ride_ends.unwrap_or_else(Instant::now)), if ride_ends.is_some() => {
+                waiting.board();
+            }
+        }
+    }
+    true
+}
+
+/// Lets the loops woken with the first call make theirs, and waits (up to
+/// [`EXPECT_WAIT`]) for the calls a carrier round announced.
+async fn gather(
+    rx: &mut mpsc::UnboundedReceiver<Call>,
+    waiting: &mut Waiting,
+    expected: &AtomicUsize,
+) {
+    for _ in 0..GATHER_YIELDS {
+        tokio::task::yield_now().await;
+    }
+    let deadline = Instant::now() + EXPECT_WAIT;
+    while expected.load(Ordering::Acquire) > 0 {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(call)) => waiting.take(call),
+            Ok(None) => break,
+            Err(_) => {
+                // They are not coming (a loop without room): forget them.
+                expected.store(0, Ordering::Release);
+                break;
+            }
+        }
+    }
+}
+
+/// The batching task: gathers the calls queued (see [`wait_for_calls`]),
+/// the riding ones boarding each batch, cuts them into batches of at most
+/// [`MAX_ARGS`] arguments and sends each (a batch of one as a plain call),
+/// at most [`IN_FLIGHT`] at a time; ends when the queue closes.
+async fn send_batches(
+    store: Store,
+    mut rx: mpsc::UnboundedReceiver<Call>,
+    expected: Arc<AtomicUsize>,
+) {
     let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
-    let mut queued = Vec::new();
+    let mut waiting = Waiting::default();
     loop {
+        if !wait_for_calls(&mut rx, &mut waiting, &expected).await {
+            return;
+        }
         let Ok(permit) = in_flight.clone().acquire_owned().await else {
             return;
         };
-        if queued.is_empty() {
-            if rx.recv_many(&mut queued, 1024).await == 0 {
-                return;
-            }
-            // Calls made at this same moment (other loops woken together)
-            // join.
-            for _ in 0..GATHER_YIELDS {
-                tokio::task::yield_now().await;
-            }
-        }
         while let Ok(call) = rx.try_recv() {
-            queued.push(call);
+            waiting.take(call);
         }
+        waiting.board();
         // The first calls, up to MAX_ARGS arguments (at least one call).
         let mut args = 0;
-        let cut = queued
+        let cut = waiting
+            .to_send
             .iter()
             .position(|c| {
                 args += c.args.len();
                 args > MAX_ARGS
             })
-            .unwrap_or(queued.len())
+            .unwrap_or(waiting.to_send.len())
             .max(1);
-        let mut batch: Vec<Call> = queued.drain(..cut).collect();
+        let mut batch: Vec<Call> = waiting.to_send.drain(..cut).collect();
         let store = store.clone();
         tokio::spawn(async move {
             let mut conn = store.conn.clone();

@@ -294,8 +294,9 @@ pub(super) struct ClaimedJob {
     pub spec_json: String,
 }
 
-/// `claim_ready`: `{now, more, moved or -1, next due or -1, id1, attempt1,
-/// due1, spec1, id2, ...}` (`moved` is -1 when no promotion was asked for).
+/// `claim_ready`: `{now, more, moved or -1, next due or -1, horizon, id1,
+/// attempt1, due1, record1, id2, ...}` (`moved` is -1 when no promotion
+/// was asked for; a record is the value as read, its header then its spec).
 #[derive(Debug)]
 pub(super) struct ClaimReply {
     /// Redis time, epoch ms.
@@ -323,7 +324,7 @@ impl ClaimReply {
                     id: f.next("id")?,
                     attempt: f.next("attempt")?,
                     due: f.next("due")?,
-                    spec_json: f.next("spec")?,
+                    spec_json: spec_of_record(f.next("record")?)?,
                 });
             }
             Ok(ClaimReply {
@@ -340,6 +341,15 @@ impl ClaimReply {
             })
         })
     }
+}
+
+/// The spec JSON of a record value (the bytes after its header).
+fn spec_of_record(record: Vec<u8>) -> RedisResult<String> {
+    let spec = record
+        .get(super::record::HEADER_LEN..)
+        .ok_or_else(|| malformed("claim_ready: a record shorter than its header"))?;
+    String::from_utf8(spec.to_vec())
+        .map_err(|_| malformed("claim_ready: a record whose spec is not UTF-8"))
 }
 
 /// `fire_schedules`: `{created at, head or -1, n1, time, fired, time,
@@ -464,7 +474,11 @@ mod tests {
             text("a"),
             Value::Int(2),
             Value::Int(4000),
-            text("{}"),
+            // The record as read: its header, then the spec.
+            text(&format!(
+                "{}{{}}",
+                "h".repeat(super::super::record::HEADER_LEN)
+            )),
         ]);
         let claim = ClaimReply::from_redis_value(&claim).expect("well formed");
         assert_eq!((claim.now, claim.more, claim.jobs.len()), (5000, true, 1));
@@ -586,6 +600,21 @@ mod tests {
             Value::Int(4),
         ]);
         assert!(ClaimReply::from_redis_value(&claim).is_err());
+        let short_record = array(vec![
+            Value::Int(5),
+            Value::Int(0),
+            Value::Int(-1),
+            Value::Int(-1),
+            Value::Int(5050),
+            text("a"),
+            Value::Int(1),
+            Value::Int(4),
+            text("{}"),
+        ]);
+        assert!(
+            ClaimReply::from_redis_value(&short_record).is_err(),
+            "a record shorter than its header"
+        );
         let fire = array(vec![
             Value::Int(5),
             Value::Int(-1),

@@ -391,7 +391,7 @@ async fn many_summaries_split_into_shards_and_are_all_found() {
     // A delivery prepared for the other retention mode is refused whole.
     let whole = hookq::store::Delivery::whole("{}".into());
     assert!(store
-        .complete_many(0, &[("many-00000", 1, &whole)])
+        .complete_many(0, &[("many-00000", 1, &whole)], None)
         .await
         .is_err());
 }

@@ -236,3 +236,75 @@ async fn claims_made_together_go_as_one_call_and_fail_alone() {
         .expect_err("a string is not a ready list");
     assert!(failed.to_string().contains("WRONGTYPE"), "{failed}");
 }
+
+/// An outcome recorded with a time to ride (as the daemon's outcomes are)
+/// does not wake Redis alone: it goes in the same `FCALL` as the next
+/// batch of calls, and alone only once its time is up.
+#[tokio::test]
+async fn an_outcome_rides_with_the_next_call_and_alone_only_at_its_time() {
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    config.redis.partitions = 4;
+    config.validate().expect("valid config");
+    let store = Store::connect(&config).await.expect("store");
+    store.load_scripts().await.expect("scripts");
+    // One job due now in each of partitions 0, 1 and 2, promoted.
+    for p in 0..3u16 {
+        let id = (0..)
+            .map(|i| format!("r-{i}"))
+            .find(|id| store.keys().partition_of(id) == p)
+            .expect("an id of partition p");
+        let input = hookq::job::JobInput {
+            id: Some(id),
+            url: Some("http://127.0.0.1:9/never".into()),
+            ..hookq::job::JobInput::default()
+        };
+        crate::enqueue_direct(&store, &config, input).await;
+        store.promote(p, 10).await.expect("promote");
+    }
+    let batching = store.clone().batching();
+    let first = batching.claim(0, 10).await.expect("claim").jobs;
+    let job = first.first().expect("partition 0's job").clone();
+
+    let before = calls(&redis, "fcall").await;
+    let rider = {
+        let store = batching.clone();
+        let delivery = store.delivery_from_json(&job.spec_json, "{}");
+        let until = tokio::time::Instant::now() + Duration::from_secs(20);
+        tokio::spawn(async move {
+            store
+                .complete_many(0, &[(&job.id, job.attempt, &delivery)], Some(until))
+                .await
+        })
+    };
+    // (The test's runtime has one thread: the rider queues its call here.)
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    let second = batching.claim(1, 10).await.expect("claim").jobs;
+    assert_eq!(second.len(), 1, "partition 1's job");
+    let recorded = tokio::time::timeout(Duration::from_secs(5), rider)
+        .await
+        .expect("the outcome went with the claim, long before its time")
+        .expect("the rider's task")
+        .expect("recorded");
+    assert_eq!(recorded, [true]);
+    assert_eq!(
+        calls(&redis, "fcall").await - before,
+        1,
+        "the outcome and the claim: one FCALL"
+    );
+
+    // Alone, an outcome goes once its time to ride is up.
+    let job = &second[0];
+    let delivery = batching.delivery_from_json(&job.spec_json, "{}");
+    let until = tokio::time::Instant::now() + Duration::from_millis(50);
+    let recorded = tokio::time::timeout(
+        Duration::from_secs(5),
+        batching.complete_many(1, &[(&job.id, job.attempt, &delivery)], Some(until)),
+    )
+    .await
+    .expect("a lone rider goes at its time")
+    .expect("recorded");
+    assert_eq!(recorded, [true]);
+}

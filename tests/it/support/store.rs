@@ -21,5 +21,5 @@ pub async fn complete_claimed(
         .zip(&deliveries)
         .map(|(c, d)| (c.id.as_str(), c.attempt, d))
         .collect();
-    store.complete_many(p, &items).await
+    store.complete_many(p, &items, None).await
 }
