@@ -181,23 +181,22 @@ async fn a_redis_without_functions_runs_the_scripts_by_evalsha() {
     assert!(calls(&redis, "evalsha").await > before, "by EVALSHA");
 }
 
-/// A batching store's claims made at one moment go to Redis as one `FCALL`
-/// of the batch function, each answered with its own jobs; a call that
-/// fails (a partition whose ready list is not a list) fails alone.
-#[tokio::test]
-async fn claims_made_together_go_as_one_call_and_fail_alone() {
-    let redis = RedisServer::start();
-    let mut config = test_config(&redis);
+/// A store over `redis` with 4 partitions and one job due now in each of
+/// partitions 0, 1 and 2 (ids `<prefix>-<n>` picked by partition),
+/// promoted; returns the store and the three ids.
+async fn store_with_a_due_job_in_three_partitions(
+    redis: &RedisServer,
+    prefix: &str,
+) -> (Store, Vec<String>) {
+    let mut config = test_config(redis);
     config.redis.partitions = 4;
     config.validate().expect("valid config");
     let store = Store::connect(&config).await.expect("store");
     store.load_scripts().await.expect("scripts");
-    // One job due now in each of partitions 0, 1 and 2 (ids picked by
-    // partition), promoted.
     let mut ids = Vec::new();
     for p in 0..3u16 {
         let id = (0..)
-            .map(|i| format!("b-{i}"))
+            .map(|i| format!("{prefix}-{i}"))
             .find(|id| store.keys().partition_of(id) == p)
             .expect("an id of partition p");
         let input = hookq::job::JobInput {
@@ -209,6 +208,17 @@ async fn claims_made_together_go_as_one_call_and_fail_alone() {
         store.promote(p, 10).await.expect("promote");
         ids.push(id);
     }
+    (store, ids)
+}
+
+/// A batching store's claims made at one moment go to Redis as one `FCALL`
+/// of the batch function, each answered with its own jobs; a call that
+/// fails (a partition whose ready list is not a list) fails alone.
+#[tokio::test]
+async fn claims_made_together_go_as_one_call_and_fail_alone() {
+    let redis = RedisServer::start();
+    // One job due now in each of partitions 0, 1 and 2, promoted.
+    let (store, ids) = store_with_a_due_job_in_three_partitions(&redis, "b").await;
     // Partition 3's ready list is a string: its claim fails.
     let mut conn = redis.conn().await;
     redis::cmd("SET")
@@ -243,25 +253,7 @@ async fn claims_made_together_go_as_one_call_and_fail_alone() {
 #[tokio::test]
 async fn an_outcome_rides_with_the_next_call_and_alone_only_at_its_time() {
     let redis = RedisServer::start();
-    let mut config = test_config(&redis);
-    config.redis.partitions = 4;
-    config.validate().expect("valid config");
-    let store = Store::connect(&config).await.expect("store");
-    store.load_scripts().await.expect("scripts");
-    // One job due now in each of partitions 0, 1 and 2, promoted.
-    for p in 0..3u16 {
-        let id = (0..)
-            .map(|i| format!("r-{i}"))
-            .find(|id| store.keys().partition_of(id) == p)
-            .expect("an id of partition p");
-        let input = hookq::job::JobInput {
-            id: Some(id),
-            url: Some("http://127.0.0.1:9/never".into()),
-            ..hookq::job::JobInput::default()
-        };
-        crate::enqueue_direct(&store, &config, input).await;
-        store.promote(p, 10).await.expect("promote");
-    }
+    let (store, _) = store_with_a_due_job_in_three_partitions(&redis, "r").await;
     let batching = store.clone().batching();
     let first = batching.claim(0, 10).await.expect("claim").jobs;
     let job = first.first().expect("partition 0's job").clone();
