@@ -22,6 +22,15 @@ pub(crate) fn pointer_of(value: &[u8]) -> Option<u16> {
     std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
+/// The spec JSON of record value `value`: the bytes after its header; what
+/// is wrong when there are none or they are not UTF-8.
+pub(crate) fn spec_json_of(value: &[u8]) -> Result<&str, String> {
+    let spec = value
+        .get(HEADER_LEN..)
+        .ok_or_else(|| "shorter than a record's header".to_string())?;
+    std::str::from_utf8(spec).map_err(|e| format!("spec: {e}"))
+}
+
 /// The fixed header of a job record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordHeader {
@@ -160,9 +169,7 @@ impl JobRecord {
         let bad = |d: String| StoreError::reply("job record", format!("{id}: {d}"));
         let header =
             RecordHeader::parse(value).ok_or_else(|| bad("not a hookq job record".into()))?;
-        let spec_json = std::str::from_utf8(&value[HEADER_LEN..])
-            .map_err(|e| bad(format!("spec: {e}")))?
-            .to_string();
+        let spec_json = spec_json_of(value).map_err(bad)?.to_string();
         let mut spec: JobSpec =
             serde_json::from_str(&spec_json).map_err(|e| bad(format!("spec: {e}")))?;
         spec.restore_given(header.given);

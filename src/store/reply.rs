@@ -324,7 +324,7 @@ impl ClaimReply {
                     id: f.next("id")?,
                     attempt: f.next("attempt")?,
                     due: f.next("due")?,
-                    spec_json: spec_of_record(f.next("record")?)?,
+                    spec_json: claimed_spec(f.next("record")?)?,
                 });
             }
             Ok(ClaimReply {
@@ -343,13 +343,12 @@ impl ClaimReply {
     }
 }
 
-/// The spec JSON of a record value (the bytes after its header).
-fn spec_of_record(record: Vec<u8>) -> RedisResult<String> {
-    let spec = record
-        .get(super::record::HEADER_LEN..)
-        .ok_or_else(|| malformed("claim_ready: a record shorter than its header"))?;
-    String::from_utf8(spec.to_vec())
-        .map_err(|_| malformed("claim_ready: a record whose spec is not UTF-8"))
+/// The spec JSON of a claimed job's record as read (see
+/// [`spec_json_of`](super::record::spec_json_of)).
+fn claimed_spec(record: Vec<u8>) -> RedisResult<String> {
+    super::record::spec_json_of(&record)
+        .map(str::to_string)
+        .map_err(|e| malformed(format!("claim_ready: a record: {e}")))
 }
 
 /// `fire_schedules`: `{created at, head or -1, n1, time, fired, time,
