@@ -403,6 +403,12 @@ mod tests {
         Value::BulkString(s.as_bytes().to_vec())
     }
 
+    /// A `claim_ready` reply: `{now, more, moved, next due, horizon}`, then
+    /// the claimed jobs' fields.
+    fn claim_reply(head: [i64; 5], jobs: Vec<Value>) -> Value {
+        array(head.into_iter().map(Value::Int).chain(jobs).collect())
+    }
+
     #[test]
     fn a_reply_too_short_or_too_long_is_refused() {
         let fine = array(vec![
@@ -492,13 +498,7 @@ mod tests {
             ),
             ("a", 2, 4000, "{}")
         );
-        let promoted = array(vec![
-            Value::Int(5000),
-            Value::Int(0),
-            Value::Int(3),
-            Value::Int(7000),
-            Value::Int(5050),
-        ]);
+        let promoted = claim_reply([5000, 0, 3, 7000, 5050], Vec::new());
         let promotion = ClaimReply::from_redis_value(&promoted)
             .expect("well formed")
             .promotion
@@ -588,28 +588,12 @@ mod tests {
         values.pop();
         assert!(EnqueueReply::from_redis_value(&array(values)).is_err());
 
-        let claim = array(vec![
-            Value::Int(5),
-            Value::Int(0),
-            Value::Int(-1),
-            Value::Int(-1),
-            Value::Int(5050),
-            text("a"),
-            Value::Int(1),
-            Value::Int(4),
-        ]);
+        // A claimed job without its record, and one whose record is
+        // shorter than a header.
+        let job = vec![text("a"), Value::Int(1), Value::Int(4)];
+        let claim = claim_reply([5, 0, -1, -1, 5050], job.clone());
         assert!(ClaimReply::from_redis_value(&claim).is_err());
-        let short_record = array(vec![
-            Value::Int(5),
-            Value::Int(0),
-            Value::Int(-1),
-            Value::Int(-1),
-            Value::Int(5050),
-            text("a"),
-            Value::Int(1),
-            Value::Int(4),
-            text("{}"),
-        ]);
+        let short_record = claim_reply([5, 0, -1, -1, 5050], [job, vec![text("{}")]].concat());
         assert!(
             ClaimReply::from_redis_value(&short_record).is_err(),
             "a record shorter than its header"
