@@ -106,7 +106,7 @@ impl Store {
     /// Says that `n` batched calls are about to be made (a carrier round's
     /// claims and promotions): the next batch waits for them, up to
     /// [`EXPECT_WAIT`]. Nothing when this store does not batch.
-    pub(crate) fn expect_calls(&self, n: usize) {
+    pub fn expect_calls(&self, n: usize) {
         if let Some(b) = self.active_batcher() {
             b.expected.store(n, Ordering::Release);
         }

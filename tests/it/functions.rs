@@ -300,3 +300,38 @@ async fn an_outcome_rides_with_the_next_call_and_alone_only_at_its_time() {
     .expect("recorded");
     assert_eq!(recorded, [true]);
 }
+
+/// A batch waits for the calls a carrier round announced
+/// (`Store::expect_calls`) instead of leaving with the first: two claims
+/// announced, the second made after the batcher has taken the first, go
+/// as one `FCALL`.
+#[tokio::test]
+async fn a_batch_waits_for_the_calls_a_round_announced() {
+    let redis = RedisServer::start();
+    let (store, ids) = store_with_a_due_job_in_three_partitions(&redis, "e").await;
+    let batching = store.clone().batching();
+    let before = calls(&redis, "fcall").await;
+    batching.expect_calls(2);
+    let first = {
+        let store = batching.clone();
+        tokio::spawn(async move { store.claim(0, 10).await })
+    };
+    // (The test's runtime has one thread: the first claim is queued and
+    // the batcher has let the other tasks run before this one goes on.)
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    let second = batching.claim(1, 10).await.expect("claim").jobs;
+    let first = first
+        .await
+        .expect("the first claim's task")
+        .expect("claim")
+        .jobs;
+    assert_eq!(first[0].id, ids[0]);
+    assert_eq!(second[0].id, ids[1]);
+    assert_eq!(
+        calls(&redis, "fcall").await - before,
+        1,
+        "the two announced claims: one FCALL"
+    );
+}
