@@ -335,3 +335,83 @@ async fn a_batch_waits_for_the_calls_a_round_announced() {
         "the two announced claims: one FCALL"
     );
 }
+
+/// The commands `redis` runs from now on, as `MONITOR` prints them, one
+/// line each (the monitor is on when this returns).
+async fn monitor(redis: &RedisServer) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", redis.port()))
+        .await
+        .expect("connect for MONITOR");
+    stream.write_all(b"MONITOR\r\n").await.expect("MONITOR");
+    let mut lines = BufReader::new(stream).lines();
+    let ok = lines.next_line().await.expect("MONITOR's answer");
+    assert_eq!(ok.as_deref(), Some("+OK"));
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// A claim made at the moment a bulk's outcomes are queued does not wait
+/// behind them: it goes in the first `FCALL`, before outcomes queued ahead
+/// of it, and the batches stop at their size (the outcomes take several).
+#[tokio::test]
+async fn a_claim_goes_before_the_outcomes_queued_ahead_of_it() {
+    let redis = RedisServer::start();
+    let (store, ids) = store_with_a_due_job_in_three_partitions(&redis, "o").await;
+    let batching = store.clone().batching();
+    let first = batching.claim(0, 10).await.expect("claim").jobs;
+    let spec_json = &first.first().expect("partition 0's job").spec_json;
+    let delivery = batching.delivery_from_json(spec_json, "{}");
+    // Eight calls of 16 outcomes (jobs that are not there: each answers
+    // stale), 4 arguments each: several batches' worth.
+    let ghosts: Vec<String> = (0..16).map(|i| format!("ghost-{i}")).collect();
+    let outcomes: Vec<(&str, u32, &hookq::store::Delivery)> = ghosts
+        .iter()
+        .map(|id| (id.as_str(), 1, &delivery))
+        .collect();
+    let mut commands = monitor(&redis).await;
+
+    let recorded = (0..8u16).map(|_| batching.complete_many(2, &outcomes, None));
+    let (recorded, claim) = tokio::join!(
+        futures_util::future::join_all(recorded),
+        batching.claim(1, 10)
+    );
+    for stale in recorded {
+        assert_eq!(stale.expect("recorded"), [false; 16]);
+    }
+    let claimed: Vec<String> = claim
+        .expect("claim")
+        .jobs
+        .into_iter()
+        .map(|j| j.id)
+        .collect();
+    assert_eq!(claimed, [ids[1].clone()]);
+
+    let mut fcalls = Vec::new();
+    while fcalls.len() < 2 {
+        let line = tokio::time::timeout(Duration::from_secs(5), commands.recv())
+            .await
+            .expect("the batches show in MONITOR")
+            .expect("MONITOR's connection");
+        if line.contains("\"FCALL\"") {
+            fcalls.push(line);
+        }
+    }
+    assert!(
+        fcalls[0].contains("\"claim_ready\""),
+        "the claim goes in the first batch: {}…",
+        fcalls[0].chars().take(300).collect::<String>()
+    );
+    assert!(
+        !fcalls[1].contains("\"claim_ready\""),
+        "the outcomes fill more than one batch: {}…",
+        fcalls[1].chars().take(300).collect::<String>()
+    );
+}
