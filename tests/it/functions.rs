@@ -415,3 +415,42 @@ async fn a_claim_goes_before_the_outcomes_queued_ahead_of_it() {
         fcalls[1].chars().take(300).collect::<String>()
     );
 }
+
+/// One batch is in flight at a time: the calls made while it runs wait
+/// and go together as the next one (here Redis is paused, so the first
+/// batch runs until the pause ends; the two claims made meanwhile, 30 ms
+/// apart, go as one `FCALL`, not one each).
+#[tokio::test]
+async fn calls_made_while_a_batch_runs_go_together_as_the_next() {
+    let redis = RedisServer::start();
+    let (store, ids) = store_with_a_due_job_in_three_partitions(&redis, "f").await;
+    let batching = store.clone().batching();
+    let before = calls(&redis, "fcall").await;
+    let mut admin = redis.conn().await;
+    redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(500)
+        .arg("ALL")
+        .query_async::<()>(&mut admin)
+        .await
+        .expect("CLIENT PAUSE");
+    let claim = |p: u16| {
+        let store = batching.clone();
+        tokio::spawn(async move { store.claim(p, 10).await })
+    };
+    let first = claim(0);
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let second = claim(1);
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let third = claim(2);
+    for (p, task) in [first, second, third].into_iter().enumerate() {
+        let jobs = task.await.expect("claim task").expect("claim").jobs;
+        let got: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+        assert_eq!(got, [ids[p].as_str()], "partition {p}'s own job");
+    }
+    assert_eq!(
+        calls(&redis, "fcall").await - before,
+        2,
+        "the first claim's batch, then the two made while it ran"
+    );
+}
