@@ -51,8 +51,8 @@ const IN_FLIGHT: usize = 1;
 /// larger than that goes alone. Measured under a 200,000-job bulk with
 /// another tenant's trickle (`tenants_fair`): at 2,048 a batch held Redis
 /// for milliseconds and the trickle's claims waited 20-50 ms behind
-/// batches of outcomes; at 256 they wait a few, and Redis spends less per
-/// job (Lua builds every batch's argument tables an element at a time).
+/// batches of outcomes; at 256 they wait a few, and Redis spent less per
+/// job (why was not profiled; see docs/performance.md, Tenants).
 const MAX_ARGS: usize = 256;
 /// Longest a batch waits for the calls a carrier round said would come.
 const EXPECT_WAIT: Duration = Duration::from_millis(2);
