@@ -953,15 +953,17 @@ local DUE_TENANTS_PER_PROMOTION = 64
 
 local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horizon, keep)
   local prefix = partition_prefix(due_key, 'due')
-  -- Open the wheel's buckets whose time has come. Read pass first: the bucket
-  -- lists and records are keys the script builds, checked by Redis only when
-  -- touched (see the top of the prelude).
+  -- Open the wheel's buckets whose time has come by the horizon (not only by
+  -- now: a bucket's jobs must reach the due set before the due set's jobs of
+  -- the same millisecond are promoted, or enqueue order is lost). Read pass
+  -- first: the bucket lists and records are keys the script builds, checked
+  -- by Redis only when touched (see the top of the prelude).
   -- The wheel's head is read once: when nothing opens (the usual case), it
   -- also gives the next wake time below.
   local wheel_head = tonumber(redis.call('ZRANGE', wheel_key, 0, 0, 'WITHSCORES')[2])
   local buckets = {}
-  if wheel_head and wheel_head <= now then
-    buckets = redis.call('ZRANGE', wheel_key, '-inf', now, 'BYSCORE', 'LIMIT', 0, 16)
+  if wheel_head and wheel_head <= horizon then
+    buckets = redis.call('ZRANGE', wheel_key, '-inf', horizon, 'BYSCORE', 'LIMIT', 0, 16)
   end
   if #buckets > 0 and IN_CLUSTER and slot_moving(due_key) then return nil end
   local budget = batch
@@ -980,7 +982,8 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
       local at = live(prefix, id)
       local r = rec_get(at)
       if r and r.state == 'w' then
-        local next_slot, opens = wheel_slot(r.due, now)
+        -- (By the horizon: never into a bucket that is already due to open.)
+        local next_slot, opens = wheel_slot(r.due, horizon)
         if next_slot then
           wheel_batch_add(moved_on, next_slot, opens, id)
         else

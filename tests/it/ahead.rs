@@ -341,3 +341,60 @@ async fn an_outcome_lost_with_its_daemon_is_delivered_again() {
         );
     }
 }
+
+/// A promotion ahead opens the wheel's buckets due by its horizon, not only
+/// those due by its now: jobs due in one millisecond, the first half in a
+/// wheel bucket (enqueued more than a bucket ahead) and the second in the
+/// due set, are promoted in enqueue order even when the promotion comes
+/// between the horizon reaching their due time and the bucket's opening.
+/// The due time is 5 ms into its 500 ms bucket, which opens 31 ms before
+/// its start; a claim ahead of 300 ms (above the config's 50 ms bound,
+/// which the store does not re-check) makes that window wide enough to hit
+/// every time.
+#[tokio::test]
+async fn a_promotion_ahead_opens_the_buckets_due_by_its_horizon() {
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    config.redis.partitions = 1;
+    config.redis.wheel_bucket = Duration::from_millis(500);
+    config.delivery.claim_ahead = Duration::from_millis(300);
+    let store = Store::connect(&config).await.expect("store");
+    store.load_scripts().await.expect("scripts");
+    let now = store.redis_time_ms().await.expect("time");
+    let bucket_start = (now + 1_200) / 500 * 500 + 500;
+    let due = bucket_start + 5;
+    let id = |i: usize| format!("z-{:02}", 49 - i);
+    for i in 0..25 {
+        enqueue_at(&store, &config, &id(i), due).await;
+    }
+    let keys = store.keys().clone();
+    let mut conn = redis.conn().await;
+    let buckets: usize = redis::AsyncCommands::zcard(&mut conn, keys.wheel(0))
+        .await
+        .expect("ZCARD");
+    assert_eq!(buckets, 1, "the first half waits in a wheel bucket");
+    wait_until(
+        "the horizon is past the due time",
+        Duration::from_secs(5),
+        || {
+            let store = store.clone();
+            async move { store.redis_time_ms().await.expect("time") >= due - 280 }
+        },
+    )
+    .await;
+    for i in 25..50 {
+        enqueue_at(&store, &config, &id(i), due).await;
+    }
+    let promotion = store.promote(0, 256).await.expect("promote");
+    assert!(
+        promotion.now < bucket_start - 31,
+        "the test came too late: the bucket's own time to open ({} ms before the due time) had come",
+        due - promotion.now
+    );
+    assert_eq!(promotion.moved, 50, "both halves move in one promotion");
+    let ids: Vec<String> = redis::AsyncCommands::lrange(&mut conn, keys.ready(0), 0, -1)
+        .await
+        .expect("LRANGE");
+    let expected: Vec<String> = (0..50).map(id).collect();
+    assert_eq!(ids, expected, "enqueue order (ids sort against it)");
+}
