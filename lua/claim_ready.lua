@@ -140,17 +140,21 @@ local horizon = now + tonumber(ARGV[5])
 
 local out = {now, 0, -1, -2, horizon}
 local promote = tonumber(ARGV[4])
-local tenants = rcall('SCARD', KEYS[5])
+-- With no tenant's list and the default list empty (a steady load's usual
+-- case), one EXISTS answers both.
+local lists_empty = rcall('EXISTS', KEYS[5], KEYS[1]) == 0
+local tenants = 0
+if not lists_empty then tenants = rcall('SCARD', KEYS[5]) end
 -- Promoted jobs the promotion handed back: with no tenant's list and the
 -- default list empty, the default tenant's jobs just promoted are claimed
 -- without passing through the list (its order is theirs).
-local kept
+local kept, started = nil, false
 if promote > 0 then
   local keep = 0
-  if want > 0 and tenants == 0 and rcall('LLEN', KEYS[1]) == 0 then keep = want end
-  local moved, next_due, started, handed = promote_due_jobs(KEYS[3], KEYS[1], KEYS[4], promote,
+  if want > 0 and (lists_empty or (tenants == 0 and rcall('LLEN', KEYS[1]) == 0)) then keep = want end
+  local moved, next_due, pushed, handed = promote_due_jobs(KEYS[3], KEYS[1], KEYS[4], promote,
     now, horizon, keep)
-  kept = handed
+  kept, started = handed, pushed
   if not moved then return try_again() end
   -- A tenant's list it started joined the tenants set.
   if started then tenants = rcall('SCARD', KEYS[5]) end
@@ -159,12 +163,14 @@ if promote > 0 then
 end
 -- (LRANGE 0 -1 would be the whole list.)
 if want < 1 then return out end
+-- Every list was empty and none started: nothing to claim.
+if lists_empty and not started and not kept then return out end
 local prefix = partition_prefix(ARGV[2], 'job:')
 local lists
 if kept then
   lists = {{key = KEYS[1], ids = kept, kept = true}}
 elseif tenants == 0 then
-  lists = {{key = KEYS[1], ids = rcall('LRANGE', KEYS[1], 0, want - 1)}}
+  lists = {{key = KEYS[1], ids = rcall('LRANGE', KEYS[1], '0', string.format('%d', want - 1))}}
 else
   -- At most TENANTS_PER_CLAIM of them, a random pick when there are more.
   lists = share_lists(KEYS[1], KEYS[6], rcall('SRANDMEMBER', KEYS[5], TENANTS_PER_CLAIM), want)
@@ -208,7 +214,7 @@ for i, id in ipairs(ids) do
     if lease == 0 then lease = tonumber(ARGV[3]) end
     rec_patch(at, v, struct.pack('>c1I6I2', 'i', now, attempt))
     -- (A job claimed ahead is attempted at its due time.)
-    leases[#leases + 1] = math.max(now, r.due) + lease
+    leases[#leases + 1] = string.format('%d', math.max(now, r.due) + lease)
     leases[#leases + 1] = id
     out[#out + 1] = id
     out[#out + 1] = attempt

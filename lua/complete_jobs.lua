@@ -104,7 +104,7 @@ if #done > 0 then
     summaries_write(prefix, plan, done, summaries, now)
   end
   rcall('ZREM', KEYS[1], unpack(done))
-  rcall('HINCRBY', KEYS[2], 'delivered', #done)
+  rcall('HINCRBY', KEYS[2], 'delivered', string.format('%d', #done))
   local tally = ledger_tally()
   for _, id in ipairs(done) do ledger_count(tally, id) end
   ledger_add(prefix, 'delivered', tally)

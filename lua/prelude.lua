@@ -123,8 +123,13 @@ local function job_shard(id)
 end
 
 -- Where job `id`'s live record is, from the partition prefix `<ns>:{p}:`.
+-- The record hashes' names after the prefix, by shard: made once, as a
+-- number in a concatenation is formatted with %.14g on every use.
+local JOB_SHARD_NAMES = {}
+for shard = 0, JOB_SHARDS - 1 do JOB_SHARD_NAMES[shard] = 'jobs:' .. shard end
+
 local function live(prefix, id)
-  return {h = prefix .. 'jobs:' .. job_shard(id), id = id}
+  return {h = prefix .. JOB_SHARD_NAMES[job_shard(id)], id = id}
 end
 
 -- Where job `id`'s kept (finished, whole) record is.
@@ -466,8 +471,8 @@ end
 -- The earliest due time of the partition's due sets (the index's head
 -- may be early, never late); nil when they are empty.
 local function due_head(due_key)
-  local a = tonumber(redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')[2])
-  local b = tonumber(redis.call('ZRANGE', due_index(due_key), 0, 0, 'WITHSCORES')[2])
+  local a = tonumber(redis.call('ZRANGE', due_key, '0', '0', 'WITHSCORES')[2])
+  local b = tonumber(redis.call('ZRANGE', due_index(due_key), '0', '0', 'WITHSCORES')[2])
   if a and b then return math.min(a, b) end
   return a or b
 end
@@ -568,7 +573,7 @@ end
 -- wheel's next bucket to open; nil when there is neither.
 local function next_wake(prefix, due_key)
   local a = due_head(due_key)
-  local b = tonumber(redis.call('ZRANGE', prefix .. 'wheel', 0, 0, 'WITHSCORES')[2])
+  local b = tonumber(redis.call('ZRANGE', prefix .. 'wheel', '0', '0', 'WITHSCORES')[2])
   if a and b then return math.min(a, b) end
   return a or b
 end
@@ -709,7 +714,7 @@ local function summary_shard(h, n)
 end
 
 local function summary_key(prefix, bucket, shard)
-  return prefix .. 'done:' .. bucket .. ':' .. shard
+  return prefix .. 'done:' .. bucket .. ':' .. string.format('%d', shard)
 end
 
 -- A summary: its head, for record `r` finished (state `state`) at `now`,
@@ -950,6 +955,8 @@ end
   claiming, so that a due job costs its daemon one call to be claimed.
 ]]
 local DUE_TENANTS_PER_PROMOTION = 64
+-- (As an argument; the library's top level has no string library.)
+local DUE_TENANTS_PER_PROMOTION_ARG = '64'
 
 local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horizon, keep)
   local prefix = partition_prefix(due_key, 'due')
@@ -960,45 +967,51 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
   -- by Redis only when touched (see the top of the prelude).
   -- The wheel's head is read once: when nothing opens (the usual case), it
   -- also gives the next wake time below.
-  local wheel_head = tonumber(redis.call('ZRANGE', wheel_key, 0, 0, 'WITHSCORES')[2])
+  -- (Arguments go as strings: Redis formats a Lua number with %.17g,
+  -- which costs more than the command on this path.)
+  local horizon_arg = string.format('%d', horizon)
+  local wheel_head = tonumber(redis.call('ZRANGE', wheel_key, '0', '0', 'WITHSCORES')[2])
   local buckets = {}
   if wheel_head and wheel_head <= horizon then
-    buckets = redis.call('ZRANGE', wheel_key, '-inf', horizon, 'BYSCORE', 'LIMIT', 0, 16)
+    buckets = redis.call('ZRANGE', wheel_key, '-inf', horizon_arg, 'BYSCORE', 'LIMIT', '0', '16')
   end
   if #buckets > 0 and IN_CLUSTER and slot_moving(due_key) then return nil end
-  local budget = batch
-  local opening = {}
-  for _, slot in ipairs(buckets) do
-    if budget <= 0 then break end
-    local bucket = prefix .. 'wheel:' .. slot
-    local ids = redis.call('LRANGE', bucket, 0, budget - 1)
-    budget = budget - #ids
-    opening[#opening + 1] = {slot, bucket, ids}
-  end
-  local to_due, moved_on, left_wheel = due_batch(), wheel_batch(), 0
-  for _, o in ipairs(opening) do
-    local slot, bucket, ids = o[1], o[2], o[3]
-    for _, id in ipairs(ids) do
-      local at = live(prefix, id)
-      local r = rec_get(at)
-      if r and r.state == 'w' then
-        -- (By the horizon: never into a bucket that is already due to open.)
-        local next_slot, opens = wheel_slot(r.due, horizon)
-        if next_slot then
-          wheel_batch_add(moved_on, next_slot, opens, id)
-        else
-          rec_set_state(at, r, 's', now)
-          due_batch_add(to_due, due_key, id, r.due, r.seq)
-          left_wheel = left_wheel + 1
+  -- (Nothing to open, the usual case: no table is made for it.)
+  if #buckets > 0 then
+    local budget = batch
+    local opening = {}
+    for _, slot in ipairs(buckets) do
+      if budget <= 0 then break end
+      local bucket = prefix .. 'wheel:' .. slot
+      local ids = redis.call('LRANGE', bucket, 0, budget - 1)
+      budget = budget - #ids
+      opening[#opening + 1] = {slot, bucket, ids}
+    end
+    local to_due, moved_on, left_wheel = due_batch(), wheel_batch(), 0
+    for _, o in ipairs(opening) do
+      local slot, bucket, ids = o[1], o[2], o[3]
+      for _, id in ipairs(ids) do
+        local at = live(prefix, id)
+        local r = rec_get(at)
+        if r and r.state == 'w' then
+          -- (By the horizon: never into a bucket that is already due to open.)
+          local next_slot, opens = wheel_slot(r.due, horizon)
+          if next_slot then
+            wheel_batch_add(moved_on, next_slot, opens, id)
+          else
+            rec_set_state(at, r, 's', now)
+            due_batch_add(to_due, due_key, id, r.due, r.seq)
+            left_wheel = left_wheel + 1
+          end
         end
       end
+      if #ids > 0 then redis.call('LTRIM', bucket, #ids, -1) end
+      if redis.call('EXISTS', bucket) == 0 then redis.call('ZREM', wheel_key, slot) end
     end
-    if #ids > 0 then redis.call('LTRIM', bucket, #ids, -1) end
-    if redis.call('EXISTS', bucket) == 0 then redis.call('ZREM', wheel_key, slot) end
+    wheel_batch_push(prefix, moved_on)
+    wheel_count(prefix, -left_wheel)
+    due_batch_push(due_key, to_due)
   end
-  wheel_batch_push(prefix, moved_on)
-  wheel_count(prefix, -left_wheel)
-  due_batch_push(due_key, to_due)
 
   -- Due jobs move by id alone: their records are neither read nor written
   -- (a scheduled record whose time has come reads as ready; claim_ready
@@ -1007,13 +1020,13 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
   local index = due_index(due_key)
   -- The tenants' sets' earliest due time: their index's head. Only when it
   -- is due are the tenants with jobs due read.
-  local index_head = tonumber(redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')[2])
+  local index_head = tonumber(redis.call('ZRANGE', index, '0', '0', 'WITHSCORES')[2])
   -- The default set first, always (an empty read when none of its jobs is
   -- due), then each tenant's with jobs due.
   local sets = {{key = due_key, members = {}}}
   if index_head and index_head <= horizon then
-    for _, tenant in ipairs(redis.call('ZRANGE', index, '-inf', horizon, 'BYSCORE', 'LIMIT', 0,
-        DUE_TENANTS_PER_PROMOTION)) do
+    for _, tenant in ipairs(redis.call('ZRANGE', index, '-inf', horizon_arg, 'BYSCORE', 'LIMIT', '0',
+        DUE_TENANTS_PER_PROMOTION_ARG)) do
       sets[#sets + 1] = {key = due_key .. ':' .. tenant, tenant = tenant, members = {}}
     end
   end
@@ -1022,7 +1035,8 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
   -- Redis more in formatting and Lua in strings than the head's own read
   -- below).
   local function take(set, want)
-    local got = redis.call('ZRANGE', set.key, '-inf', horizon, 'BYSCORE', 'LIMIT', #set.members, want)
+    local got = redis.call('ZRANGE', set.key, '-inf', horizon_arg, 'BYSCORE', 'LIMIT',
+      string.format('%d', #set.members), string.format('%d', want))
     for _, member in ipairs(got) do set.members[#set.members + 1] = member end
     return #got
   end
@@ -1054,7 +1068,8 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
       if string.find(id, '/', 1, true) then default_only = false end
     end
     -- Its head once its due members have left.
-    set.head = tonumber(redis.call('ZRANGE', set.key, #set.members, #set.members, 'WITHSCORES')[2])
+    local rank = string.format('%d', #set.members)
+    set.head = tonumber(redis.call('ZRANGE', set.key, rank, rank, 'WITHSCORES')[2])
     -- (An empty set may be one whose key has not arrived yet.)
     if set.tenant and #set.members == 0 and not set.head and IN_CLUSTER and slot_moving_once(due_key) then
       return nil
@@ -1075,9 +1090,11 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
   if ready_push_blocked(ready_key, ids) then return nil end
   for _, set in ipairs(sets) do
     -- (The members read are the set's first, by rank.)
-    if #set.members > 0 then redis.call('ZREMRANGEBYRANK', set.key, 0, #set.members - 1) end
+    if #set.members > 0 then
+      redis.call('ZREMRANGEBYRANK', set.key, '0', string.format('%d', #set.members - 1))
+    end
     if set.tenant and set.head then
-      redis.call('ZADD', index, set.head, set.tenant)
+      redis.call('ZADD', index, string.format('%d', set.head), set.tenant)
     elseif set.tenant then
       redis.call('ZREM', index, set.tenant)
     end
@@ -1094,7 +1111,7 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
     -- is the index's head (read again when a tenant's set moved).
     next_due = sets[1].head or nil
     local b = index_head
-    if #sets > 1 then b = tonumber(redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')[2]) end
+    if #sets > 1 then b = tonumber(redis.call('ZRANGE', index, '0', '0', 'WITHSCORES')[2]) end
     if b and (not next_due or b < next_due) then next_due = b end
     if not next_due or (wheel_head and wheel_head < next_due) then next_due = wheel_head end
   end
@@ -1269,13 +1286,13 @@ end
 -- prefix `prefix`: one HINCRBY per tenant.
 local function ledger_add(prefix, what, t)
   for _, tenant in ipairs(t.order) do
-    redis.call('HINCRBY', prefix .. 'ledger', tenant .. ':' .. what, t.n[tenant])
+    redis.call('HINCRBY', prefix .. 'ledger', tenant .. ':' .. what, string.format('%d', t.n[tenant]))
   end
 end
 
 -- Counts one job `id` under counter `what` (see ledger_add).
 local function ledger_one(prefix, what, id)
-  redis.call('HINCRBY', prefix .. 'ledger', id_tenant(id) .. ':' .. what, 1)
+  redis.call('HINCRBY', prefix .. 'ledger', id_tenant(id) .. ':' .. what, '1')
 end
 
 -- The read-pass guard of a script that will count in the ledger (see the

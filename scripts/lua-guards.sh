@@ -106,6 +106,7 @@ GUARDS+=(
   "success: only a probe closes a half-open host|lua/host_success.lua|if state == 'half_open' and ARGV[2] == '1' then|if state == 'half_open' then|$E::the_breaker_grants_one_probe_at_a_time"
   "failure: a failed probe reopens the host|lua/host_failure.lua|if state == 'half_open' and ARGV[6] == '1' then|if false then|$H::the_breaker_opens_probes_closes_and_jobs_keep_their_attempts"
   "fleet: a silent daemon leaves the fleet|lua/fleet_beat.lua|rcall('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)||fleet::a_killed_daemons_partitions_are_taken_over_within_the_bound"
+  "claim: one EXISTS stands for the tenants set and the default list only when both are absent|lua/claim_ready.lua|local lists_empty = rcall('EXISTS', KEYS[5], KEYS[1]) == 0|local lists_empty = true|$F::a_claim_shares_its_batch_between_tenants_by_weight"
   "wheel: buckets open by the horizon, before the due set's jobs of their time|lua/prelude.lua|  if wheel_head and wheel_head <= horizon then|  if wheel_head and wheel_head <= now then|ahead::a_promotion_ahead_opens_the_buckets_due_by_its_horizon"
   "wheel: tombstones skipped when a bucket opens|lua/prelude.lua|      if r and r.state == 'w' then|      if r then|$G::a_wheel_tombstone_does_not_reschedule_a_job_in_flight"
   "pause: a Retry-After never replaces an operator's pause|lua/host_pause.lua|  if current == 0 and till ~= 0 then return UNCHANGED end||$G::an_operators_pause_outlasts_a_retry_after_answer"
