@@ -954,9 +954,8 @@ end
   answers TRYAGAIN). promote_due runs it alone; claim_ready runs it before
   claiming, so that a due job costs its daemon one call to be claimed.
 ]]
-local DUE_TENANTS_PER_PROMOTION = 64
--- (As an argument; the library's top level has no string library.)
-local DUE_TENANTS_PER_PROMOTION_ARG = '64'
+-- (A string: it goes to redis.call as an argument, see horizon_arg below.)
+local DUE_TENANTS_PER_PROMOTION = '64'
 
 local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horizon, keep)
   local prefix = partition_prefix(due_key, 'due')
@@ -1026,7 +1025,7 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
   local sets = {{key = due_key, members = {}}}
   if index_head and index_head <= horizon then
     for _, tenant in ipairs(redis.call('ZRANGE', index, '-inf', horizon_arg, 'BYSCORE', 'LIMIT', '0',
-        DUE_TENANTS_PER_PROMOTION_ARG)) do
+        DUE_TENANTS_PER_PROMOTION)) do
       sets[#sets + 1] = {key = due_key .. ':' .. tenant, tenant = tenant, members = {}}
     end
   end

@@ -129,7 +129,7 @@ GUARDS+=(
   "put: a create where a stub points elsewhere goes there|lua/put_schedule.lua|  if f[4] then return {ELSEWHERE, tonumber(f[4])} end||$G::a_schedule_id_has_one_schedule_ordered_or_not"
   "place schedule: a schedule here stays here|lua/place_schedule.lua|if f[1] then return here end||$G::a_schedule_id_has_one_schedule_ordered_or_not"
   "ready push: a tenant's jobs wait in its own list|lua/prelude.lua|  if not slash then return key, nil end|  if true then return key, nil end|$F::a_tenants_backlog_does_not_hold_another_tenants_due_jobs"
-  "promote: each tenant's due set gives a share|lua/prelude.lua|local DUE_TENANTS_PER_PROMOTION = 64|local DUE_TENANTS_PER_PROMOTION = 0|$F::a_tenants_due_backlog_does_not_hold_another_tenants_due_job"
+  "promote: each tenant's due set gives a share|lua/prelude.lua|local DUE_TENANTS_PER_PROMOTION = '64'|local DUE_TENANTS_PER_PROMOTION = '0'|$F::a_tenants_due_backlog_does_not_hold_another_tenants_due_job"
   "promote: an emptied due set leaves the index|lua/prelude.lua|      redis.call('ZREM', index, set.tenant)||$F::a_tenants_due_backlog_does_not_hold_another_tenants_due_job"
   "due remove: a job leaves its tenant's due set|lua/prelude.lua|  redis.call('ZREM', key, member)||$F::a_tenants_due_backlog_does_not_hold_another_tenants_due_job"
   "claim: each tenant its weight|lua/claim_ready.lua|    if ARGV[i] == tenant then return tonumber(ARGV[i + 1]) end|    if false then return tonumber(ARGV[i + 1]) end|$F::a_claim_shares_its_batch_between_tenants_by_weight"
