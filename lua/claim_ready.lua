@@ -152,9 +152,9 @@ local kept, started = nil, false
 if promote > 0 then
   local keep = 0
   if want > 0 and (lists_empty or (tenants == 0 and rcall('LLEN', KEYS[1]) == 0)) then keep = want end
-  local moved, next_due, pushed, handed = promote_due_jobs(KEYS[3], KEYS[1], KEYS[4], promote,
-    now, horizon, keep)
-  kept, started = handed, pushed
+  local moved, next_due
+  moved, next_due, started, kept = promote_due_jobs(KEYS[3], KEYS[1], KEYS[4], promote, now,
+    horizon, keep)
   if not moved then return try_again() end
   -- A tenant's list it started joined the tenants set.
   if started then tenants = rcall('SCARD', KEYS[5]) end

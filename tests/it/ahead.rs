@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use hookq::job::{JobInput, RunAt};
 use hookq::store::{CancelOutcome, RescheduleOutcome, Store};
+use redis::AsyncCommands;
 use serde_json::json;
 
 use crate::support::receiver::Receiver;
@@ -369,9 +370,7 @@ async fn a_promotion_ahead_opens_the_buckets_due_by_its_horizon() {
     }
     let keys = store.keys().clone();
     let mut conn = redis.conn().await;
-    let buckets: usize = redis::AsyncCommands::zcard(&mut conn, keys.wheel(0))
-        .await
-        .expect("ZCARD");
+    let buckets: usize = conn.zcard(keys.wheel(0)).await.expect("ZCARD");
     assert_eq!(buckets, 1, "the first half waits in a wheel bucket");
     wait_until(
         "the horizon is past the due time",
@@ -392,9 +391,7 @@ async fn a_promotion_ahead_opens_the_buckets_due_by_its_horizon() {
         due - promotion.now
     );
     assert_eq!(promotion.moved, 50, "both halves move in one promotion");
-    let ids: Vec<String> = redis::AsyncCommands::lrange(&mut conn, keys.ready(0), 0, -1)
-        .await
-        .expect("LRANGE");
+    let ids: Vec<String> = conn.lrange(keys.ready(0), 0, -1).await.expect("LRANGE");
     let expected: Vec<String> = (0..50).map(id).collect();
     assert_eq!(ids, expected, "enqueue order (ids sort against it)");
 }
