@@ -115,9 +115,11 @@ def main() -> None:
         def log_message(self, *args) -> None:
             pass
 
+    # Bound before it says it listens: a job sent on that line must find it.
+    server = HTTPServer(("127.0.0.1", port), Handler)
     print(f"receiver listening on http://127.0.0.1:{port}/, checking signatures with: {checks}",
           flush=True)
-    HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+    server.serve_forever()
 
 
 if __name__ == "__main__":
