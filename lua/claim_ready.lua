@@ -141,8 +141,11 @@ local horizon = now + tonumber(ARGV[5])
 local out = {now, 0, -1, -2, horizon}
 local promote = tonumber(ARGV[4])
 -- With no tenant's list and the default list empty (a steady load's usual
--- case), one EXISTS answers both.
-local lists_empty = rcall('EXISTS', KEYS[5], KEYS[1]) == 0
+-- case), one EXISTS answers both, and also whether the tenants' due index
+-- exists: it is named three times, so it counts 3 and the lists at most 2.
+local index = due_index(KEYS[3])
+local present = rcall('EXISTS', KEYS[5], KEYS[1], index, index, index)
+local lists_empty, index_absent = present % 3 == 0, present < 3
 local tenants = 0
 if not lists_empty then tenants = rcall('SCARD', KEYS[5]) end
 -- Promoted jobs the promotion handed back: with no tenant's list and the
@@ -154,7 +157,7 @@ if promote > 0 then
   if want > 0 and (lists_empty or (tenants == 0 and rcall('LLEN', KEYS[1]) == 0)) then keep = want end
   local moved, next_due
   moved, next_due, started, kept = promote_due_jobs(KEYS[3], KEYS[1], KEYS[4], promote, now,
-    horizon, keep)
+    horizon, keep, index_absent)
   if not moved then return try_again() end
   -- A tenant's list it started joined the tenants set.
   if started then tenants = rcall('SCARD', KEYS[5]) end

@@ -952,12 +952,14 @@ end
   the partition's claim loop); nil, having changed nothing, when the
   partition's slot is migrating and a key it needs is not here (the caller
   answers TRYAGAIN). promote_due runs it alone; claim_ready runs it before
-  claiming, so that a due job costs its daemon one call to be claimed.
+  claiming, so that a due job costs its daemon one call to be claimed, and
+  says with `index_absent` that it found the tenants' due index absent
+  (no tenant has jobs due here), which is then not read again.
 ]]
 -- (A string: it goes to redis.call as an argument, see horizon_arg below.)
 local DUE_TENANTS_PER_PROMOTION = '64'
 
-local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horizon, keep)
+local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horizon, keep, index_absent)
   local prefix = partition_prefix(due_key, 'due')
   -- Open the wheel's buckets whose time has come by the horizon (not only by
   -- now: a bucket's jobs must reach the due set before the due set's jobs of
@@ -1018,9 +1020,13 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
   -- checks each record, and drops an id whose job is gone). Read pass:
   -- each due set's due members, and its head once they have left.
   local index = due_index(due_key)
-  -- The tenants' sets' earliest due time: their index's head. Only when it
-  -- is due are the tenants with jobs due read.
-  local index_head = tonumber(redis.call('ZRANGE', index, '0', '0', 'WITHSCORES')[2])
+  -- The tenants' sets' earliest due time: their index's head (not read
+  -- when the caller found the index absent). Only when it is due are the
+  -- tenants with jobs due read.
+  local index_head = nil
+  if not index_absent then
+    index_head = tonumber(redis.call('ZRANGE', index, '0', '0', 'WITHSCORES')[2])
+  end
   -- The default set first, always (an empty read when none of its jobs is
   -- due), then each tenant's with jobs due.
   local sets = {{key = due_key, members = {}}}
