@@ -142,10 +142,14 @@ local out = {now, 0, -1, -2, horizon}
 local promote = tonumber(ARGV[4])
 -- With no tenant's list and the default list empty (a steady load's usual
 -- case), one EXISTS answers both, and also whether the tenants' due index
--- exists: it is named three times, so it counts 3 and the lists at most 2.
-local index = due_index(KEYS[3])
-local present = rcall('EXISTS', KEYS[5], KEYS[1], index, index, index)
-local lists_empty, index_absent = present % 3 == 0, present < 3
+-- and the wheel's index exist (the promotion then skips reading them): the
+-- lists count at most 2, so the due index is named three times (it counts
+-- 3) and the wheel nine times (9).
+local index, wheel = due_index(KEYS[3]), KEYS[4]
+local present = rcall('EXISTS', KEYS[5], KEYS[1], index, index, index,
+  wheel, wheel, wheel, wheel, wheel, wheel, wheel, wheel, wheel)
+local lists_empty, index_absent = present % 3 == 0, present % 9 < 3
+local wheel_absent = present < 9
 local tenants = 0
 if not lists_empty then tenants = rcall('SCARD', KEYS[5]) end
 -- Promoted jobs the promotion handed back: with no tenant's list and the
@@ -157,7 +161,7 @@ if promote > 0 then
   if want > 0 and (lists_empty or (tenants == 0 and rcall('LLEN', KEYS[1]) == 0)) then keep = want end
   local moved, next_due
   moved, next_due, started, kept = promote_due_jobs(KEYS[3], KEYS[1], KEYS[4], promote, now,
-    horizon, keep, index_absent)
+    horizon, keep, index_absent, wheel_absent)
   if not moved then return try_again() end
   -- A tenant's list it started joined the tenants set.
   if started then tenants = rcall('SCARD', KEYS[5]) end

@@ -953,13 +953,15 @@ end
   partition's slot is migrating and a key it needs is not here (the caller
   answers TRYAGAIN). promote_due runs it alone; claim_ready runs it before
   claiming, so that a due job costs its daemon one call to be claimed, and
-  says with `index_absent` that it found the tenants' due index absent
-  (no tenant has jobs due here), which is then not read again.
+  says with `index_absent` and `wheel_absent` that it found the tenants'
+  due index (no tenant has jobs due here) or the wheel's index (no job is
+  due a wheel bucket or more ahead) absent: neither is then read again.
 ]]
 -- (A string: it goes to redis.call as an argument, see horizon_arg below.)
 local DUE_TENANTS_PER_PROMOTION = '64'
 
-local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horizon, keep, index_absent)
+local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horizon, keep, index_absent,
+    wheel_absent)
   local prefix = partition_prefix(due_key, 'due')
   -- Open the wheel's buckets whose time has come by the horizon (not only by
   -- now: a bucket's jobs must reach the due set before the due set's jobs of
@@ -972,7 +974,11 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
   -- %.17g, measured at ~0.23 us per argument against ~0.9 us for the
   -- whole ZRANGE on a warm Redis.)
   local horizon_arg = string.format('%d', horizon)
-  local wheel_head = tonumber(redis.call('ZRANGE', wheel_key, '0', '0', 'WITHSCORES')[2])
+  -- (Not read when the caller found the wheel absent.)
+  local wheel_head = nil
+  if not wheel_absent then
+    wheel_head = tonumber(redis.call('ZRANGE', wheel_key, '0', '0', 'WITHSCORES')[2])
+  end
   local buckets = {}
   if wheel_head and wheel_head <= horizon then
     buckets = redis.call('ZRANGE', wheel_key, '-inf', horizon_arg, 'BYSCORE', 'LIMIT', '0', '16')
