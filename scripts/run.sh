@@ -21,7 +21,18 @@
 # runs that hookq binary instead of building one (the tests use it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-REDIS_URL="${REDIS_URL:-${HOOKQ_REDIS__URL:-redis://127.0.0.1:6379/0}}"
+# A value without the quotes of a TOML string: hookq's environment values
+# parse as TOML, so `HOOKQ_API__LISTEN='"127.0.0.1:8080"'` is as good as the
+# bare string, and this script reads both alike.
+unquote() {
+  local value="$1" double='^"(.*)"$' single="^'(.*)'\$"
+  if [[ "$value" =~ $double || "$value" =~ $single ]]; then
+    value="${BASH_REMATCH[1]}"
+  fi
+  printf '%s' "$value"
+}
+
+REDIS_URL="$(unquote "${REDIS_URL:-${HOOKQ_REDIS__URL:-redis://127.0.0.1:6379/0}}")"
 export HOOKQ_REDIS__URL="$REDIS_URL"
 DATA="$PWD/data"
 HOOKQ_PID="$DATA/hookq.pid"
@@ -139,7 +150,7 @@ fi
 
 # The address hookq listens on: --listen, else HOOKQ_API__LISTEN, else the
 # config file's api.listen, else the default.
-listen="${HOOKQ_API__LISTEN:-}"
+listen="$(unquote "${HOOKQ_API__LISTEN:-}")"
 args=("$@")
 for i in "${!args[@]}"; do
   case "${args[$i]}" in

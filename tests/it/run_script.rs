@@ -42,8 +42,12 @@ async fn one_ctrl_c_on_run_sh_drains_hookq_gracefully() {
         .spawn()
         .expect("start scripts/run.sh");
     let group = script.id();
-    let cleanup = Cleanup { group, port };
-    let hookq_pid = || hookq_pids(port);
+    let serving = format!("serve --listen 127.0.0.1:{port}");
+    let cleanup = Cleanup {
+        group,
+        serving: serving.clone(),
+    };
+    let hookq_pid = || hookq_pids(&serving);
 
     support::wait_until(
         "run.sh says hookq is ready",
@@ -101,11 +105,66 @@ async fn one_ctrl_c_on_run_sh_drains_hookq_gracefully() {
     drop(cleanup);
 }
 
-/// The pids of the hookq serving on `port` (it runs in a session of its
-/// own, outside the script's process group: that is the fix).
-fn hookq_pids(port: u16) -> Vec<u32> {
+/// The configuration docs' environment values parse as TOML, so a quoted
+/// string is one too: run.sh reads `HOOKQ_API__LISTEN` and
+/// `HOOKQ_REDIS__URL` given so, waits for hookq at that address and uses
+/// that Redis (it does not start one of its own).
+#[tokio::test]
+async fn run_sh_takes_toml_quoted_environment_values() {
+    let redis = RedisServer::start();
+    let port = support::free_port();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("run.log");
+    let out = std::fs::File::create(&log).expect("log file");
+    // (An empty config file whose path names this test's hookq.)
+    let config = dir.path().join("quoted.toml");
+    std::fs::write(&config, "").expect("config file");
+    let config = config.to_str().expect("a UTF-8 path").to_string();
+    let mut script = Command::new("bash")
+        .args(["scripts/run.sh", "--config", &config])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("HOOKQ_API__LISTEN", format!("\"127.0.0.1:{port}\""))
+        .env("HOOKQ_REDIS__URL", format!("'{}'", redis.url()))
+        .env("HOOKQ_BIN", env!("CARGO_BIN_EXE_hookq"))
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out.try_clone().expect("log file")))
+        .stderr(Stdio::from(out))
+        .process_group(0)
+        .spawn()
+        .expect("start scripts/run.sh");
+    let cleanup = Cleanup {
+        group: script.id(),
+        serving: format!("serve --config {config}"),
+    };
+    support::wait_until(
+        "run.sh says hookq is ready",
+        Duration::from_secs(60),
+        || {
+            let text = output(&log);
+            async move { text.contains("hookq is ready at") }
+        },
+    )
+    .await;
+    let text = output(&log);
+    assert!(
+        text.contains(&format!("hookq is ready at http://127.0.0.1:{port}\n")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("using the Redis at {}\n", redis.url())),
+        "{text}"
+    );
+    drop(cleanup);
+    script.wait().expect("run.sh ends once its group is killed");
+}
+
+/// The pids of the hookq whose command line contains `serving` (it runs in
+/// a session of its own, outside the script's process group: that is the
+/// fix).
+fn hookq_pids(serving: &str) -> Vec<u32> {
     let pids = Command::new("pgrep")
-        .args(["-f", &format!("serve --listen 127.0.0.1:{port}")])
+        .args(["-f", serving])
         .output()
         .expect("pgrep");
     String::from_utf8_lossy(&pids.stdout)
@@ -117,13 +176,14 @@ fn hookq_pids(port: u16) -> Vec<u32> {
 /// Kills the script's group and its hookq, however the test ends.
 struct Cleanup {
     group: u32,
-    port: u16,
+    /// What the hookq's command line contains (see [`hookq_pids`]).
+    serving: String,
 }
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
         support::kill_process_group(self.group);
-        for pid in hookq_pids(self.port) {
+        for pid in hookq_pids(&self.serving) {
             let _ = Command::new("kill")
                 .args(["-KILL", &pid.to_string()])
                 .status();
