@@ -140,16 +140,19 @@ local horizon = now + tonumber(ARGV[5])
 
 local out = {now, 0, -1, -2, horizon}
 local promote = tonumber(ARGV[4])
--- With no tenant's list and the default list empty (a steady load's usual
--- case), one EXISTS answers both, and also whether the tenants' due index
--- and the wheel's index exist (the promotion then skips reading them): the
--- lists count at most 2, so the due index is named three times (it counts
--- 3) and the wheel nine times (9).
+-- One EXISTS tells whether the tenants set or the default list exists
+-- (neither, a steady load's usual case, means no list to claim from), and
+-- whether the tenants' due index and the wheel's index do (the promotion
+-- skips reading an absent one). EXISTS counts a key once per time it is
+-- named: the two lists count at most 2, so the index is named 3 times and
+-- the wheel 9, and the count's digits in base 3 say which exist.
+local INDEX_WEIGHT, WHEEL_WEIGHT = 3, 9
 local index, wheel = due_index(KEYS[3]), KEYS[4]
 local present = rcall('EXISTS', KEYS[5], KEYS[1], index, index, index,
   wheel, wheel, wheel, wheel, wheel, wheel, wheel, wheel, wheel)
-local lists_empty, index_absent = present % 3 == 0, present % 9 < 3
-local wheel_absent = present < 9
+local lists_empty = present % INDEX_WEIGHT == 0
+local index_absent = present % WHEEL_WEIGHT < INDEX_WEIGHT
+local wheel_absent = present < WHEEL_WEIGHT
 local tenants = 0
 if not lists_empty then tenants = rcall('SCARD', KEYS[5]) end
 -- Promoted jobs the promotion handed back: with no tenant's list and the
