@@ -4,13 +4,14 @@
 
 use std::io::Read;
 use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::support::{self, redis::RedisServer};
 
 /// The output so far of the script, whose stdout and stderr go to `path`.
-fn output(path: &std::path::Path) -> String {
+fn output(path: &Path) -> String {
     let mut text = String::new();
     if let Ok(mut file) = std::fs::File::open(path) {
         let _ = file.read_to_string(&mut text);
@@ -24,23 +25,11 @@ async fn one_ctrl_c_on_run_sh_drains_hookq_gracefully() {
     let port = support::free_port();
     let dir = tempfile::tempdir().expect("temp dir");
     let log = dir.path().join("run.log");
-    let out = std::fs::File::create(&log).expect("log file");
-    // As a terminal starts it: with SIGINT's default disposition. A test run
-    // started in the background of a shell without job control inherits
-    // SIGINT ignored, and a script cannot trap a signal ignored on entry.
-    let mut script = Command::new("env")
-        .args(["--default-signal=INT", "bash", "scripts/run.sh"])
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("REDIS_URL", redis.url())
-        .env("HOOKQ_BIN", env!("CARGO_BIN_EXE_hookq"))
-        .env_remove("HOOKQ_REDIS__URL")
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(out.try_clone().expect("log file")))
-        .stderr(Stdio::from(out))
-        .process_group(0)
-        .spawn()
-        .expect("start scripts/run.sh");
+    let mut script = start_run_sh(
+        &["--listen", &format!("127.0.0.1:{port}")],
+        &[("REDIS_URL", redis.url())],
+        &log,
+    );
     let group = script.id();
     let serving = format!("serve --listen 127.0.0.1:{port}");
     let cleanup = Cleanup {
@@ -49,15 +38,7 @@ async fn one_ctrl_c_on_run_sh_drains_hookq_gracefully() {
     };
     let hookq_pid = || hookq_pids(&serving);
 
-    support::wait_until(
-        "run.sh says hookq is ready",
-        Duration::from_secs(60),
-        || {
-            let text = output(&log);
-            async move { text.contains("hookq is ready at") }
-        },
-    )
-    .await;
+    wait_until_ready(&log).await;
     assert_eq!(hookq_pid().len(), 1, "one hookq runs: {}", output(&log));
 
     // A terminal's Ctrl-C: SIGINT to every process of the foreground group.
@@ -105,6 +86,43 @@ async fn one_ctrl_c_on_run_sh_drains_hookq_gracefully() {
     drop(cleanup);
 }
 
+/// Waits until the script logging to `log` says hookq is ready.
+async fn wait_until_ready(log: &Path) {
+    support::wait_until(
+        "run.sh says hookq is ready",
+        Duration::from_secs(60),
+        || {
+            let text = output(log);
+            async move { text.contains("hookq is ready at") }
+        },
+    )
+    .await;
+}
+
+/// Starts `scripts/run.sh args` as a terminal starts a foreground job: in a
+/// process group of its own, with SIGINT's default disposition (a test run
+/// started in the background of a shell without job control inherits SIGINT
+/// ignored, and a script cannot trap a signal ignored on entry). It runs the
+/// test build of hookq, with `envs` and without the caller's Redis URL
+/// variables; its stdout and stderr go to `log`.
+fn start_run_sh(args: &[&str], envs: &[(&str, String)], log: &Path) -> Child {
+    let out = std::fs::File::create(log).expect("log file");
+    Command::new("env")
+        .args(["--default-signal=INT", "bash", "scripts/run.sh"])
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("REDIS_URL")
+        .env_remove("HOOKQ_REDIS__URL")
+        .env("HOOKQ_BIN", env!("CARGO_BIN_EXE_hookq"))
+        .envs(envs.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out.try_clone().expect("log file")))
+        .stderr(Stdio::from(out))
+        .process_group(0)
+        .spawn()
+        .expect("start scripts/run.sh")
+}
+
 /// The configuration docs' environment values parse as TOML, so a quoted
 /// string is one too: run.sh reads `HOOKQ_API__LISTEN` and
 /// `HOOKQ_REDIS__URL` given so, waits for hookq at that address and uses
@@ -115,37 +133,23 @@ async fn run_sh_takes_toml_quoted_environment_values() {
     let port = support::free_port();
     let dir = tempfile::tempdir().expect("temp dir");
     let log = dir.path().join("run.log");
-    let out = std::fs::File::create(&log).expect("log file");
     // (An empty config file whose path names this test's hookq.)
     let config = dir.path().join("quoted.toml");
     std::fs::write(&config, "").expect("config file");
     let config = config.to_str().expect("a UTF-8 path").to_string();
-    let mut script = Command::new("bash")
-        .args(["scripts/run.sh", "--config", &config])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("HOOKQ_API__LISTEN", format!("\"127.0.0.1:{port}\""))
-        .env("HOOKQ_REDIS__URL", format!("'{}'", redis.url()))
-        .env("HOOKQ_BIN", env!("CARGO_BIN_EXE_hookq"))
-        .env_remove("REDIS_URL")
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(out.try_clone().expect("log file")))
-        .stderr(Stdio::from(out))
-        .process_group(0)
-        .spawn()
-        .expect("start scripts/run.sh");
+    let mut script = start_run_sh(
+        &["--config", &config],
+        &[
+            ("HOOKQ_API__LISTEN", format!("\"127.0.0.1:{port}\"")),
+            ("HOOKQ_REDIS__URL", format!("'{}'", redis.url())),
+        ],
+        &log,
+    );
     let cleanup = Cleanup {
         group: script.id(),
         serving: format!("serve --config {config}"),
     };
-    support::wait_until(
-        "run.sh says hookq is ready",
-        Duration::from_secs(60),
-        || {
-            let text = output(&log);
-            async move { text.contains("hookq is ready at") }
-        },
-    )
-    .await;
+    wait_until_ready(&log).await;
     let text = output(&log);
     assert!(
         text.contains(&format!("hookq is ready at http://127.0.0.1:{port}\n")),
