@@ -319,7 +319,11 @@ async fn scripts_check(store: &Store) -> Check {
             "scripts",
             Status::Fail,
             format!("cannot load: {err}"),
-            Some("allow SCRIPT LOAD/EVALSHA for hookq's Redis user (ACL: +@scripting)".into()),
+            Some(
+                "allow FUNCTION LOAD and FCALL for hookq's Redis user (ACL: +@scripting; \
+                 before Redis 7.0: SCRIPT LOAD and EVALSHA)"
+                    .into(),
+            ),
         ),
     }
 }

@@ -434,6 +434,47 @@ async fn doctor_reports_and_names_the_fix() {
     );
 }
 
+/// A Redis user that may not load scripts gets a scripts check that fails
+/// and names what to allow: hookq loads a Functions library (`FUNCTION
+/// LOAD`, run by `FCALL`), so the fix names those, not `EVALSHA`.
+#[tokio::test]
+async fn doctor_names_the_function_commands_a_user_without_scripting_lacks() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn().await;
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "noscripts",
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "+@all",
+            "-@scripting",
+        ])
+        .query_async(&mut conn)
+        .await
+        .expect("ACL SETUSER");
+    let mut command = Command::new(BIN);
+    command
+        .args(["--json", "doctor"])
+        .env(
+            "HOOKQ_REDIS__URL",
+            format!("redis://noscripts:pw@127.0.0.1:{}", redis.port()),
+        )
+        .env("HOOKQ_REDIS__PARTITIONS", "4")
+        .env_remove("HOOKQ_CONFIG");
+    let out = crate::output_within(command, CLI_DEADLINE);
+    let report = stdout_json(&out);
+    let scripts = doctor_check(&report, "scripts");
+    assert_eq!(scripts["status"], "fail", "{report}");
+    let fix = scripts["fix"].as_str().unwrap_or_default();
+    assert!(
+        fix.contains("FUNCTION LOAD") && fix.contains("FCALL") && fix.contains("+@scripting"),
+        "{report}"
+    );
+}
+
 /// The check called `name` of a `doctor --json` report (Null if absent).
 fn doctor_check(report: &Value, name: &str) -> Value {
     report["checks"]
