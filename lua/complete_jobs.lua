@@ -61,10 +61,10 @@ for i = 7, #ARGV, 4 do
     current[i] = r
     done[#done + 1] = ARGV[i]
     if not keep then
-      local earlier = {}
+      local earlier = NO_IDS
       if r.att > 1 then earlier = summary_entries(rcall('LRANGE', ARGV[2] .. ARGV[i], 0, -1), 1, now) end
       pieces[i] = summary_pieces(summary_of('d', r, now, ARGV[i + 2]), earlier, false)
-      fields = fields + #pieces[i]
+      fields = fields + summary_field_count(pieces[i])
     end
     if ARGV[i + 3] ~= '' then
       lines[i] = order_plan(prefix, order_line(ARGV[i], ARGV[i + 3]))

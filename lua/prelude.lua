@@ -31,6 +31,10 @@ local ELSEWHERE = -5    -- the id's job lives in another partition (a pointer)
 local RESERVED = -6     -- (enqueue_jobs) the id is a schedule's fire id
 local IN_FLIGHT = 3     -- (cancel_job) done, but a worker had the job already
 
+-- An empty list the hot paths share instead of making one each time: read
+-- only, never written to.
+local NO_IDS = {}
+
 -- Whether the cluster slot of `key` is migrating from or importing to this
 -- node right now; always false outside a cluster.
 local function slot_moving(key)
@@ -692,7 +696,7 @@ end
 -- entry a shard split moves.
 local function id_hash(id)
   local h = 0
-  for _, b in ipairs({string.byte(id, math.max(1, #id - 7), #id)}) do h = h * 31 + b end
+  for i = math.max(1, #id - 7), #id do h = h * 31 + string.byte(id, i) end
   h = mul32(xor_shift(h % 4294967296, 16), 0x85ebca6b)
   return xor_shift(h, 13)
 end
@@ -800,12 +804,16 @@ end
   error text not yet cut) with its earlier attempts `entries` (from
   summary_entries), `behind` when the newest of them is attempt
   `attempts - 1`. A list of pieces, each at most SUMMARY_MAX bytes: the
-  first is the id's field, the others its continuation fields.
+  first is the id's field, the others its continuation fields. A summary
+  of one piece (a job delivered on its first attempt) is that piece, a
+  string, so that the usual case makes no table (on a steady load Redis
+  pays more for each Lua table than for a command; see
+  docs/performance.md). summary_field_count counts either.
 ]]
 local function summary_pieces(value, entries, behind)
   local topic_len = string.byte(value, SUMMARY_HEAD_LEN + SUMMARY_TAIL_FIXED)
   local base = SUMMARY_HEAD_LEN + SUMMARY_TAIL_FIXED + topic_len
-  if #entries == 0 and not behind then return {string.sub(value, 1, math.max(SUMMARY_MAX, base))} end
+  if #entries == 0 and not behind then return string.sub(value, 1, math.max(SUMMARY_MAX, base)) end
   local count = #entries
   if behind then count = count + 128 end
   local blob = string.sub(value, 1, base - topic_len - 1) .. string.char(topic_len + 128)
@@ -820,11 +828,25 @@ local function summary_pieces(value, entries, behind)
   return pieces
 end
 
--- The field names of summary pieces `pieces` of job `id`.
-local function summary_fields(id, pieces)
-  local names = {id}
-  for k = 2, #pieces do names[k] = '#' .. (k - 1) .. id end
-  return names
+-- The fields a summary (from summary_pieces) takes.
+local function summary_field_count(pieces)
+  if type(pieces) == 'string' then return 1 end
+  return #pieces
+end
+
+-- Puts the fields of summary `pieces` (from summary_pieces) of job `id`,
+-- name then value, into `args` after its first `n`; returns the new count.
+local function summary_args(args, n, id, pieces)
+  if type(pieces) == 'string' then
+    args[n + 1], args[n + 2] = id, pieces
+    return n + 2
+  end
+  for k, piece in ipairs(pieces) do
+    if k == 1 then args[n + 1] = id else args[n + 1] = '#' .. (k - 1) .. id end
+    args[n + 2] = piece
+    n = n + 2
+  end
+  return n
 end
 
 --[[
@@ -849,9 +871,11 @@ local function summaries_plan(prefix, ids, now, retention, fields)
   else
     plan.new = true
   end
-  for i, id in ipairs(ids) do plan.shards[i] = summary_shard(id_hash(id), plan.n) end
   plan.n_after = plan.n
   while plan.count + plan.fields > SUMMARY_LOAD * plan.n_after do plan.n_after = plan.n_after + 1 end
+  -- (The shards split first: the summaries go where the bucket's shards
+  -- after the splits put them, so no shard outgrows its load.)
+  for i, id in ipairs(ids) do plan.shards[i] = summary_shard(id_hash(id), plan.n_after) end
   if IN_CLUSTER then
     local keys = {prefix .. 'done'}
     for _, s in ipairs(plan.shards) do keys[#keys + 1] = summary_key(prefix, plan.bucket, s) end
@@ -866,36 +890,43 @@ local function summaries_plan(prefix, ids, now, retention, fields)
   return plan
 end
 
--- Splits shard n - base of a bucket of n shards into it and shard n. Both
--- are rewritten, so a shard that outgrew the listpack encoding regains it.
+-- Splits shard n - base of a bucket of n shards into it and shard n: the
+-- fields whose id hashes to n move, the others stay where they are.
 local function summary_split(prefix, bucket, n, expires)
   local base = split_base(n)
   local src, dst = summary_key(prefix, bucket, n - base), summary_key(prefix, bucket, n)
   local all = redis.call('HGETALL', src)
-  local keep, move = {}, {}
+  local move, names = {}, {}
   for i = 1, #all, 2 do
-    local into, owner = keep, all[i]
+    local owner = all[i]
     -- A continuation field `#<k><id>` goes where its id goes.
     if string.byte(owner, 1) == 35 then owner = string.sub(owner, 3) end
-    if id_hash(owner) % (base * 2) == n then into = move end
-    into[#into + 1] = all[i]
-    into[#into + 1] = all[i + 1]
+    if id_hash(owner) % (base * 2) == n then
+      names[#names + 1] = all[i]
+      move[#move + 1] = all[i]
+      move[#move + 1] = all[i + 1]
+    end
   end
   -- Every shard below the bucket's count exists and has its expiry, so a
-  -- write never needs to set one: an empty half keeps a placeholder field
-  -- (an empty value, which no reader takes for a summary).
-  if #keep == 0 then keep = {'', ''} end
-  if #move == 0 then move = {'', ''} end
-  redis.call('DEL', src)
-  for _, half in ipairs({{src, keep}, {dst, move}}) do
-    redis.call('HSET', half[1], unpack(half[2]))
-    redis.call('PEXPIREAT', half[1], string.format('%d', expires))
+  -- write never needs to set one: a half left empty keeps a placeholder
+  -- field (an empty value, which no reader takes for a summary), set
+  -- before the others leave so that the shard keeps its expiry.
+  if #all == 0 then
+    -- (A shard gone, which no step leaves: made again, with its expiry.)
+    redis.call('HSET', src, '', '')
+    redis.call('PEXPIREAT', src, string.format('%d', expires))
+  elseif #names > 0 then
+    if #names * 2 == #all then redis.call('HSET', src, '', '') end
+    redis.call('HDEL', src, unpack(names))
   end
+  if #move == 0 then move = {'', ''} end
+  redis.call('HSET', dst, unpack(move))
+  redis.call('PEXPIREAT', dst, string.format('%d', expires))
 end
 
--- Writes summaries `values[i]` of `ids[i]` (each a list of pieces, from
--- summary_pieces) as `plan` (from summaries_plan) laid out, then splits
--- shards until the bucket is within its load.
+-- Writes summaries `values[i]` of `ids[i]` (each from summary_pieces) as
+-- `plan` (from summaries_plan) laid out, once it has split shards until
+-- the bucket will be within its load.
 local function summaries_write(prefix, plan, ids, values, now)
   local meta = prefix .. 'done'
   if plan.new then
@@ -906,24 +937,32 @@ local function summaries_write(prefix, plan, ids, values, now)
       if not expires or expires <= now then redis.call('HDEL', meta, all[i]) end
     end
   end
-  local by_shard, order = {}, {}
+  for n = plan.n, plan.n_after - 1 do summary_split(prefix, plan.bucket, n, plan.expires) end
+  -- One HSET per shard, at its first job, with the others of its shard
+  -- behind it (`more`, by the first's index). A large bucket's shards
+  -- mostly get one job per call: those make no table of their own.
+  local first, more = {}, nil
+  for i = 1, #ids do
+    local s = plan.shards[i]
+    local f = first[s]
+    if not f then
+      first[s] = i
+    else
+      more = more or {}
+      more[f] = more[f] or {}
+      more[f][#more[f] + 1] = i
+    end
+  end
+  local args = {}
   for i, id in ipairs(ids) do
     local s = plan.shards[i]
-    if not by_shard[s] then
-      by_shard[s] = {}
-      order[#order + 1] = s
-    end
-    local fields = by_shard[s]
-    local names = summary_fields(id, values[i])
-    for k, piece in ipairs(values[i]) do
-      fields[#fields + 1] = names[k]
-      fields[#fields + 1] = piece
+    if first[s] == i then
+      local n = summary_args(args, 0, id, values[i])
+      for _, j in ipairs(more and more[i] or NO_IDS) do n = summary_args(args, n, ids[j], values[j]) end
+      redis.call('HSET', summary_key(prefix, plan.bucket, s), unpack(args, 1, n))
     end
   end
   local expires = string.format('%d', plan.expires)
-  for _, s in ipairs(order) do
-    redis.call('HSET', summary_key(prefix, plan.bucket, s), unpack(by_shard[s]))
-  end
   -- Shards get their expiry when they are made (a new bucket's shard 0
   -- here, split halves in summary_split), or all again when a longer
   -- retention extends the bucket's: not on every write.
@@ -932,7 +971,6 @@ local function summaries_write(prefix, plan, ids, values, now)
   elseif plan.extended then
     for s = 0, plan.n - 1 do redis.call('PEXPIREAT', summary_key(prefix, plan.bucket, s), expires) end
   end
-  for n = plan.n, plan.n_after - 1 do summary_split(prefix, plan.bucket, n, plan.expires) end
   redis.call('HSET', meta, plan.bucket,
     plan.n_after .. ':' .. (plan.count + plan.fields) .. ':' .. expires)
 end
