@@ -61,7 +61,7 @@ for i = 7, #ARGV, 4 do
     current[i] = r
     done[#done + 1] = ARGV[i]
     if not keep then
-      local earlier = NO_IDS
+      local earlier = EMPTY
       if r.att > 1 then earlier = summary_entries(rcall('LRANGE', ARGV[2] .. ARGV[i], 0, -1), 1, now) end
       pieces[i] = summary_pieces(summary_of('d', r, now, ARGV[i + 2]), earlier, false)
       fields = fields + summary_field_count(pieces[i])

@@ -33,7 +33,7 @@ local IN_FLIGHT = 3     -- (cancel_job) done, but a worker had the job already
 
 -- An empty list the hot paths share instead of making one each time: read
 -- only, never written to.
-local NO_IDS = {}
+local EMPTY = {}
 
 -- Whether the cluster slot of `key` is migrating from or importing to this
 -- node right now; always false outside a cluster.
@@ -912,7 +912,8 @@ local function summary_split(prefix, bucket, n, expires)
   -- field (an empty value, which no reader takes for a summary), set
   -- before the others leave so that the shard keeps its expiry.
   if #all == 0 then
-    -- (A shard gone, which no step leaves: made again, with its expiry.)
+    -- (A new bucket's shard 0, split before its first write: made here,
+    -- with its expiry.)
     redis.call('HSET', src, '', '')
     redis.call('PEXPIREAT', src, string.format('%d', expires))
   elseif #names > 0 then
@@ -949,8 +950,9 @@ local function summaries_write(prefix, plan, ids, values, now)
       first[s] = i
     else
       more = more or {}
-      more[f] = more[f] or {}
-      more[f][#more[f] + 1] = i
+      local behind = more[f] or {}
+      behind[#behind + 1] = i
+      more[f] = behind
     end
   end
   local args = {}
@@ -958,7 +960,7 @@ local function summaries_write(prefix, plan, ids, values, now)
     local s = plan.shards[i]
     if first[s] == i then
       local n = summary_args(args, 0, id, values[i])
-      for _, j in ipairs(more and more[i] or NO_IDS) do n = summary_args(args, n, ids[j], values[j]) end
+      for _, j in ipairs(more and more[i] or EMPTY) do n = summary_args(args, n, ids[j], values[j]) end
       redis.call('HSET', summary_key(prefix, plan.bucket, s), unpack(args, 1, n))
     end
   end
