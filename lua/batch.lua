@@ -22,7 +22,7 @@
     it runs alone.
 ]]
 local function run_batch(KEYS, ARGV)
-  local n = tonumber(ARGV[1])
+  local n = arg_number(ARGV[1])
   local out = {}
   -- One TIME for every call (see now_ms in the prelude).
   batch_now = nil
@@ -31,7 +31,7 @@ local function run_batch(KEYS, ARGV)
   for c = 1, n do
     local h = 2 + 3 * (c - 1)
     local call = BATCHED[ARGV[h]]
-    local nk, na = tonumber(ARGV[h + 1]), tonumber(ARGV[h + 2])
+    local nk, na = arg_number(ARGV[h + 1]), arg_number(ARGV[h + 2])
     -- (Constructors with unpack make each table at its size.)
     local keys, args = {unpack(KEYS, k, k + nk - 1)}, {unpack(ARGV, a, a + na - 1)}
     k, a = k + nk, a + na

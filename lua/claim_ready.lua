@@ -62,9 +62,9 @@ local TENANTS_PER_CLAIM = 64
 -- The weight of `tenant` (ARGV[6], or its own in the pairs that follow).
 local function weight_of(tenant)
   for i = 7, #ARGV - 1, 2 do
-    if ARGV[i] == tenant then return tonumber(ARGV[i + 1]) end
+    if ARGV[i] == tenant then return arg_number(ARGV[i + 1]) end
   end
-  return tonumber(ARGV[6])
+  return arg_number(ARGV[6])
 end
 
 -- Jobs `a..b` of a cycle cover of `[lo, hi)`.
@@ -134,12 +134,12 @@ local function share_lists(ready_key, turn_key, tenants, want)
   end
   return lists
 end
-local want = tonumber(ARGV[1])
+local want = arg_number(ARGV[1])
 -- Jobs due by the horizon are claimed (held by the daemon to their time).
-local horizon = now + tonumber(ARGV[5])
+local horizon = now + arg_number(ARGV[5])
 
 local out = {now, 0, -1, -2, horizon}
-local promote = tonumber(ARGV[4])
+local promote = arg_number(ARGV[4])
 -- One EXISTS tells whether the tenants set or the default list exists
 -- (neither, a steady load's usual case, means no list to claim from), and
 -- whether the tenants' due index and the wheel's index do (the promotion
@@ -180,15 +180,18 @@ local lists
 if kept then
   lists = {{key = KEYS[1], ids = kept, kept = true}}
 elseif tenants == 0 then
-  lists = {{key = KEYS[1], ids = rcall('LRANGE', KEYS[1], '0', string.format('%d', want - 1))}}
+  lists = {{key = KEYS[1], ids = rcall('LRANGE', KEYS[1], '0', int_text(want - 1))}}
 else
   -- At most TENANTS_PER_CLAIM of them, a random pick when there are more.
   lists = share_lists(KEYS[1], KEYS[6], rcall('SRANDMEMBER', KEYS[5], TENANTS_PER_CLAIM), want)
   if not lists then return try_again() end
 end
-local ids = {}
-for _, l in ipairs(lists) do
-  for _, id in ipairs(l.ids) do ids[#ids + 1] = id end
+local ids = lists[1] and lists[1].ids or EMPTY
+if #lists > 1 then
+  ids = {}
+  for _, l in ipairs(lists) do
+    for _, id in ipairs(l.ids) do ids[#ids + 1] = id end
+  end
 end
 if #ids == 0 and #lists == 1 then return out end
 -- (Tenants left out of this claim's pick may have jobs: look again.)
@@ -221,7 +224,7 @@ for i, id in ipairs(ids) do
     taken[id] = true
     local attempt = r.att + 1
     local lease = r.lease
-    if lease == 0 then lease = tonumber(ARGV[3]) end
+    if lease == 0 then lease = arg_number(ARGV[3]) end
     rec_patch(at, v, struct.pack('>c1I6I2', 'i', now, attempt))
     -- (A job claimed ahead is attempted at its due time.)
     leases[#leases + 1] = string.format('%d', math.max(now, r.due) + lease)

@@ -57,7 +57,7 @@ for i = 7, #ARGV, 4 do
   if IN_CLUSTER and (not r or rcall('EXISTS', ARGV[2] .. ARGV[i]) == 0) and slot_moving_once(KEYS[1]) then
     return try_again()
   end
-  if r ~= nil and r.state == 'i' and r.att == tonumber(ARGV[i + 1]) then
+  if r ~= nil and r.state == 'i' and r.att == arg_number(ARGV[i + 1]) then
     current[i] = r
     done[#done + 1] = ARGV[i]
     if not keep then
@@ -104,7 +104,7 @@ if #done > 0 then
     summaries_write(prefix, plan, done, summaries, now)
   end
   rcall('ZREM', KEYS[1], unpack(done))
-  rcall('HINCRBY', KEYS[2], 'delivered', string.format('%d', #done))
+  rcall('HINCRBY', KEYS[2], 'delivered', int_text(#done))
   local tally = ledger_tally()
   for _, id in ipairs(done) do ledger_count(tally, id) end
   ledger_add(prefix, 'delivered', tally)

@@ -67,6 +67,23 @@ end
 -- moment and so read TIME once; nil outside a batch.
 local batch_now = nil
 
+-- Small integers as the scripts' arguments carry them and as commands take
+-- them: tonumber parses with strtod and string.format('%d') formats with
+-- vfprintf, each costing Redis more than a table lookup, and a batch's
+-- counts, attempt numbers and settings are mostly small.
+local SMALL_NUMBERS, SMALL_TEXTS = {}, {}
+for i = 0, 1024 do SMALL_NUMBERS['' .. i], SMALL_TEXTS[i] = i, '' .. i end
+
+-- tonumber(s), for an argument that is mostly a small integer.
+local function arg_number(s)
+  return SMALL_NUMBERS[s] or tonumber(s)
+end
+
+-- string.format('%d', n), for an integer `n` that is mostly small.
+local function int_text(n)
+  return SMALL_TEXTS[n] or string.format('%d', n)
+end
+
 local function now_ms()
   if batch_now then return batch_now end
   local t = redis.call('TIME')
@@ -121,8 +138,13 @@ local STATE_NAMES = {s = 'scheduled', w = 'scheduled', p = 'scheduled', o = 'sch
 -- The record hash of job `id`: a polynomial of its last four bytes (the
 -- store's `job_shard`; cheap, and ids differ most at the end).
 local function job_shard(id)
+  local n = #id
+  if n >= 4 then
+    local a, b, c, d = string.byte(id, n - 3, n)
+    return (((a * 31 + b) * 31 + c) * 31 + d) % JOB_SHARDS
+  end
   local h = 0
-  for i = math.max(1, #id - 3), #id do h = h * 31 + string.byte(id, i) end
+  for i = 1, n do h = h * 31 + string.byte(id, i) end
   return h % JOB_SHARDS
 end
 
@@ -676,18 +698,6 @@ local SUMMARY_KINDS = {'http_status', 'redirect', 'timeout', 'connect', 'ssrf_bl
 local SUMMARY_KIND_CODE = {}
 for i, kind in ipairs(SUMMARY_KINDS) do SUMMARY_KIND_CODE[kind] = 1000 + i end
 
--- a * b mod 2^32, exact in Lua's doubles (16-bit halves).
-local function mul32(a, b)
-  local alo, blo = a % 65536, b % 65536
-  local cross = (alo * math.floor(b / 65536) + math.floor(a / 65536) * blo) % 65536
-  return (cross * 65536 + alo * blo) % 4294967296
-end
-
--- h XOR (h >> n), as an unsigned 32-bit number.
-local function xor_shift(h, n)
-  return bit.bxor(h, bit.rshift(h, n)) % 4294967296
-end
-
 -- The 32-bit hash of an id that places it in a summary shard (the store's
 -- `id_hash`): a polynomial over its last 8 bytes (where ids differ; exact
 -- in Lua's doubles), then one round of murmur3's finaliser so that ids
@@ -695,10 +705,20 @@ end
 -- on purpose: it runs for every summary written and looked up, and for each
 -- entry a shard split moves.
 local function id_hash(id)
-  local h = 0
-  for i = math.max(1, #id - 7), #id do h = h * 31 + string.byte(id, i) end
-  h = mul32(xor_shift(h % 4294967296, 16), 0x85ebca6b)
-  return xor_shift(h, 13)
+  local n, h = #id, 0
+  if n >= 8 then
+    local a, b, c, d, e, f, g, k = string.byte(id, n - 7, n)
+    h = ((((((a * 31 + b) * 31 + c) * 31 + d) * 31 + e) * 31 + f) * 31 + g) * 31 + k
+  else
+    for i = 1, n do h = h * 31 + string.byte(id, i) end
+  end
+  h = h % 4294967296
+  h = bit.bxor(h, bit.rshift(h, 16)) % 4294967296
+  -- h * 0x85ebca6b mod 2^32 in 16-bit halves (0x85eb, 0xca6b), exact in
+  -- Lua's doubles; written out, as calls cost more than the arithmetic
+  local lo = h % 65536
+  h = (((lo * 0x85eb + (h - lo) / 65536 * 0xca6b) % 65536) * 65536 + lo * 0xca6b) % 4294967296
+  return bit.bxor(h, bit.rshift(h, 13)) % 4294967296
 end
 
 -- The largest power of two not above `n`: a bucket of `n` shards has
@@ -718,7 +738,7 @@ local function summary_shard(h, n)
 end
 
 local function summary_key(prefix, bucket, shard)
-  return prefix .. 'done:' .. bucket .. ':' .. string.format('%d', shard)
+  return prefix .. 'done:' .. bucket .. ':' .. int_text(shard)
 end
 
 -- A summary: its head, for record `r` finished (state `state`) at `now`,
@@ -1082,35 +1102,39 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
       sets[#sets + 1] = {key = due_key .. ':' .. tenant, tenant = tenant, members = {}}
     end
   end
-  -- Up to `want` more due members of `set`: the due ones only, without
-  -- their scores (a read with scores of the members after them too cost
-  -- Redis more in formatting and Lua in strings than the head's own read
-  -- below).
-  local function take(set, want)
-    local got = redis.call('ZRANGE', set.key, '-inf', horizon_arg, 'BYSCORE', 'LIMIT',
-      string.format('%d', #set.members), string.format('%d', want))
-    for _, member in ipairs(got) do set.members[#set.members + 1] = member end
-    return #got
-  end
-  -- An equal share each; what a set cannot fill goes to those that filled
-  -- theirs, in a second round.
-  local left, full = batch, {}
-  local share = math.ceil(batch / #sets)
-  for round = 1, 2 do
-    local takers = sets
-    if round == 2 then
-      takers = full
-      share = math.ceil(left / math.max(#full, 1))
+  -- The due members, without their scores (a read with scores of the
+  -- members after them too cost Redis more in formatting and Lua in
+  -- strings than the head's own read below): the default set's alone in
+  -- one read (a steady load's usual case), or an equal share each and
+  -- what a set cannot fill to those that filled theirs, in a second round.
+  if #sets == 1 then
+    sets[1].members = redis.call('ZRANGE', due_key, '-inf', horizon_arg, 'BYSCORE', 'LIMIT', '0',
+      int_text(batch))
+  else
+    local function take(set, want)
+      local got = redis.call('ZRANGE', set.key, '-inf', horizon_arg, 'BYSCORE', 'LIMIT',
+        int_text(#set.members), int_text(want))
+      for _, member in ipairs(got) do set.members[#set.members + 1] = member end
+      return #got
     end
-    for _, set in ipairs(takers) do
-      local want = math.min(share, left)
-      if want > 0 then
-        local got = take(set, want)
-        left = left - got
-        if round == 1 and got == want then full[#full + 1] = set end
+    local left, full = batch, {}
+    local share = math.ceil(batch / #sets)
+    for round = 1, 2 do
+      local takers = sets
+      if round == 2 then
+        takers = full
+        share = math.ceil(left / math.max(#full, 1))
       end
+      for _, set in ipairs(takers) do
+        local want = math.min(share, left)
+        if want > 0 then
+          local got = take(set, want)
+          left = left - got
+          if round == 1 and got == want then full[#full + 1] = set end
+        end
+      end
+      if left == 0 or #full == 0 then break end
     end
-    if left == 0 or #full == 0 then break end
   end
   local ids, default_only = {}, #sets == 1
   for _, set in ipairs(sets) do
@@ -1120,7 +1144,7 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
       if string.find(id, '/', 1, true) then default_only = false end
     end
     -- Its head once its due members have left.
-    local rank = string.format('%d', #set.members)
+    local rank = int_text(#set.members)
     set.head = tonumber(redis.call('ZRANGE', set.key, rank, rank, 'WITHSCORES')[2])
     -- (An empty set may be one whose key has not arrived yet.)
     if set.tenant and #set.members == 0 and not set.head and IN_CLUSTER and slot_moving_once(due_key) then
@@ -1130,9 +1154,12 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
   -- With `keep`, and only the default tenant's jobs moving, up to `keep`
   -- of them are handed back to the caller (a claim, which takes them at
   -- once) instead of going through the ready list; the rest are pushed.
-  local kept = {}
-  if keep > 0 and default_only then
+  local kept = EMPTY
+  if keep > 0 and default_only and #ids <= keep then
+    kept, ids = ids, EMPTY
+  elseif keep > 0 and default_only then
     local rest = {}
+    kept = {}
     for i, id in ipairs(ids) do
       if i <= keep then kept[i] = id else rest[#rest + 1] = id end
     end
@@ -1143,7 +1170,7 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
   for _, set in ipairs(sets) do
     -- (The members read are the set's first, by rank.)
     if #set.members > 0 then
-      redis.call('ZREMRANGEBYRANK', set.key, '0', string.format('%d', #set.members - 1))
+      redis.call('ZREMRANGEBYRANK', set.key, '0', int_text(#set.members - 1))
     end
     if set.tenant and set.head then
       redis.call('ZADD', index, string.format('%d', set.head), set.tenant)
@@ -1338,7 +1365,7 @@ end
 -- prefix `prefix`: one HINCRBY per tenant.
 local function ledger_add(prefix, what, t)
   for _, tenant in ipairs(t.order) do
-    redis.call('HINCRBY', prefix .. 'ledger', tenant .. ':' .. what, string.format('%d', t.n[tenant]))
+    redis.call('HINCRBY', prefix .. 'ledger', tenant .. ':' .. what, int_text(t.n[tenant]))
   end
 end
 

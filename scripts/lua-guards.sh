@@ -55,8 +55,8 @@ cd "$(dirname "$0")/.."
 # name | file | exact text | replacement | the test that holds it
 E=engine G=guards F=fairness
 GUARDS=(
-  "complete: attempt token|lua/complete_jobs.lua|  if r ~= nil and r.state == 'i' and r.att == tonumber(ARGV[i + 1]) then|  if r ~= nil and r.state == 'i' then|$E::a_stale_outcome_is_discarded_while_the_next_attempt_is_in_flight"
-  "complete: state inflight|lua/complete_jobs.lua|  if r ~= nil and r.state == 'i' and r.att == tonumber(ARGV[i + 1]) then|  if r ~= nil and r.att == tonumber(ARGV[i + 1]) then|$G::late_outcomes_of_a_reclaimed_attempt_change_nothing"
+  "complete: attempt token|lua/complete_jobs.lua|  if r ~= nil and r.state == 'i' and r.att == arg_number(ARGV[i + 1]) then|  if r ~= nil and r.state == 'i' then|$E::a_stale_outcome_is_discarded_while_the_next_attempt_is_in_flight"
+  "complete: state inflight|lua/complete_jobs.lua|  if r ~= nil and r.state == 'i' and r.att == arg_number(ARGV[i + 1]) then|  if r ~= nil and r.att == arg_number(ARGV[i + 1]) then|$G::late_outcomes_of_a_reclaimed_attempt_change_nothing"
   "fail: attempt token|lua/fail_job.lua|if not r or r.state ~= 'i' or r.att ~= tonumber(ARGV[2]) then return {UNCHANGED} end|if not r or r.state ~= 'i' then return {UNCHANGED} end|$E::a_stale_outcome_is_discarded_while_the_next_attempt_is_in_flight"
   "fail: state inflight|lua/fail_job.lua|if not r or r.state ~= 'i' or r.att ~= tonumber(ARGV[2]) then return {UNCHANGED} end|if not r or r.att ~= tonumber(ARGV[2]) then return {UNCHANGED} end|$G::late_outcomes_of_a_reclaimed_attempt_change_nothing"
   "defer: attempt token|lua/defer_jobs.lua|  if r and r.state == 'i' and r.att == token then|  if r and r.state == 'i' then|$E::late_moves_change_nothing"
@@ -134,7 +134,7 @@ GUARDS+=(
   "promote: each tenant's due set gives a share|lua/prelude.lua|local DUE_TENANTS_PER_PROMOTION = '64'|local DUE_TENANTS_PER_PROMOTION = '0'|$F::a_tenants_due_backlog_does_not_hold_another_tenants_due_job"
   "promote: an emptied due set leaves the index|lua/prelude.lua|      redis.call('ZREM', index, set.tenant)||$F::a_tenants_due_backlog_does_not_hold_another_tenants_due_job"
   "due remove: a job leaves its tenant's due set|lua/prelude.lua|  redis.call('ZREM', key, member)||$F::a_tenants_due_backlog_does_not_hold_another_tenants_due_job"
-  "claim: each tenant its weight|lua/claim_ready.lua|    if ARGV[i] == tenant then return tonumber(ARGV[i + 1]) end|    if false then return tonumber(ARGV[i + 1]) end|$F::a_claim_shares_its_batch_between_tenants_by_weight"
+  "claim: each tenant its weight|lua/claim_ready.lua|    if ARGV[i] == tenant then return arg_number(ARGV[i + 1]) end|    if false then return arg_number(ARGV[i + 1]) end|$F::a_claim_shares_its_batch_between_tenants_by_weight"
   "claim: a dry tenant leaves the set|lua/claim_ready.lua|  if l.tenant and l.dry then rcall('SREM', KEYS[5], l.tenant) end|  if false then rcall('SREM', KEYS[5], l.tenant) end|$F::a_claim_shares_its_batch_between_tenants_by_weight"
   "claim: tenants left out of the pick mean more|lua/claim_ready.lua|if #ids == want or tenants > TENANTS_PER_CLAIM then out[2] = 1 end|if #ids == want then out[2] = 1 end|$F::a_claim_with_more_than_64_tenants_ready_comes_back_for_the_rest"
 )

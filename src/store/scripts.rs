@@ -360,6 +360,23 @@ fn per_call_state(prelude: &str) -> String {
     resets
 }
 
+/// The globals the library's functions use, declared as locals of the
+/// library: a global is a lookup in the globals table on every use, a local
+/// of the library an upvalue. Redis runs a library's top level without
+/// them, so they are bound on a function's first call ([`BIND_GLOBALS`],
+/// which every function runs first).
+const GLOBALS_AS_LOCALS: &str = "local function runtime_globals()
+  return string, table, math, struct, cjson, bit, tonumber, tostring, unpack, type, pcall, ipairs
+end
+local string, table, math, struct, cjson, bit, tonumber, tostring, unpack, type, pcall, ipairs
+";
+
+/// Binds [`GLOBALS_AS_LOCALS`] (once: they stay bound for the library's life).
+const BIND_GLOBALS: &str = "if not string then
+  string, table, math, struct, cjson, bit, tonumber, tostring, unpack, type, pcall, ipairs = runtime_globals()
+end
+";
+
 /// `ipairs` in plain Lua, for the prelude's top-level statements: Redis
 /// runs a library's top level (at `FUNCTION LOAD`) without Lua's base
 /// functions, which its functions have when they run.
@@ -436,10 +453,11 @@ impl Library {
     /// [`Scripts::new`]).
     fn new(in_cluster: bool, wheel_bucket_ms: u64) -> Library {
         const NAME: &str = "@LIBRARY@";
-        let resets = per_call_state(PRELUDE);
+        // What every function runs first.
+        let prologue = format!("{BIND_GLOBALS}{}", per_call_state(PRELUDE));
         let mut body = format!(
             "local IN_CLUSTER = {in_cluster}\nlocal WHEEL_BUCKET = {wheel_bucket_ms}\n\
-             {LOAD_TIME_IPAIRS}{}\n",
+             {LOAD_TIME_IPAIRS}{GLOBALS_AS_LOCALS}{}\n",
             at_load_time(PRELUDE)
         );
         for def in ALL {
@@ -455,7 +473,7 @@ impl Library {
             } else {
                 "'allow-cross-slot-keys', 'allow-oom'"
             };
-            let callback = format!("function(KEYS, ARGV)\n{resets}{}\nend", def.source);
+            let callback = format!("function(KEYS, ARGV)\n{prologue}{}\nend", def.source);
             let callback = if BATCHED.iter().any(|b| b.name == def.name) {
                 // Named, for the batch function too.
                 body.push_str(&format!("local batched_{} = {callback}\n", def.name));
@@ -477,7 +495,8 @@ impl Library {
         body.push_str(&format!(
             "local BATCHED = {{{}}}\n{BATCH}\n\
              redis.register_function{{function_name = '{NAME}_batch', \
-             flags = {{'allow-cross-slot-keys', 'allow-oom'}}, callback = run_batch}}\n",
+             flags = {{'allow-cross-slot-keys', 'allow-oom'}}, \
+             callback = function(KEYS, ARGV)\n{BIND_GLOBALS}return run_batch(KEYS, ARGV)\nend}}\n",
             batched.join(", ")
         ));
         let digest: String = Sha1::digest(body.as_bytes())
@@ -629,6 +648,7 @@ mod tests {
     fn the_library_names_its_digest_and_resets_per_call_state() {
         let resets = per_call_state(PRELUDE);
         assert_eq!(resets, "moving_checked = false\n");
+        let prologue = format!("{BIND_GLOBALS}{resets}");
         let library = Library::new(false, 65_536);
         assert!(library
             .code
@@ -640,11 +660,16 @@ mod tests {
             let callback = &library.code[at..];
             let body = &callback[callback.find("function(KEYS, ARGV)\n").expect("callback")..];
             assert!(
-                body["function(KEYS, ARGV)\n".len()..].starts_with(&resets),
-                "{} does not reset the per-call state first",
+                body["function(KEYS, ARGV)\n".len()..].starts_with(&prologue),
+                "{} does not bind the globals and reset the per-call state first",
                 def.name
             );
         }
+        let batch = format!("function_name = '{}', ", library.batch);
+        let at = library.code.find(&batch).expect("the batch function");
+        assert!(library.code[at..].contains(&format!(
+            "function(KEYS, ARGV)\n{BIND_GLOBALS}return run_batch"
+        )));
         let scripts = Scripts::new(false, 65_536);
         assert_eq!(
             scripts.function(&CLAIM_READY).ok(),
