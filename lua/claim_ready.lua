@@ -144,12 +144,13 @@ local promote = arg_number(ARGV[4])
 -- (neither, a steady load's usual case, means no list to claim from), and
 -- whether the tenants' due index and the wheel's index do (the promotion
 -- skips reading an absent one). EXISTS counts a key once per time it is
--- named: the two lists count at most 2, so the index is named 3 times and
--- the wheel 9, and the count's digits in base 3 say which exist.
-local INDEX_WEIGHT, WHEEL_WEIGHT = 3, 9
+-- named: the two lists count at most 2, so the index is named 3 times
+-- and the wheel 6 (more than the others' 5 together): the count modulo 3
+-- is the lists', modulo 6 the lists' and the index's.
+local INDEX_WEIGHT, WHEEL_WEIGHT = 3, 6
 local index, wheel = due_index(KEYS[3]), KEYS[4]
 local present = rcall('EXISTS', KEYS[5], KEYS[1], index, index, index,
-  wheel, wheel, wheel, wheel, wheel, wheel, wheel, wheel, wheel)
+  wheel, wheel, wheel, wheel, wheel, wheel)
 local lists_empty = present % INDEX_WEIGHT == 0
 local index_absent = present % WHEEL_WEIGHT < INDEX_WEIGHT
 local wheel_absent = present < WHEEL_WEIGHT

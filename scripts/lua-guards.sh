@@ -70,7 +70,7 @@ GUARDS=(
   "claim: only jobs due by the horizon (a change before the hand-over wins)|lua/claim_ready.lua|  elseif r and rec_ready(r, horizon) and not taken[id] then|  elseif r and rec_ready(r, 9e99) and not taken[id] then|ahead::a_change_before_the_hand_over_wins_over_a_promotion_ahead"
   "promote: at most claim_ahead before the due time|lua/promote_due.lua|local horizon = now + tonumber(ARGV[2])|local horizon = now + ARGV[2] + 100|ahead::redis_hands_a_job_over_at_most_claim_ahead_before_its_due_time"
   "claim: the tenants set read again once a promotion started a list|lua/claim_ready.lua|  if started then tenants = rcall('SCARD', KEYS[5]) end|  if false then tenants = rcall('SCARD', KEYS[5]) end|$F::a_tenants_jobs_are_claimed_in_the_round_that_promotes_them"
-  "batch: a failing call fails alone|lua/batch.lua|      local ok, reply = pcall(call, keys, args)|      local ok, reply = true, call(keys, args)|functions::claims_made_together_go_as_one_call_and_fail_alone"
+  "batch: a failing call fails alone|lua/batch.lua|      local ok, result = pcall(call, keys, args)|      local ok, result = true, call(keys, args)|functions::claims_made_together_go_as_one_call_and_fail_alone"
   "reclaim: only inflight jobs|lua/reclaim_expired.lua|  if r and r.state == 'i' then|  if r then|$G::a_lease_left_behind_for_a_scheduled_job_does_not_run_it_early"
   "reclaim: last attempt dead-letters|lua/reclaim_expired.lua|    if r.att >= r.max then|    if r.att > r.max then|$E::a_lease_lost_on_the_last_attempt_dead_letters_the_job"
   "cancel: finished jobs stay finished|lua/cancel_job.lua|if state == 'd' or state == 'x' then return WRONG_STATE end||api::a_finished_job_cannot_be_cancelled"

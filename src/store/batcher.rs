@@ -199,16 +199,18 @@ impl Store {
             };
         }
         match reply {
-            Ok(Value::Array(replies)) if replies.len() == calls.len() => calls
-                .iter()
-                .zip(replies)
-                .map(|(c, r)| one(c.def, r))
-                .collect(),
+            Ok(Value::Array(replies)) if replies.len() == 2 * calls.len() => {
+                let mut parts = replies.into_iter();
+                calls
+                    .iter()
+                    .map(|c| one(c.def, parts.next(), parts.next()))
+                    .collect()
+            }
             Ok(other) => shared_error(
                 calls.len(),
                 StoreError::reply(
                     "batch",
-                    format!("expected {} replies, got {other:?}", calls.len()),
+                    format!("expected {} replies, got {other:?}", 2 * calls.len()),
                 ),
             ),
             Err(err) => shared_error(calls.len(), StoreError::from(err)),
@@ -224,17 +226,11 @@ fn shared_error(n: usize, err: StoreError) -> Vec<StoreResult<Value>> {
         .collect()
 }
 
-/// One call's part of a batch's reply: `{1, reply}` or `{0, error}`.
-fn one(def: &ScriptDef, part: Value) -> StoreResult<Value> {
-    let Value::Array(mut parts) = part else {
-        return Err(StoreError::reply(
-            def.name,
-            format!("batched reply {part:?}"),
-        ));
-    };
-    let reply = if parts.len() > 1 { parts.pop() } else { None };
-    match (parts.first(), reply) {
-        (Some(Value::Int(1)), reply) => Ok(reply.unwrap_or(Value::Nil)),
+/// One call's part of a batch's reply: 1 and its reply, or 0 and its
+/// error.
+fn one(def: &ScriptDef, status: Option<Value>, reply: Option<Value>) -> StoreResult<Value> {
+    match (status, reply) {
+        (Some(Value::Int(1)), Some(reply)) => Ok(reply),
         (Some(Value::Int(0)), Some(message)) => {
             let message: String = redis::from_owned_redis_value(message)
                 .unwrap_or_else(|_| "an error without a message".to_string());

@@ -261,23 +261,44 @@ fn slugs_follow_githubs_rules() {
 /// The quick start's signing secret: `whsec_` and 32 bytes, base64.
 const QUICK_START_KEY: [u8; 32] = *b"quick-start-secret-32-bytes-long";
 
-/// `scripts/receiver.py PORT SECRET` run by `python3` with `python_args`,
-/// its stdout into `out`; returns once it listens.
-async fn start_receiver(python_args: &[&str], port: u16, secret: &str, out: &Path) -> OwnedProcess {
-    let mut command = Command::new("python3");
-    command
-        .args(python_args)
-        .arg(root().join("scripts/receiver.py"))
-        .arg(port.to_string())
-        .arg(secret)
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(out).expect("create the receiver's stdout file"));
-    let receiver = OwnedProcess::spawn(command, "scripts/receiver.py");
-    crate::support::wait_until("the receiver listens", Duration::from_secs(20), || async {
-        std::fs::read_to_string(out).is_ok_and(|text| text.contains("receiver listening"))
-    })
-    .await;
-    receiver
+/// `scripts/receiver.py PORT SECRET` on a free port, run by `python3` with
+/// `python_args`, its stdout into `receiver-<port>.out` in `dir`; returns
+/// it, its port and that file once it listens. A port another process took
+/// between its pick and the receiver's bind (a parallel test's connection
+/// may) is picked again.
+async fn start_receiver(
+    python_args: &[&str],
+    secret: &str,
+    dir: &Path,
+) -> (OwnedProcess, u16, PathBuf) {
+    for _ in 0..5 {
+        let port = crate::support::free_port();
+        let out = dir.join(format!("receiver-{port}.out"));
+        let mut command = Command::new("python3");
+        command
+            .args(python_args)
+            .arg(root().join("scripts/receiver.py"))
+            .arg(port.to_string())
+            .arg(secret)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).expect("create the receiver's stdout file"));
+        let mut receiver = OwnedProcess::spawn(command, "scripts/receiver.py");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if std::fs::read_to_string(&out).is_ok_and(|text| text.contains("receiver listening")) {
+                return (receiver, port, out);
+            }
+            if receiver.try_wait().is_some() {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out after 20s waiting until the receiver listens"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    panic!("scripts/receiver.py exited before listening on five free ports in turn");
 }
 
 /// A Standard Webhooks `v1,<base64>` signature of `id`, `timestamp`, `body`.
@@ -332,9 +353,7 @@ async fn the_quick_start_receiver_verifies_hookqs_signatures_and_refuses_forgeri
         (&["-S"][..], "verified (stdlib)"),
         (&[][..], "verified (stdlib, standardwebhooks)"),
     ] {
-        let port = crate::support::free_port();
-        let out = dir.path().join(format!("receiver-{port}.out"));
-        let _receiver = start_receiver(python_args, port, &secret, &out).await;
+        let (_receiver, port, out) = start_receiver(python_args, &secret, dir.path()).await;
         let id = format!("order-42-paid-{port}");
         post_created(
             &format!("{base}/v1/jobs"),
