@@ -911,7 +911,8 @@ local function summaries_plan(prefix, ids, now, retention, fields)
 end
 
 -- Splits shard n - base of a bucket of n shards into it and shard n: the
--- fields whose id hashes to n move, the others stay where they are.
+-- fields whose id hashes to n move, the others stay where they are. The
+-- halves expire at `expires` (ms, as text).
 local function summary_split(prefix, bucket, n, expires)
   local base = split_base(n)
   local src, dst = summary_key(prefix, bucket, n - base), summary_key(prefix, bucket, n)
@@ -935,14 +936,14 @@ local function summary_split(prefix, bucket, n, expires)
     -- (A new bucket's shard 0, split before its first write: made here,
     -- with its expiry.)
     redis.call('HSET', src, '', '')
-    redis.call('PEXPIREAT', src, string.format('%d', expires))
+    redis.call('PEXPIREAT', src, expires)
   elseif #names > 0 then
     if #names * 2 == #all then redis.call('HSET', src, '', '') end
     redis.call('HDEL', src, unpack(names))
   end
   if #move == 0 then move = {'', ''} end
   redis.call('HSET', dst, unpack(move))
-  redis.call('PEXPIREAT', dst, string.format('%d', expires))
+  redis.call('PEXPIREAT', dst, expires)
 end
 
 -- Writes summaries `values[i]` of `ids[i]` (each from summary_pieces) as
@@ -958,7 +959,8 @@ local function summaries_write(prefix, plan, ids, values, now)
       if not expires or expires <= now then redis.call('HDEL', meta, all[i]) end
     end
   end
-  for n = plan.n, plan.n_after - 1 do summary_split(prefix, plan.bucket, n, plan.expires) end
+  local expires = string.format('%d', plan.expires)
+  for n = plan.n, plan.n_after - 1 do summary_split(prefix, plan.bucket, n, expires) end
   -- One HSET per shard, at its first job, with the others of its shard
   -- behind it (`more`, by the first's index). A large bucket's shards
   -- mostly get one job per call: those make no table of their own.
@@ -984,7 +986,6 @@ local function summaries_write(prefix, plan, ids, values, now)
       redis.call('HSET', summary_key(prefix, plan.bucket, s), unpack(args, 1, n))
     end
   end
-  local expires = string.format('%d', plan.expires)
   -- Shards get their expiry when they are made (a new bucket's shard 0
   -- here, split halves in summary_split), or all again when a longer
   -- retention extends the bucket's: not on every write.
@@ -1155,15 +1156,18 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
   -- of them are handed back to the caller (a claim, which takes them at
   -- once) instead of going through the ready list; the rest are pushed.
   local kept = EMPTY
-  if keep > 0 and default_only and #ids <= keep then
-    kept, ids = ids, EMPTY
-  elseif keep > 0 and default_only then
-    local rest = {}
-    kept = {}
-    for i, id in ipairs(ids) do
-      if i <= keep then kept[i] = id else rest[#rest + 1] = id end
+  if keep > 0 and default_only then
+    if #ids <= keep then
+      -- (All of them: the list itself, not a copy.)
+      kept, ids = ids, EMPTY
+    else
+      local rest = {}
+      kept = {}
+      for i, id in ipairs(ids) do
+        if i <= keep then kept[i] = id else rest[#rest + 1] = id end
+      end
+      ids = rest
     end
-    ids = rest
   end
   -- (With buckets opened, the slot was found still above.)
   if ready_push_blocked(ready_key, ids) then return nil end

@@ -171,13 +171,13 @@ def replay_library(code):
     if clock not in code:
         sys.exit("the library's now_ms has changed: teach replay_library its first line")
     fake = b"  local fake = redis.call('GET', 'hqnow')\n  if fake then return tonumber(fake) end\n"
-    return code.replace(clock, clock + fake, 1), name
+    return code.replace(clock, clock + fake, 1)
 
 
 def replay(a):
     calls = captured_calls(os.path.join(a.dir, "monitor.txt"))
     with open(a.lib or os.path.join(a.dir, "lib.lua"), "rb") as lib:
-        code, _ = replay_library(lib.read())
+        code = replay_library(lib.read())
     work = tempfile.mkdtemp(prefix="hq-replay-")
     shutil.copy(os.path.join(a.dir, "dump.rdb"), work)
     with socket.socket() as probe:

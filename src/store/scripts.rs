@@ -361,21 +361,22 @@ fn per_call_state(prelude: &str) -> String {
 }
 
 /// The globals the library's functions use, declared as locals of the
-/// library: a global is a lookup in the globals table on every use, a local
-/// of the library an upvalue. Redis runs a library's top level without
-/// them, so they are bound on a function's first call ([`BIND_GLOBALS`],
-/// which every function runs first).
-const GLOBALS_AS_LOCALS: &str = "local function runtime_globals()
-  return string, table, math, struct, cjson, bit, tonumber, tostring, unpack, type, pcall, ipairs
-end
-local string, table, math, struct, cjson, bit, tonumber, tostring, unpack, type, pcall, ipairs
-";
+/// library ([`globals_as_locals`]): a global is a lookup in the globals
+/// table on every use, a local of the library an upvalue.
+const LIBRARY_GLOBALS: &str =
+    "string, table, math, struct, cjson, bit, tonumber, tostring, unpack, type, pcall, ipairs";
 
-/// Binds [`GLOBALS_AS_LOCALS`] (once: they stay bound for the library's life).
-const BIND_GLOBALS: &str = "if not string then
-  string, table, math, struct, cjson, bit, tonumber, tostring, unpack, type, pcall, ipairs = runtime_globals()
-end
-";
+/// [`LIBRARY_GLOBALS`] declared as locals of the library, and the statement
+/// that binds them. Redis runs a library's top level without them, so
+/// every function runs that statement first (once bound, they stay bound
+/// for the library's life).
+fn globals_as_locals() -> (String, String) {
+    let declare = format!(
+        "local function runtime_globals()\n  return {LIBRARY_GLOBALS}\nend\nlocal {LIBRARY_GLOBALS}\n"
+    );
+    let bind = format!("if not string then\n  {LIBRARY_GLOBALS} = runtime_globals()\nend\n");
+    (declare, bind)
+}
 
 /// `ipairs` in plain Lua, for the prelude's top-level statements: Redis
 /// runs a library's top level (at `FUNCTION LOAD`) without Lua's base
@@ -453,11 +454,12 @@ impl Library {
     /// [`Scripts::new`]).
     fn new(in_cluster: bool, wheel_bucket_ms: u64) -> Library {
         const NAME: &str = "@LIBRARY@";
+        let (declare_globals, bind_globals) = globals_as_locals();
         // What every function runs first.
-        let prologue = format!("{BIND_GLOBALS}{}", per_call_state(PRELUDE));
+        let prologue = format!("{bind_globals}{}", per_call_state(PRELUDE));
         let mut body = format!(
             "local IN_CLUSTER = {in_cluster}\nlocal WHEEL_BUCKET = {wheel_bucket_ms}\n\
-             {LOAD_TIME_IPAIRS}{GLOBALS_AS_LOCALS}{}\n",
+             {LOAD_TIME_IPAIRS}{declare_globals}{}\n",
             at_load_time(PRELUDE)
         );
         for def in ALL {
@@ -496,7 +498,7 @@ impl Library {
             "local BATCHED = {{{}}}\n{BATCH}\n\
              redis.register_function{{function_name = '{NAME}_batch', \
              flags = {{'allow-cross-slot-keys', 'allow-oom'}}, \
-             callback = function(KEYS, ARGV)\n{BIND_GLOBALS}return run_batch(KEYS, ARGV)\nend}}\n",
+             callback = function(KEYS, ARGV)\n{bind_globals}return run_batch(KEYS, ARGV)\nend}}\n",
             batched.join(", ")
         ));
         let digest: String = Sha1::digest(body.as_bytes())
@@ -648,7 +650,8 @@ mod tests {
     fn the_library_names_its_digest_and_resets_per_call_state() {
         let resets = per_call_state(PRELUDE);
         assert_eq!(resets, "moving_checked = false\n");
-        let prologue = format!("{BIND_GLOBALS}{resets}");
+        let (_, bind_globals) = globals_as_locals();
+        let prologue = format!("{bind_globals}{resets}");
         let library = Library::new(false, 65_536);
         assert!(library
             .code
@@ -668,7 +671,7 @@ mod tests {
         let batch = format!("function_name = '{}', ", library.batch);
         let at = library.code.find(&batch).expect("the batch function");
         assert!(library.code[at..].contains(&format!(
-            "function(KEYS, ARGV)\n{BIND_GLOBALS}return run_batch"
+            "function(KEYS, ARGV)\n{bind_globals}return run_batch"
         )));
         let scripts = Scripts::new(false, 65_536);
         assert_eq!(
