@@ -643,7 +643,14 @@ end
   (they expire a whole bucket at a time, retention to 1.25 x retention after
   their finish); each bucket is a linear hash of shards, split one at a time
   as it fills, so a shard holds about SUMMARY_LOAD fields (never so many that
-  it leaves the listpack encoding for long):
+  it leaves the listpack encoding for long). A split reads its whole shard
+  and hashes every id in it, which cost Redis more than the writes it
+  spares, so a new bucket starts with the shards it is likely to need
+  (summary_presize): as many as the bucket before it filled, or, with none
+  just before it, as many as the partition's live jobs would. A shard is
+  made by its first write, which gives it the bucket's expiry (PEXPIREAT
+  NX: one call per shard written, far less than the splits it replaces);
+  shards nobody wrote to do not exist, and a shard a split empties goes:
 
     <ns>:{p}:done                  HASH  <bucket start ms> -> "<shards>:<count>:<expires ms>"
     <ns>:{p}:done:<bucket>:<shard> HASH  <id> -> summary, PEXPIREAT <expires>
@@ -690,6 +697,7 @@ local SUMMARY_HEAD = '>c1I2I2I6I6'
 local SUMMARY_HEAD_LEN = 17   -- bytes of SUMMARY_HEAD
 local SUMMARY_TAIL_FIXED = 21 -- digest 8, last attempt 12, topic length 1
 local SUMMARY_LOAD = 40
+local SUMMARY_PRESIZE_MAX = 65536 -- shards a new bucket starts with, at most
 local SUMMARY_MAX = 64
 local SUMMARY_ERROR_MIN = 32 -- bytes of error text a summary with history keeps
 local SUMMARY_ENTRY = '>I5I4I2' -- an earlier attempt: 11 bytes
@@ -869,6 +877,19 @@ local function summary_args(args, n, id, pieces)
   return n
 end
 
+-- How many shards a new bucket of the partition with key prefix `prefix`
+-- starts with (see the layout above): as many as the fields of the bucket
+-- that started at `previous` (the span before it) need, or, when there is
+-- none, as many as its live jobs' summaries would; at least 1.
+local function summary_presize(prefix, previous)
+  local _, fields = summary_bucket_meta(redis.call('HGET', prefix .. 'done', string.format('%d', previous)))
+  if not fields then
+    fields = 0
+    for shard = 0, JOB_SHARDS - 1 do fields = fields + redis.call('HLEN', prefix .. JOB_SHARD_NAMES[shard]) end
+  end
+  return math.min(math.max(1, math.ceil(fields / SUMMARY_LOAD)), SUMMARY_PRESIZE_MAX)
+end
+
 --[[
   Where summaries finished at `now` go: the bucket, its shards before and
   after the writes, and (in a cluster) whether every key to be written is
@@ -890,6 +911,7 @@ local function summaries_plan(prefix, ids, now, retention, fields)
     plan.n, plan.count, plan.expires = n, count, math.max(expires, plan.expires)
   else
     plan.new = true
+    plan.n = summary_presize(prefix, start - width)
   end
   plan.n_after = plan.n
   while plan.count + plan.fields > SUMMARY_LOAD * plan.n_after do plan.n_after = plan.n_after + 1 end
@@ -911,11 +933,11 @@ local function summaries_plan(prefix, ids, now, retention, fields)
 end
 
 -- Splits shard n - base of a bucket of n shards into it and shard n: the
--- fields whose id hashes to n move, the others stay where they are. The
--- halves expire at `expires` (ms, as text).
+-- fields whose id hashes to n move, the others stay where they are. Shard
+-- n, made here, expires at `expires` (ms, as text) like its bucket.
 local function summary_split(prefix, bucket, n, expires)
   local base = split_base(n)
-  local src, dst = summary_key(prefix, bucket, n - base), summary_key(prefix, bucket, n)
+  local src = summary_key(prefix, bucket, n - base)
   local all = redis.call('HGETALL', src)
   local move, names = {}, {}
   for i = 1, #all, 2 do
@@ -928,22 +950,15 @@ local function summary_split(prefix, bucket, n, expires)
       move[#move + 1] = all[i + 1]
     end
   end
-  -- Every shard below the bucket's count exists and has its expiry, so a
-  -- write never needs to set one: a half left empty keeps a placeholder
-  -- field (an empty value, which no reader takes for a summary), set
-  -- before the others leave so that the shard keeps its expiry.
-  if #all == 0 then
-    -- (A new bucket's shard 0, split before its first write: made here,
-    -- with its expiry.)
-    redis.call('HSET', src, '', '')
-    redis.call('PEXPIREAT', src, expires)
-  elseif #names > 0 then
-    if #names * 2 == #all then redis.call('HSET', src, '', '') end
+  -- (A shard left empty goes; its next write makes it again. Buckets
+  -- written before presizing may hold a placeholder field, an empty value
+  -- no reader takes for a summary.)
+  if #names > 0 then
+    local dst = summary_key(prefix, bucket, n)
     redis.call('HDEL', src, unpack(names))
+    redis.call('HSET', dst, unpack(move))
+    redis.call('PEXPIREAT', dst, expires, 'NX')
   end
-  if #move == 0 then move = {'', ''} end
-  redis.call('HSET', dst, unpack(move))
-  redis.call('PEXPIREAT', dst, expires)
 end
 
 -- Writes summaries `values[i]` of `ids[i]` (each from summary_pieces) as
@@ -983,15 +998,14 @@ local function summaries_write(prefix, plan, ids, values, now)
     if first[s] == i then
       local n = summary_args(args, 0, id, values[i])
       for _, j in ipairs(more and more[i] or EMPTY) do n = summary_args(args, n, ids[j], values[j]) end
-      redis.call('HSET', summary_key(prefix, plan.bucket, s), unpack(args, 1, n))
+      local shard = summary_key(prefix, plan.bucket, s)
+      redis.call('HSET', shard, unpack(args, 1, n))
+      -- (The shard's expiry, if this write made it.)
+      redis.call('PEXPIREAT', shard, expires, 'NX')
     end
   end
-  -- Shards get their expiry when they are made (a new bucket's shard 0
-  -- here, split halves in summary_split), or all again when a longer
-  -- retention extends the bucket's: not on every write.
-  if plan.new then
-    redis.call('PEXPIREAT', summary_key(prefix, plan.bucket, 0), expires)
-  elseif plan.extended then
+  -- Every shard again when a longer retention extends the bucket's expiry.
+  if plan.extended then
     for s = 0, plan.n - 1 do redis.call('PEXPIREAT', summary_key(prefix, plan.bucket, s), expires) end
   end
   redis.call('HSET', meta, plan.bucket,

@@ -45,7 +45,7 @@ pub use enqueue::EnqueueOutcome;
 pub use keys::Keys;
 pub(crate) use record::JobRecord;
 use scripts::{Code, Scripts};
-pub use summary::{Delivery, Earlier, Kept, Summary};
+pub use summary::{Bucket, Delivery, Earlier, Kept, Summary};
 
 /// Errors talking to Redis.
 #[derive(Debug, thiserror::Error)]

@@ -323,6 +323,8 @@ async fn keep_bodies_keeps_finished_jobs_whole() {
 /// Thousands of summaries in one partition split their bucket into shards
 /// (each small enough for Redis's compact encoding); the store finds every
 /// one where the scripts put it, and a listing pages through each once.
+/// (The jobs come and finish 250 at a time, so the bucket, sized for the
+/// first 250, grows by splitting.)
 #[tokio::test]
 async fn many_summaries_split_into_shards_and_are_all_found() {
     let redis = RedisServer::start();
@@ -330,49 +332,18 @@ async fn many_summaries_split_into_shards_and_are_all_found() {
     config.redis.partitions = 1;
     let store = hookq::store::Store::connect(&config).await.expect("store");
     let n = 2_000;
-    let jobs: Vec<hookq::job::NewJob> = (0..n)
-        .map(|i| {
-            let input: hookq::job::JobInput = serde_json::from_value(
-                json!({"id": format!("many-{i:05}"), "url": "http://127.0.0.1:9/", "topic": "t"}),
-            )
-            .expect("input");
-            input.validate(&config).expect("valid").new_job(&config)
-        })
-        .collect();
-    for chunk in jobs.chunks(500) {
-        store.enqueue_many(chunk).await.expect("enqueue");
-    }
+    let jobs = many_jobs(&config, "many", n);
     let mut recorded = 0;
-    while recorded < n {
-        let claimed = store.claim(0, 256).await.expect("claim").jobs;
-        assert!(!claimed.is_empty(), "jobs left to claim");
-        let done = complete_claimed(&store, 0, &claimed, |_| {
-            r#"{"at":1,"duration_ms":2,"status":200}"#.into()
-        })
-        .await
-        .expect("complete");
-        assert!(done.iter().all(|d| *d));
-        recorded += done.len();
+    for chunk in jobs.chunks(250) {
+        store.enqueue_many(chunk).await.expect("enqueue");
+        recorded += finish_all_claimable(&store).await;
     }
+    assert_eq!(recorded, n);
     let buckets = store.summary_buckets(0).await.expect("buckets");
     let shards: u32 = buckets.iter().map(|b| b.shards).sum();
     assert!(shards >= 40, "2,000 summaries split into {shards} shards");
-    let mut conn = redis.conn().await;
-    let keys = store.keys();
-    for bucket in &buckets {
-        for shard in 0..bucket.shards {
-            let key = keys.done_shard(0, &bucket.start, shard);
-            let encoding: String = redis::cmd("OBJECT")
-                .arg("ENCODING")
-                .arg(&key)
-                .query_async(&mut conn)
-                .await
-                .expect("encoding");
-            assert_eq!(encoding, "listpack", "{key}");
-            let ttl: i64 = conn.pttl(&key).await.expect("PTTL");
-            assert!(ttl > 0, "{key} expires with its bucket (pttl {ttl})");
-        }
-    }
+    let made = assert_shards_compact_and_expiring(&redis, &store, &buckets).await;
+    assert!(made >= 40, "{made} of {shards} shards hold summaries");
     for i in (0..n).step_by(7) {
         let record = store
             .get(&format!("many-{i:05}"))
@@ -395,3 +366,177 @@ async fn many_summaries_split_into_shards_and_are_all_found() {
         .await
         .is_err());
 }
+
+/// `n` valid jobs `<prefix>-00000`, ... to an address nothing is sent to.
+fn many_jobs(config: &hookq::config::Config, prefix: &str, n: usize) -> Vec<hookq::job::NewJob> {
+    (0..n)
+        .map(|i| {
+            let input: hookq::job::JobInput = serde_json::from_value(
+                json!({"id": format!("{prefix}-{i:05}"), "url": "http://127.0.0.1:9/", "topic": "t"}),
+            )
+            .expect("input");
+            input.validate(config).expect("valid").new_job(config)
+        })
+        .collect()
+}
+
+/// Claims and records as delivered every job of partition 0 that can be
+/// claimed now; how many.
+async fn finish_all_claimable(store: &hookq::store::Store) -> usize {
+    let mut recorded = 0;
+    loop {
+        let claimed = store.claim(0, 256).await.expect("claim").jobs;
+        if claimed.is_empty() {
+            return recorded;
+        }
+        let done = complete_claimed(store, 0, &claimed, |_| {
+            r#"{"at":1,"duration_ms":2,"status":200}"#.into()
+        })
+        .await
+        .expect("complete");
+        assert!(done.iter().all(|d| *d));
+        recorded += done.len();
+    }
+}
+
+/// Checks that every shard of `buckets` (partition 0) that exists is a
+/// listpack and expires; how many exist. (A shard is made by its first
+/// write: one nobody wrote to is absent.)
+async fn assert_shards_compact_and_expiring(
+    redis: &RedisServer,
+    store: &hookq::store::Store,
+    buckets: &[hookq::store::Bucket],
+) -> u32 {
+    let mut conn = redis.conn().await;
+    let keys = store.keys();
+    let mut made = 0;
+    for bucket in buckets {
+        for shard in 0..bucket.shards {
+            let key = keys.done_shard(0, &bucket.start, shard);
+            let ttl: i64 = conn.pttl(&key).await.expect("PTTL");
+            if ttl == -2 {
+                continue;
+            }
+            made += 1;
+            let encoding: String = redis::cmd("OBJECT")
+                .arg("ENCODING")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .expect("encoding");
+            assert_eq!(encoding, "listpack", "{key}");
+            assert!(ttl > 0, "{key} expires with its bucket (pttl {ttl})");
+        }
+    }
+    made
+}
+
+/// A partition's first bucket of summaries starts with the shards its live
+/// jobs will fill (2,000 jobs: 50 shards of 40) and does not split as they
+/// finish; the next bucket starts with as many as the one before it filled,
+/// however few jobs are live then. Every shard written expires with its
+/// bucket.
+#[tokio::test]
+async fn a_new_bucket_starts_with_the_shards_it_will_need() {
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    config.redis.partitions = 1;
+    // Buckets 4 s wide (a quarter of the retention).
+    config.retention.finished = Duration::from_secs(16);
+    let store = hookq::store::Store::connect(&config).await.expect("store");
+    let jobs = many_jobs(&config, "pre", 2_001);
+    for chunk in jobs[..2_000].chunks(500) {
+        store.enqueue_many(chunk).await.expect("enqueue");
+    }
+    store.promote(0, 100_000).await.expect("promote");
+    let one = store.claim(0, 1).await.expect("claim").jobs;
+    complete_claimed(&store, 0, &one, |_| {
+        r#"{"at":1,"duration_ms":2,"status":200}"#.into()
+    })
+    .await
+    .expect("complete");
+    let first = store.summary_buckets(0).await.expect("buckets");
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(first[0].shards, 50, "sized for 2,000 live jobs: {first:?}");
+    assert_eq!(finish_all_claimable(&store).await, 1_999);
+    let filled = store.summary_buckets(0).await.expect("buckets");
+    assert_eq!(
+        filled.len(),
+        1,
+        "all finished within the bucket: {filled:?}"
+    );
+    assert_eq!(filled[0].shards, 50, "no split: {filled:?}");
+    assert_eq!(filled[0].count, 2_000);
+    let made = assert_shards_compact_and_expiring(&redis, &store, &filled).await;
+    assert!(made >= 45, "{made} of 50 shards written");
+
+    // One job finishing in the next bucket: 1 live job, 2,000 fields
+    // before it.
+    store.enqueue_many(&jobs[2_000..]).await.expect("enqueue");
+    let next_start = filled[0].start.parse::<i64>().expect("bucket start") + 4_000;
+    wait_until(
+        "the next bucket's span",
+        Duration::from_secs(10),
+        || async { store.redis_time_ms().await.expect("TIME") >= next_start },
+    )
+    .await;
+    assert_eq!(finish_all_claimable(&store).await, 1);
+    let buckets = store.summary_buckets(0).await.expect("buckets");
+    let next = buckets
+        .iter()
+        .find(|b| b.start == next_start.to_string())
+        .unwrap_or_else(|| panic!("a bucket from {next_start}: {buckets:?}"));
+    assert_eq!(next.shards, 50, "sized like the one before: {buckets:?}");
+    assert_eq!(
+        assert_shards_compact_and_expiring(&redis, &store, std::slice::from_ref(next)).await,
+        1
+    );
+    assert!(
+        store
+            .get("pre-02000")
+            .await
+            .expect("get")
+            .expect("found")
+            .summarized
+    );
+}
+
+/// A shard made by a split, which no summary is then written to, still
+/// expires with its bucket: 40 summaries fill a one-shard bucket, and a
+/// 41st (whose id hashes to shard 0) splits it, moving about half of them
+/// to shard 1.
+#[tokio::test]
+async fn a_shard_made_by_a_split_expires_with_its_bucket() {
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    config.redis.partitions = 1;
+    let store = hookq::store::Store::connect(&config).await.expect("store");
+    let jobs = many_jobs(&config, "split", 40);
+    store.enqueue_many(&jobs).await.expect("enqueue");
+    assert_eq!(finish_all_claimable(&store).await, 40);
+    let last = many_jobs(&config, LAST_OF_SPLIT, 1);
+    store.enqueue_many(&last).await.expect("enqueue");
+    assert_eq!(finish_all_claimable(&store).await, 1);
+    let buckets = store.summary_buckets(0).await.expect("buckets");
+    assert_eq!(buckets.len(), 1, "{buckets:?}");
+    assert_eq!(buckets[0].shards, 2, "{buckets:?}");
+    let keys = store.keys();
+    let mut conn = redis.conn().await;
+    let shard0 = keys.done_shard(0, &buckets[0].start, 0);
+    let last_id = format!("{LAST_OF_SPLIT}-00000");
+    let in_shard0: bool = conn.hexists(&shard0, &last_id).await.expect("HEXISTS");
+    assert!(
+        in_shard0,
+        "the 41st summary went to shard 0 (else pick another id)"
+    );
+    assert_eq!(
+        assert_shards_compact_and_expiring(&redis, &store, &buckets).await,
+        2,
+        "both shards hold summaries"
+    );
+}
+
+/// The id prefix of the 41st job in
+/// [`a_shard_made_by_a_split_expires_with_its_bucket`]: chosen so that its
+/// id hashes to shard 0 of two.
+const LAST_OF_SPLIT: &str = "tail";
