@@ -217,7 +217,7 @@ local leases, taken = {}, {}
 for i, id in ipairs(ids) do
   local at = places[i]
   local v = records[i]
-  local r = v and rec_unpack(v)
+  local r = v and rec_claim_fields(v)
   if v and not r then
     -- A bare record (its job was deleted by hand): nothing to deliver.
     rec_delete(at)

@@ -153,14 +153,52 @@ end
 local JOB_SHARD_NAMES = {}
 for shard = 0, JOB_SHARDS - 1 do JOB_SHARD_NAMES[shard] = 'jobs:' .. shard end
 
+-- The record hashes' whole names by partition prefix and shard, each made
+-- at its first use and kept while the library is loaded (a concatenation
+-- per job cost more; they are at most 64 per partition and namespace).
+local JOB_HASH_NAMES = {}
+
+-- The name of job `id`'s record hash, from the partition prefix `<ns>:{p}:`.
+local function job_hash(prefix, id)
+  local names = JOB_HASH_NAMES[prefix]
+  if not names then
+    names = {}
+    JOB_HASH_NAMES[prefix] = names
+  end
+  local shard = job_shard(id)
+  local name = names[shard]
+  if not name then
+    name = prefix .. JOB_SHARD_NAMES[shard]
+    names[shard] = name
+  end
+  return name
+end
+
 -- Where job `id`'s live record is, from the partition prefix `<ns>:{p}:`.
 local function live(prefix, id)
-  return {h = prefix .. JOB_SHARD_NAMES[job_shard(id)], id = id}
+  return {h = job_hash(prefix, id), id = id}
 end
 
 -- Where job `id`'s kept (finished, whole) record is.
 local function kept(prefix, id)
   return {k = prefix .. 'job:' .. id}
+end
+
+-- The header fields a finished job's summary needs of live record value
+-- `v`: state, attempts, max, created (nil when `v` is no record). Cheaper
+-- than rec_unpack: no table, and the fields between are skipped.
+local function rec_summary_fields(v)
+  if not v or #v < REC_HEADER then return nil end
+  return struct.unpack('>c1xxxxxxI2I2xxxxxxxxxxxxI6', v)
+end
+
+-- The header fields a claim needs of live record value `v` as a record
+-- table {state, att, due, lease} (nil when `v` is no record): cheaper than
+-- rec_unpack, as the fields between are skipped.
+local function rec_claim_fields(v)
+  if #v < REC_HEADER then return nil end
+  local state, att, due, lease = struct.unpack('>c1xxxxxxI2xxI6xxxxxxxxxxxxI4', v)
+  return {state = state, att = att, due = due, lease = lease}
 end
 
 local function rec_unpack(v)
@@ -749,10 +787,16 @@ local function summary_key(prefix, bucket, shard)
   return prefix .. 'done:' .. bucket .. ':' .. int_text(shard)
 end
 
+-- A summary of job `att` of `max` attempts created at `ct`, finished (state
+-- `state`) at `now`: its head, then the tail.
+local function summary_head_of(state, att, max, ct, now, tail)
+  return struct.pack(SUMMARY_HEAD, state, att, max, ct, now) .. tail
+end
+
 -- A summary: its head, for record `r` finished (state `state`) at `now`,
 -- then the tail.
 local function summary_of(state, r, now, tail)
-  return struct.pack(SUMMARY_HEAD, state, r.att, r.max, r.ct, now) .. tail
+  return summary_head_of(state, r.att, r.max, r.ct, now, tail)
 end
 
 local function summary_bucket_meta(value)
@@ -839,6 +883,8 @@ end
   docs/performance.md). summary_field_count counts either.
 ]]
 local function summary_pieces(value, entries, behind)
+  -- (Within one piece as it is: the usual case.)
+  if #value <= SUMMARY_MAX and #entries == 0 and not behind then return value end
   local topic_len = string.byte(value, SUMMARY_HEAD_LEN + SUMMARY_TAIL_FIXED)
   local base = SUMMARY_HEAD_LEN + SUMMARY_TAIL_FIXED + topic_len
   if #entries == 0 and not behind then return string.sub(value, 1, math.max(SUMMARY_MAX, base)) end
@@ -917,7 +963,14 @@ local function summaries_plan(prefix, ids, now, retention, fields)
   while plan.count + plan.fields > SUMMARY_LOAD * plan.n_after do plan.n_after = plan.n_after + 1 end
   -- (The shards split first: the summaries go where the bucket's shards
   -- after the splits put them, so no shard outgrows its load.)
-  for i, id in ipairs(ids) do plan.shards[i] = summary_shard(id_hash(id), plan.n_after) end
+  -- (summary_shard, written out: split_base once, not per id.)
+  local n_after, base = plan.n_after, split_base(plan.n_after)
+  for i, id in ipairs(ids) do
+    local h = id_hash(id)
+    local a = h % (base * 2)
+    if a >= n_after then a = h % base end
+    plan.shards[i] = a
+  end
   if IN_CLUSTER then
     local keys = {prefix .. 'done'}
     for _, s in ipairs(plan.shards) do keys[#keys + 1] = summary_key(prefix, plan.bucket, s) end
