@@ -787,16 +787,10 @@ local function summary_key(prefix, bucket, shard)
   return prefix .. 'done:' .. bucket .. ':' .. int_text(shard)
 end
 
--- A summary of job `att` of `max` attempts created at `ct`, finished (state
--- `state`) at `now`: its head, then the tail.
-local function summary_head_of(state, att, max, ct, now, tail)
-  return struct.pack(SUMMARY_HEAD, state, att, max, ct, now) .. tail
-end
-
 -- A summary: its head, for record `r` finished (state `state`) at `now`,
 -- then the tail.
 local function summary_of(state, r, now, tail)
-  return summary_head_of(state, r.att, r.max, r.ct, now, tail)
+  return struct.pack(SUMMARY_HEAD, state, r.att, r.max, r.ct, now) .. tail
 end
 
 local function summary_bucket_meta(value)

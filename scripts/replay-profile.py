@@ -4,12 +4,17 @@
 A steady load's Redis CPU per job varies +-10 % between runs on a shared
 host, which hides most single changes. This tool takes that noise away:
 
-  capture BENCH SCENARIO DIR [--seconds S]
+  capture BENCH SCENARIO DIR [--seconds S] [--at T]
       Runs one benchmark scenario (BENCH is the bench binary,
-      `target/release/deps/bench-<hash>`), and 5 s into it snapshots its
+      `target/release/deps/bench-<hash>`), and T s (5) into it snapshots its
       Redis (CLIENT PAUSE, a marker, SAVE) and records S seconds of MONITOR
       after the snapshot. DIR gets dump.rdb, monitor.txt and lib.lua (the
-      Functions library the daemon loaded).
+      Functions library the daemon loaded). The pause leaves a backlog that
+      the calls after it catch up with in larger batches than a steady load
+      makes: for a steady scenario, snapshot while it waits for its first
+      due time (`--at 3` for steady_2000: the daemon starts, the jobs are
+      enqueued, then nothing is due for 2 s and more) and record the whole
+      due window (`--seconds 14`).
 
   replay DIR [--lib FILE] [--skip N] [--callgrind OUT] [--server PATH]
       Starts a private redis-server on a loopback port from DIR/dump.rdb,
@@ -26,15 +31,26 @@ host, which hides most single changes. This tool takes that noise away:
       pause left) and the instruction count (Ir) is printed: it repeats
       within 0.2 % between runs. Use a redis-server built with symbols
       (--server) to read the profile by function (callgrind_annotate).
+      --commands prints the commands the calls made (commandstats, after
+      the skipped ones). --fresh-summaries deletes every partition's
+      summary index before the replay, so that the first outcome makes a
+      new bucket as in a fresh benchmark run (the replies stay comparable;
+      the data digest then differs from a plain replay's). --by-function
+      (with --callgrind) sends each call of a batch as its own FCALL, one
+      callgrind dump each, and prints the instructions of each function of
+      the library, with a least-squares split into a part per call and a
+      part per job.
 
 Loopback only; the replay's Redis is killed at the end.
 """
 import argparse
+import glob
 import hashlib
 import os
 import re
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -135,7 +151,7 @@ def capture(a):
     if not port:
         bench.kill()
         sys.exit("the scenario's redis-server was not found")
-    time.sleep(5)
+    time.sleep(a.at)
     monitor = subprocess.Popen(
         ["timeout", str(a.seconds + 1), "redis-cli", "-p", str(port), "monitor"],
         stdout=open(os.path.join(a.dir, "monitor.txt"), "w"),
@@ -174,10 +190,69 @@ def replay_library(code):
     return code.replace(clock, clock + fake, 1)
 
 
+def batch_parts(args):
+    """An FCALL's calls of the library's functions: [(script, numkeys + keys + argv)],
+    the batch function's calls one by one (see lua/batch.lua), any other call as it is."""
+    name = re.sub(rb"^hookq_[0-9a-f]+_", b"", args[1])
+    if name != b"batch":
+        return [(name, args[2:])]
+    nk = int(args[2])
+    keys, argv = args[3 : 3 + nk], args[3 + nk :]
+    n = int(argv[0])
+    k, a, parts = 0, 1 + 3 * n, []
+    for c in range(n):
+        script, ck, ca = argv[1 + 3 * c], int(argv[2 + 3 * c]), int(argv[3 + 3 * c])
+        parts.append((script, [str(ck).encode()] + keys[k : k + ck] + argv[a : a + ca]))
+        k, a = k + ck, a + ca
+    return parts
+
+
+def jobs_of(script, args, reply):
+    """How many jobs one call of `script` handled (claimed, or recorded)."""
+    argv = args[1 + int(args[0]) :]
+    if script == b"claim_ready" and isinstance(reply, list):
+        return (len(reply) - 5) // 4
+    if script == b"complete_jobs":
+        return (len(argv) - 6) // 4
+    return 0
+
+
+def dump_instructions(path):
+    """The instruction count of one callgrind dump."""
+    with open(path) as dump:
+        for line in dump:
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+    return 0
+
+
+def print_by_function(out, measured):
+    """Instructions per function of the library, per call and per job, and a
+    least-squares split of each into a part per call and a part per job."""
+    totals = {}
+    for n, script, jobs in measured:
+        t = totals.setdefault(script, {"calls": 0, "ir": 0, "jobs": 0, "points": []})
+        ir = dump_instructions(f"{out}.{n}")
+        t["calls"] += 1
+        t["ir"] += ir
+        t["jobs"] += jobs
+        t["points"].append((jobs, ir))
+    for script, t in sorted(totals.items()):
+        line = (f"  {script.decode():16} calls {t['calls']:5}  Ir {t['ir'] / 1e6:8.1f} M  jobs {t['jobs']:6}"
+                f"  Ir per call {t['ir'] / t['calls']:9.0f}")
+        xs = [x for x, _ in t["points"]]
+        if t["jobs"] and len(set(xs)) > 1:
+            fit = statistics.linear_regression(xs, [y for _, y in t["points"]])
+            line += f"  = {fit.intercept:.0f} + {fit.slope:.0f} per job"
+        print(line)
+
+
 def replay(a):
     calls = captured_calls(os.path.join(a.dir, "monitor.txt"))
     with open(a.lib or os.path.join(a.dir, "lib.lua"), "rb") as lib:
         code = replay_library(lib.read())
+    if a.by_function and not a.callgrind:
+        sys.exit("--by-function needs --callgrind OUT")
     work = tempfile.mkdtemp(prefix="hq-replay-")
     shutil.copy(os.path.join(a.dir, "dump.rdb"), work)
     with socket.socket() as probe:
@@ -188,6 +263,10 @@ def replay(a):
     if a.callgrind:
         command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={a.callgrind}",
                    "--collect-atstart=no", "--toggle-collect=fcallCommand"] + command
+        if a.by_function:
+            for old in glob.glob(a.callgrind + ".*"):
+                os.remove(old)
+            command.insert(5, "--dump-after=fcallCommand")
     server = subprocess.Popen(command, stdout=open(os.path.join(work, "log"), "w"), stderr=subprocess.STDOUT)
     try:
         redis = Conn(port)
@@ -196,23 +275,45 @@ def replay(a):
         loaded = redis.call("FUNCTION", "LOAD", "REPLACE", code)
         if loaded.startswith(b"-"):
             sys.exit(loaded.decode())
+        if a.fresh_summaries:
+            # Every partition's summary index goes, so that the first
+            # outcome makes a new bucket, as in a fresh benchmark run.
+            cursor = b"0"
+            while True:
+                cursor, keys = redis.call("SCAN", cursor, "MATCH", "*:done", "COUNT", "1000")
+                for key in keys:
+                    redis.call("DEL", key)
+                if cursor == b"0":
+                    break
 
         def fcall_stats():
             m = re.search(rb"cmdstat_fcall:calls=(\d+),usec=(\d+)", redis.call("INFO", "commandstats"))
             return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
         replies, errors, first = hashlib.sha1(), 0, fcall_stats()
+        dumps, measured = 0, []
         for i, (ms, args) in enumerate(calls):
-            if i == a.skip and a.skip and a.callgrind:
+            if i == a.skip and a.skip and a.callgrind and not a.by_function:
                 subprocess.run(["callgrind_control", "-z", str(server.pid)], capture_output=True)
             if i == a.skip:
+                if a.commands:
+                    redis.call("CONFIG", "RESETSTAT")
                 first = fcall_stats()
             redis.call("SET", "hqnow", ms)
-            name = re.sub(rb"^hookq_[0-9a-f]+", b"hqreplay", args[1])
-            reply = redis.call(args[0], name, *args[2:])
+            if a.by_function:
+                # One FCALL per call of the batch, each its own dump.
+                for script, part in batch_parts(args):
+                    reply = redis.call(b"FCALL", b"hqreplay_" + script, *part)
+                    dumps += 1
+                    if i >= a.skip:
+                        measured.append((dumps, script, jobs_of(script, part, reply)))
+            else:
+                name = re.sub(rb"^hookq_[0-9a-f]+", b"hqreplay", args[1])
+                reply = redis.call(args[0], name, *args[2:])
             errors += isinstance(reply, bytes) and reply.startswith(b"-")
             replies.update(repr(reply).encode())
         last = fcall_stats()
+        stats = redis.call("INFO", "commandstats") if a.commands else b""
         redis.call("DEL", "hqnow")
         data = redis.call("DEBUG", "DIGEST")
         try:
@@ -225,10 +326,16 @@ def replay(a):
         except subprocess.TimeoutExpired:
             server.kill()
         shutil.rmtree(work, ignore_errors=True)
-    measured = last[0] - first[0]
-    print(f"calls {measured} (of {len(calls)}), errors {errors}, FCALL us {last[1] - first[1]}, "
+    measured_calls = last[0] - first[0]
+    print(f"calls {measured_calls} (of {len(calls)}), errors {errors}, FCALL us {last[1] - first[1]}, "
           f"replies {replies.hexdigest()[:12]}, data {data[1:13].decode() if data.startswith(b'+') else data[:12].decode()}")
-    if a.callgrind:
+    for line in stats.decode().splitlines():
+        m = re.match(r"cmdstat_(\S+):calls=(\d+),usec=(\d+)", line)
+        if m and m.group(1) not in ("set", "info", "config|resetstat", "fcall"):
+            print(f"  {m.group(1):24} calls {int(m.group(2)):8}  usec {int(m.group(3)):8}")
+    if a.by_function:
+        print_by_function(a.callgrind, measured)
+    elif a.callgrind:
         totals = subprocess.run(["callgrind_annotate", "--auto=no", a.callgrind], capture_output=True, text=True).stdout
         m = re.search(r"([\d,]+) \(100.0%\)\s+PROGRAM TOTALS", totals)
         print(f"Ir {m.group(1) if m else '?'} ({a.callgrind})")
@@ -242,12 +349,16 @@ def main():
     c.add_argument("scenario")
     c.add_argument("dir")
     c.add_argument("--seconds", type=int, default=8)
+    c.add_argument("--at", type=float, default=5.0)
     r = sub.add_parser("replay")
     r.add_argument("dir")
     r.add_argument("--lib")
     r.add_argument("--skip", type=int, default=0)
     r.add_argument("--callgrind")
     r.add_argument("--server", default="redis-server")
+    r.add_argument("--commands", action="store_true")
+    r.add_argument("--fresh-summaries", action="store_true")
+    r.add_argument("--by-function", action="store_true")
     a = ap.parse_args()
     capture(a) if a.what == "capture" else replay(a)
 
