@@ -54,12 +54,7 @@ for i = 7, #ARGV, 4 do
   -- The spec is needed only to keep the record whole, and a summary needs
   -- only four fields of the header.
   local r
-  if keep then
-    r = rec_get(at)
-  else
-    local state, att, max, ct = rec_summary_fields(rcall('HGET', at.h, at.id))
-    if state then r = {state = state, att = att, max = max, ct = ct} end
-  end
+  if keep then r = rec_get(at) else r = rec_summary_fields(rcall('HGET', at.h, at.id)) end
   if IN_CLUSTER and (not r or rcall('EXISTS', ARGV[2] .. ARGV[i]) == 0) and slot_moving_once(KEYS[1]) then
     return try_again()
   end

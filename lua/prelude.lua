@@ -158,20 +158,24 @@ for shard = 0, JOB_SHARDS - 1 do JOB_SHARD_NAMES[shard] = 'jobs:' .. shard end
 -- per job cost more; they are at most 64 per partition and namespace).
 local JOB_HASH_NAMES = {}
 
--- The name of job `id`'s record hash, from the partition prefix `<ns>:{p}:`.
-local function job_hash(prefix, id)
+-- The name of record hash `shard` of the partition with prefix `<ns>:{p}:`.
+local function job_hash_of_shard(prefix, shard)
   local names = JOB_HASH_NAMES[prefix]
   if not names then
     names = {}
     JOB_HASH_NAMES[prefix] = names
   end
-  local shard = job_shard(id)
   local name = names[shard]
   if not name then
     name = prefix .. JOB_SHARD_NAMES[shard]
     names[shard] = name
   end
   return name
+end
+
+-- The name of job `id`'s record hash, from the partition prefix `<ns>:{p}:`.
+local function job_hash(prefix, id)
+  return job_hash_of_shard(prefix, job_shard(id))
 end
 
 -- Where job `id`'s live record is, from the partition prefix `<ns>:{p}:`.
@@ -184,19 +188,19 @@ local function kept(prefix, id)
   return {k = prefix .. 'job:' .. id}
 end
 
--- The header fields a finished job's summary needs of live record value
--- `v`: state, attempts, max, created (nil when `v` is no record). Cheaper
--- than rec_unpack: no table, and the fields between are skipped.
+-- Parts of rec_unpack (below; the same header, REC_FMT), for the hot
+-- paths: only the fields each needs, the others skipped ('x'), in a table
+-- of their own. Nil when `v` is no record.
+-- A finished job's summary: {state, att, max, ct}.
 local function rec_summary_fields(v)
   if not v or #v < REC_HEADER then return nil end
-  return struct.unpack('>c1xxxxxxI2I2xxxxxxxxxxxxI6', v)
+  local state, att, max, ct = struct.unpack('>c1xxxxxxI2I2xxxxxxxxxxxxI6', v)
+  return {state = state, att = att, max = max, ct = ct}
 end
 
--- The header fields a claim needs of live record value `v` as a record
--- table {state, att, due, lease} (nil when `v` is no record): cheaper than
--- rec_unpack, as the fields between are skipped.
+-- A claim: {state, att, due, lease}.
 local function rec_claim_fields(v)
-  if #v < REC_HEADER then return nil end
+  if not v or #v < REC_HEADER then return nil end
   local state, att, due, lease = struct.unpack('>c1xxxxxxI2xxI6xxxxxxxxxxxxI4', v)
   return {state = state, att = att, due = due, lease = lease}
 end
@@ -925,7 +929,7 @@ local function summary_presize(prefix, previous)
   local _, fields = summary_bucket_meta(redis.call('HGET', prefix .. 'done', string.format('%d', previous)))
   if not fields then
     fields = 0
-    for shard = 0, JOB_SHARDS - 1 do fields = fields + redis.call('HLEN', prefix .. JOB_SHARD_NAMES[shard]) end
+    for shard = 0, JOB_SHARDS - 1 do fields = fields + redis.call('HLEN', job_hash_of_shard(prefix, shard)) end
   end
   return math.min(math.max(1, math.ceil(fields / SUMMARY_LOAD)), SUMMARY_PRESIZE_MAX)
 end

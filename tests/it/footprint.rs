@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::support::receiver::{Receiver, Recorded, Reply};
 use crate::support::redis::RedisServer;
-use crate::support::store::complete_claimed;
+use crate::support::store::{complete_claimed, finish_all_claimable, made_summary_shards};
 use crate::support::{rfc3339_ms, wait_until};
 use crate::{get_json, job_view, post_created, start_daemon, test_config};
 
@@ -380,55 +380,26 @@ fn many_jobs(config: &hookq::config::Config, prefix: &str, n: usize) -> Vec<hook
         .collect()
 }
 
-/// Claims and records as delivered every job of partition 0 that can be
-/// claimed now; how many.
-async fn finish_all_claimable(store: &hookq::store::Store) -> usize {
-    let mut recorded = 0;
-    loop {
-        let claimed = store.claim(0, 256).await.expect("claim").jobs;
-        if claimed.is_empty() {
-            return recorded;
-        }
-        let done = complete_claimed(store, 0, &claimed, |_| {
-            r#"{"at":1,"duration_ms":2,"status":200}"#.into()
-        })
-        .await
-        .expect("complete");
-        assert!(done.iter().all(|d| *d));
-        recorded += done.len();
-    }
-}
-
 /// Checks that every shard of `buckets` (partition 0) that exists is a
-/// listpack and expires; how many exist. (A shard is made by its first
-/// write: one nobody wrote to is absent.)
+/// listpack and expires; how many exist.
 async fn assert_shards_compact_and_expiring(
     redis: &RedisServer,
     store: &hookq::store::Store,
     buckets: &[hookq::store::Bucket],
 ) -> u32 {
     let mut conn = redis.conn().await;
-    let keys = store.keys();
-    let mut made = 0;
-    for bucket in buckets {
-        for shard in 0..bucket.shards {
-            let key = keys.done_shard(0, &bucket.start, shard);
-            let ttl: i64 = conn.pttl(&key).await.expect("PTTL");
-            if ttl == -2 {
-                continue;
-            }
-            made += 1;
-            let encoding: String = redis::cmd("OBJECT")
-                .arg("ENCODING")
-                .arg(&key)
-                .query_async(&mut conn)
-                .await
-                .expect("encoding");
-            assert_eq!(encoding, "listpack", "{key}");
-            assert!(ttl > 0, "{key} expires with its bucket (pttl {ttl})");
-        }
+    let made = made_summary_shards(&mut conn, store, buckets).await;
+    for (key, ttl) in &made {
+        let encoding: String = redis::cmd("OBJECT")
+            .arg("ENCODING")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .expect("encoding");
+        assert_eq!(encoding, "listpack", "{key}");
+        assert!(*ttl > 0, "{key} expires with its bucket (pttl {ttl})");
     }
-    made
+    made.len() as u32
 }
 
 /// A partition's first bucket of summaries starts with the shards its live

@@ -12,12 +12,11 @@ use hookq::config::Config;
 use hookq::job::JobInput;
 use hookq::retry::FailAction;
 use hookq::store::{Failure, Store};
-use redis::AsyncCommands;
 use serde_json::{json, Value};
 
 use crate::support::receiver::{Receiver, Recorded, Reply};
 use crate::support::redis::RedisServer;
-use crate::support::store::complete_claimed;
+use crate::support::store::{complete_claimed, made_summary_shards};
 use crate::support::{rfc3339_ms, wait_until};
 use crate::{get_json, job_view, post_created, start_daemon, test_config};
 
@@ -447,17 +446,11 @@ async fn stock_redis() -> RedisServer {
 /// Bytes of the partition's summary shards (MEMORY USAGE, every element
 /// counted), after checking each that exists is still a listpack.
 async fn summary_bytes(redis: &RedisServer, store: &Store) -> i64 {
-    let keys = store.keys();
+    let buckets = store.summary_buckets(0).await.expect("buckets");
+    let mut conn = redis.conn().await;
     let mut total: i64 = 0;
-    for bucket in store.summary_buckets(0).await.expect("buckets") {
-        for shard in 0..bucket.shards {
-            let key = keys.done_shard(0, &bucket.start, shard);
-            // (A shard nobody wrote to is not made.)
-            let made: bool = redis.conn().await.exists(&key).await.expect("EXISTS");
-            if made {
-                total += redis.listpack_bytes(&key).await.expect("summary shard");
-            }
-        }
+    for (key, _) in made_summary_shards(&mut conn, store, &buckets).await {
+        total += redis.listpack_bytes(&key).await.expect("summary shard");
     }
     total
 }
