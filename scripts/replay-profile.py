@@ -327,7 +327,10 @@ def replay(a):
             server.kill()
         shutil.rmtree(work, ignore_errors=True)
     measured_calls = last[0] - first[0]
-    print(f"calls {measured_calls} (of {len(calls)}), errors {errors}, FCALL us {last[1] - first[1]}, "
+    # (With --by-function the FCALLs counted are the batches' calls sent one
+    # by one, and the reply digest is of their replies.)
+    what = "calls sent one by one" if a.by_function else "calls"
+    print(f"{what} {measured_calls} (of {len(calls)} captured), errors {errors}, FCALL us {last[1] - first[1]}, "
           f"replies {replies.hexdigest()[:12]}, data {data[1:13].decode() if data.startswith(b'+') else data[:12].decode()}")
     for line in stats.decode().splitlines():
         m = re.match(r"cmdstat_(\S+):calls=(\d+),usec=(\d+)", line)

@@ -511,3 +511,61 @@ async fn a_shard_made_by_a_split_expires_with_its_bucket() {
 /// [`a_shard_made_by_a_split_expires_with_its_bucket`]: chosen so that its
 /// id hashes to shard 0 of two.
 const LAST_OF_SPLIT: &str = "tail";
+
+/// A bucket is sized by the summaries the one before it held, not by the
+/// shards that one started with: 2,040 live jobs size the first bucket at
+/// 51 shards, but only 40 finish in it (2,000 are due in an hour), so the
+/// next starts with one shard (neither 51, the first's shards, nor 51 for
+/// the 2,001 jobs then live).
+#[tokio::test]
+async fn a_bucket_after_a_sparse_one_starts_small() {
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    config.redis.partitions = 1;
+    // Buckets 4 s wide (a quarter of the retention).
+    config.retention.finished = Duration::from_secs(16);
+    let store = hookq::store::Store::connect(&config).await.expect("store");
+    let later: Vec<hookq::job::NewJob> = (0..2_000)
+        .map(|i| {
+            let input: hookq::job::JobInput = serde_json::from_value(json!({
+                "id": format!("later-{i:05}"), "url": "http://127.0.0.1:9/", "delay": "1h"
+            }))
+            .expect("input");
+            input.validate(&config).expect("valid").new_job(&config)
+        })
+        .collect();
+    for chunk in later.chunks(500) {
+        store.enqueue_many(chunk).await.expect("enqueue");
+    }
+    store
+        .enqueue_many(&many_jobs(&config, "now", 40))
+        .await
+        .expect("enqueue");
+    store.promote(0, 100_000).await.expect("promote");
+    assert_eq!(finish_all_claimable(&store).await, 40);
+    let first = store.summary_buckets(0).await.expect("buckets");
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!((first[0].shards, first[0].count), (51, 40), "{first:?}");
+
+    store
+        .enqueue_many(&many_jobs(&config, "next", 1))
+        .await
+        .expect("enqueue");
+    let next_start = first[0].start.parse::<i64>().expect("bucket start") + 4_000;
+    wait_until(
+        "the next bucket's span",
+        Duration::from_secs(10),
+        || async { store.redis_time_ms().await.expect("TIME") >= next_start },
+    )
+    .await;
+    assert_eq!(finish_all_claimable(&store).await, 1);
+    let buckets = store.summary_buckets(0).await.expect("buckets");
+    let next = buckets
+        .iter()
+        .find(|b| b.start == next_start.to_string())
+        .unwrap_or_else(|| panic!("a bucket from {next_start}: {buckets:?}"));
+    assert_eq!(
+        next.shards, 1,
+        "sized by the 40 summaries before it: {buckets:?}"
+    );
+}
