@@ -444,22 +444,10 @@ async fn a_new_bucket_starts_with_the_shards_it_will_need() {
     // One job finishing in the next bucket: 1 live job, 2,000 fields
     // before it.
     store.enqueue_many(&jobs[2_000..]).await.expect("enqueue");
-    let next_start = filled[0].start.parse::<i64>().expect("bucket start") + 4_000;
-    wait_until(
-        "the next bucket's span",
-        Duration::from_secs(10),
-        || async { store.redis_time_ms().await.expect("TIME") >= next_start },
-    )
-    .await;
-    assert_eq!(finish_all_claimable(&store).await, 1);
-    let buckets = store.summary_buckets(0).await.expect("buckets");
-    let next = buckets
-        .iter()
-        .find(|b| b.start == next_start.to_string())
-        .unwrap_or_else(|| panic!("a bucket from {next_start}: {buckets:?}"));
+    let (next, buckets) = finish_one_in_the_next_bucket(&store, &filled[0]).await;
     assert_eq!(next.shards, 50, "sized like the one before: {buckets:?}");
     assert_eq!(
-        assert_shards_compact_and_expiring(&redis, &store, std::slice::from_ref(next)).await,
+        assert_shards_compact_and_expiring(&redis, &store, std::slice::from_ref(&next)).await,
         1
     );
     assert!(
@@ -551,21 +539,33 @@ async fn a_bucket_after_a_sparse_one_starts_small() {
         .enqueue_many(&many_jobs(&config, "next", 1))
         .await
         .expect("enqueue");
-    let next_start = first[0].start.parse::<i64>().expect("bucket start") + 4_000;
+    let (next, buckets) = finish_one_in_the_next_bucket(&store, &first[0]).await;
+    assert_eq!(
+        next.shards, 1,
+        "sized by the 40 summaries before it: {buckets:?}"
+    );
+}
+
+/// Waits for the span of the bucket after `bucket` (4 s wide), finishes the
+/// one job that can be claimed then, and returns the bucket it made and all
+/// of partition 0's buckets.
+async fn finish_one_in_the_next_bucket(
+    store: &hookq::store::Store,
+    bucket: &hookq::store::Bucket,
+) -> (hookq::store::Bucket, Vec<hookq::store::Bucket>) {
+    let next_start = bucket.start.parse::<i64>().expect("bucket start") + 4_000;
     wait_until(
         "the next bucket's span",
         Duration::from_secs(10),
         || async { store.redis_time_ms().await.expect("TIME") >= next_start },
     )
     .await;
-    assert_eq!(finish_all_claimable(&store).await, 1);
+    assert_eq!(finish_all_claimable(store).await, 1);
     let buckets = store.summary_buckets(0).await.expect("buckets");
     let next = buckets
         .iter()
         .find(|b| b.start == next_start.to_string())
-        .unwrap_or_else(|| panic!("a bucket from {next_start}: {buckets:?}"));
-    assert_eq!(
-        next.shards, 1,
-        "sized by the 40 summaries before it: {buckets:?}"
-    );
+        .unwrap_or_else(|| panic!("a bucket from {next_start}: {buckets:?}"))
+        .clone();
+    (next, buckets)
 }
