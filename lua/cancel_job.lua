@@ -73,7 +73,7 @@ if not keep then
   -- The newest attempt record is the summary's last attempt; the others
   -- its earlier ones (the attempt in flight, if any, has none yet).
   local hist = rcall('LRANGE', KEYS[4], 0, -1)
-  summary = summary_pieces(summary_of('c', r, now, summary_tail(r.spec, ARGV[5], hist[1])),
+  summary = summary_pieces(summary_of('c', r.att, r.max, r.ct, now, summary_tail(r.spec, ARGV[5], hist[1])),
     summary_entries(hist, 2, now), state == 'i' and #hist > 0)
   plan = summaries_plan(prefix, {ARGV[1]}, now, tonumber(ARGV[2]), summary_field_count(summary))
   if not plan then return try_again() end

@@ -16,7 +16,8 @@
 
   Tenants (SPEC §15): each tenant with ready jobs has a list of its own
   (see the prelude). With several, N is shared between them by weight (see
-  share_lists), and what a list cannot fill goes to the others. Inside a
+  share_lists in the prelude), and what a list cannot fill goes to the
+  others. Inside a
   list, jobs keep their order. A claim looks at 64 tenants' lists at most
   (a random pick of them when more have ready jobs), so its cost is bounded
   however many tenants there are. With only the default
@@ -56,84 +57,6 @@
 local rcall = redis.call
 local now = now_ms()
 
--- Most tenants' lists one claim looks at (see the header).
-local TENANTS_PER_CLAIM = 64
-
--- The weight of `tenant` (ARGV[6], or its own in the pairs that follow).
-local function weight_of(tenant)
-  for i = 7, #ARGV - 1, 2 do
-    if ARGV[i] == tenant then return arg_number(ARGV[i + 1]) end
-  end
-  return arg_number(ARGV[6])
-end
-
--- Jobs `a..b` of a cycle cover of `[lo, hi)`.
-local function overlap(a, b, lo, hi)
-  return math.max(0, math.min(b, hi) - math.max(a, lo))
-end
-
--- Takes the ids to claim from the default list `ready_key` and those of
--- `tenants`, `want` shared by weight: a list per entry, {key, tenant (nil
--- for default), ids, dry (it gave all it had)}. The lists with jobs make a
--- cycle of sum(weight) places, each list as many places as its weight
--- (default first, then the tenants by name); a claim takes the next `want`
--- places of the cycle from the partition's turn (`turn_key`, moved on by
--- `want`), so small claims share by weight too; what a list cannot fill
--- goes round to the others. Nil when a tenant's list is absent while the
--- slot moves.
-local function share_lists(ready_key, turn_key, tenants, want)
-  table.sort(tenants)
-  local lists, W = {}, 0
-  local function add(key, tenant)
-    local len = rcall('LLEN', key)
-    if len > 0 then
-      local w = weight_of(tenant or 'default')
-      lists[#lists + 1] = {key = key, tenant = tenant, len = len, lo = W, hi = W + w, take = 0}
-      W = W + w
-    elseif tenant then
-      if IN_CLUSTER and slot_moving_once(key) then return false end
-      rcall('SREM', partition_prefix(ready_key, 'ready') .. 'tenants', tenant)
-    end
-    return true
-  end
-  if not add(ready_key, nil) then return nil end
-  for _, t in ipairs(tenants) do
-    if not add(ready_key .. ':' .. t, t) then return nil end
-  end
-  if #lists <= 1 then
-    local l = lists[1]
-    if l then l.take = math.min(want, l.len) end
-  else
-    local s = (rcall('INCRBY', turn_key, want) - want) % W
-    local full, r = math.floor(want / W), want % W
-    local left = want
-    for _, l in ipairs(lists) do
-      local n = full * (l.hi - l.lo)
-      if s + r <= W then
-        n = n + overlap(s, s + r, l.lo, l.hi)
-      else
-        n = n + overlap(s, W, l.lo, l.hi) + overlap(0, s + r - W, l.lo, l.hi)
-      end
-      l.take = math.min(n, l.len)
-      left = left - l.take
-    end
-    -- What a list could not fill goes round, from the turn's list on.
-    while left > 0 do
-      local gave = false
-      for _, l in ipairs(lists) do
-        if left > 0 and l.take < l.len then
-          l.take, left, gave = l.take + 1, left - 1, true
-        end
-      end
-      if not gave then break end
-    end
-  end
-  for _, l in ipairs(lists) do
-    l.ids = l.take > 0 and rcall('LRANGE', l.key, 0, l.take - 1) or {}
-    l.dry = l.take >= l.len
-  end
-  return lists
-end
 local want = arg_number(ARGV[1])
 -- Jobs due by the horizon are claimed (held by the daemon to their time).
 local horizon = now + arg_number(ARGV[5])
@@ -184,7 +107,7 @@ elseif tenants == 0 then
   lists = {{key = KEYS[1], ids = rcall('LRANGE', KEYS[1], '0', int_text(want - 1))}}
 else
   -- At most TENANTS_PER_CLAIM of them, a random pick when there are more.
-  lists = share_lists(KEYS[1], KEYS[6], rcall('SRANDMEMBER', KEYS[5], TENANTS_PER_CLAIM), want)
+  lists = share_lists(ARGV, KEYS[1], KEYS[6], rcall('SRANDMEMBER', KEYS[5], TENANTS_PER_CLAIM), want)
   if not lists then return try_again() end
 end
 local ids = lists[1] and lists[1].ids or EMPTY
@@ -199,11 +122,11 @@ if #ids == 0 and #lists == 1 then return out end
 if #ids == want or tenants > TENANTS_PER_CLAIM then out[2] = 1 end
 
 -- Read pass: every job record before the first write (see the prelude).
-local records, places = {}, {}
+local records, hashes = {}, {}
 for i, id in ipairs(ids) do
-  local at = live(prefix, id)
-  places[i] = at
-  local v = rcall('HGET', at.h, id)
+  local h = job_hash(prefix, id)
+  hashes[i] = h
+  local v = rcall('HGET', h, id)
   if not v and slot_moving_once(KEYS[1]) then return try_again() end
   records[i] = v or false
 end
@@ -215,24 +138,23 @@ end
 
 local leases, taken = {}, {}
 for i, id in ipairs(ids) do
-  local at = places[i]
   local v = records[i]
-  local r = v and rec_claim_fields(v)
-  if v and not r then
+  local state, att, due, lease
+  if v then state, att, due, lease = rec_claim_fields(v) end
+  if v and not state then
     -- A bare record (its job was deleted by hand): nothing to deliver.
-    rec_delete(at)
-  elseif r and rec_ready(r, horizon) and not taken[id] then
+    rcall('HDEL', hashes[i], id)
+  elseif state and ready_by(state, due, horizon) and not taken[id] then
     taken[id] = true
-    local attempt = r.att + 1
-    local lease = r.lease
+    local attempt = att + 1
     if lease == 0 then lease = arg_number(ARGV[3]) end
-    rec_patch(at, v, struct.pack('>c1I6I2', 'i', now, attempt))
+    rec_patch(hashes[i], id, v, struct.pack('>c1I6I2', 'i', now, attempt))
     -- (A job claimed ahead is attempted at its due time.)
-    leases[#leases + 1] = string.format('%d', math.max(now, r.due) + lease)
+    leases[#leases + 1] = string.format('%d', math.max(now, due) + lease)
     leases[#leases + 1] = id
     out[#out + 1] = id
     out[#out + 1] = attempt
-    out[#out + 1] = r.due
+    out[#out + 1] = due
     out[#out + 1] = v
   end
 end

@@ -44,32 +44,46 @@ local keep = ARGV[4] == 'keep'
 -- Read pass: every key to be written, before the first write (see the
 -- prelude). A history list may rightly be absent (a first attempt).
 local prefix = partition_prefix(ARGV[1], 'job:')
-local current, places = {}, {}
+-- Per job, by its place j in the call (ARGV index 4j + 3; sequential,
+-- so the tables stay arrays): its record hash, whether it is current
+-- (false when stale; with keep, its whole record), its summary's field
+-- values, and the plan of leaving its ordering list (only for a job that
+-- has one).
+local hashes, current, pieces = {}, {}, {}
 local done = {}
-local pieces, fields = {}, 0 -- ARGV index -> its summary's field values
-local lines = {} -- ARGV index -> the plan of leaving its ordering list
+local fields = 0
+local lines = {}
 for i = 7, #ARGV, 4 do
-  local at = live(prefix, ARGV[i])
-  places[i] = at
+  local j = (i - 3) / 4
+  local id = ARGV[i]
+  local h = job_hash(prefix, id)
+  hashes[j] = h
   -- The spec is needed only to keep the record whole, and a summary needs
   -- only four fields of the header.
-  local r
-  if keep then r = rec_get(at) else r = rec_summary_fields(rcall('HGET', at.h, at.id)) end
-  if IN_CLUSTER and (not r or rcall('EXISTS', ARGV[2] .. ARGV[i]) == 0) and slot_moving_once(KEYS[1]) then
+  local r, state, att, max, ct
+  if keep then
+    r = rec_get(live(prefix, id))
+    if r then state, att = r.state, r.att end
+  else
+    state, att, max, ct = rec_summary_fields(rcall('HGET', h, id))
+  end
+  if IN_CLUSTER and (not state or rcall('EXISTS', ARGV[2] .. id) == 0) and slot_moving_once(KEYS[1]) then
     return try_again()
   end
-  if r ~= nil and r.state == 'i' and r.att == arg_number(ARGV[i + 1]) then
-    current[i] = r
-    done[#done + 1] = ARGV[i]
+  current[j], pieces[j] = false, false
+  if state == 'i' and att == arg_number(ARGV[i + 1]) then
+    -- (The whole record to keep, or only that it is current.)
+    current[j] = r or true
+    done[#done + 1] = id
     if not keep then
       local earlier = EMPTY
-      if r.att > 1 then earlier = summary_entries(rcall('LRANGE', ARGV[2] .. ARGV[i], 0, -1), 1, now) end
-      pieces[i] = summary_pieces(summary_of('d', r, now, ARGV[i + 2]), earlier, false)
-      fields = fields + summary_field_count(pieces[i])
+      if att > 1 then earlier = summary_entries(rcall('LRANGE', ARGV[2] .. id, 0, -1), 1, now) end
+      pieces[j] = summary_pieces(summary_of('d', att, max, ct, now, ARGV[i + 2]), earlier, false)
+      fields = fields + summary_field_count(pieces[j])
     end
     if ARGV[i + 3] ~= '' then
-      lines[i] = order_plan(prefix, order_line(ARGV[i], ARGV[i + 3]))
-      if not lines[i] then return try_again() end
+      lines[j] = order_plan(prefix, order_line(id, ARGV[i + 3]))
+      if not lines[j] then return try_again() end
     end
   end
 end
@@ -83,8 +97,9 @@ end
 local out = {}
 local gone, summaries = {}, {}
 for i = 7, #ARGV, 4 do
+  local j = (i - 3) / 4
   local id = ARGV[i]
-  local r = current[i]
+  local r = current[j]
   if r and keep then
     local hist = ARGV[2] .. id
     r.state, r.ut = 'd', now
@@ -92,11 +107,11 @@ for i = 7, #ARGV, 4 do
     history_push(hist, ARGV[i + 2])
     rcall('PEXPIRE', hist, retention)
   elseif r then
-    rec_delete(places[i])
+    rcall('HDEL', hashes[j], id)
     gone[#gone + 1] = ARGV[2] .. id
-    summaries[#summaries + 1] = pieces[i]
+    summaries[#summaries + 1] = pieces[j]
   end
-  if lines[i] then order_leave(prefix, lines[i], id, now, ARGV[5], ARGV[6]) end
+  if lines[j] then order_leave(prefix, lines[j], id, now, ARGV[5], ARGV[6]) end
   out[#out + 1] = r and DONE or UNCHANGED
 end
 if #done > 0 then

@@ -189,20 +189,18 @@ local function kept(prefix, id)
 end
 
 -- Parts of rec_unpack (below; the same header, REC_FMT), for the hot
--- paths: only the fields each needs, the others skipped ('x'), in a table
--- of their own. Nil when `v` is no record.
--- A finished job's summary: {state, att, max, ct}.
+-- paths: only the fields each needs, the others skipped ('x'), as values
+-- (no table is made for them). Nil when `v` is no record.
+-- A finished job's summary: state, att, max, ct.
 local function rec_summary_fields(v)
   if not v or #v < REC_HEADER then return nil end
-  local state, att, max, ct = struct.unpack('>c1xxxxxxI2I2xxxxxxxxxxxxI6', v)
-  return {state = state, att = att, max = max, ct = ct}
+  return struct.unpack('>c1xxxxxxI2I2xxxxxxxxxxxxI6', v)
 end
 
--- A claim: {state, att, due, lease}.
+-- A claim: state, att, due, lease.
 local function rec_claim_fields(v)
   if not v or #v < REC_HEADER then return nil end
-  local state, att, due, lease = struct.unpack('>c1xxxxxxI2xxI6xxxxxxxxxxxxI4', v)
-  return {state = state, att = att, due = due, lease = lease}
+  return struct.unpack('>c1xxxxxxI2xxI6xxxxxxxxxxxxI4', v)
 end
 
 local function rec_unpack(v)
@@ -249,19 +247,26 @@ local function rec_set_state(at, r, state, now)
   rec_put(at, r)
 end
 
--- Rewrites the leading header bytes of live record value `v` (read at
--- `at`) with `head` (the state and update time, and for a claim the attempt
--- counter): a hash field cannot be written in place, but splicing the bytes
--- costs less than rec_put's unpacking and packing of every field.
-local function rec_patch(at, v, head)
-  redis.call('HSET', at.h, at.id, head .. string.sub(v, #head + 1))
+-- Rewrites the leading header bytes of live record value `v` (job `id`'s,
+-- read from record hash `h`) with `head` (the state and update time, and
+-- for a claim the attempt counter): a hash field cannot be written in
+-- place, but splicing the bytes costs less than rec_put's unpacking and
+-- packing of every field.
+local function rec_patch(h, id, v, head)
+  redis.call('HSET', h, id, head .. string.sub(v, #head + 1))
+end
+
+-- Whether a record in `state`, due at `due`, waits to be claimed at `now`
+-- (see rec_ready below).
+local function ready_by(state, due, now)
+  return state == 'r' or (state == 's' and due <= now)
 end
 
 -- Whether record `r` waits to be claimed: `ready`, or `scheduled` and due
 -- (promote_due moves a due job's id to the ready list without writing its
 -- record, so a scheduled record whose time has come reads as ready).
 local function rec_ready(r, now)
-  return r.state == 'r' or (r.state == 's' and r.due <= now)
+  return ready_by(r.state, r.due, now)
 end
 
 -- The API name of record `r`'s state at time `now` (a held job, see the
@@ -793,8 +798,8 @@ end
 
 -- A summary: its head, for record `r` finished (state `state`) at `now`,
 -- then the tail.
-local function summary_of(state, r, now, tail)
-  return struct.pack(SUMMARY_HEAD, state, r.att, r.max, r.ct, now) .. tail
+local function summary_of(state, att, max, ct, now, tail)
+  return struct.pack(SUMMARY_HEAD, state, att, max, ct, now) .. tail
 end
 
 local function summary_bucket_meta(value)
@@ -1161,11 +1166,12 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
   end
   -- The default set first, always (an empty read when none of its jobs is
   -- due), then each tenant's with jobs due.
-  local sets = {{key = due_key, members = {}}}
+  -- (Each set's fields made at once: a field added later regrows the table.)
+  local sets = {{key = due_key, members = EMPTY, head = false}}
   if index_head and index_head <= horizon then
     for _, tenant in ipairs(redis.call('ZRANGE', index, '-inf', horizon_arg, 'BYSCORE', 'LIMIT', '0',
         DUE_TENANTS_PER_PROMOTION)) do
-      sets[#sets + 1] = {key = due_key .. ':' .. tenant, tenant = tenant, members = {}}
+      sets[#sets + 1] = {key = due_key .. ':' .. tenant, tenant = tenant, members = {}, head = false}
     end
   end
   -- The due members, without their scores (a read with scores of the
@@ -1183,6 +1189,7 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
       for _, member in ipairs(got) do set.members[#set.members + 1] = member end
       return #got
     end
+    sets[1].members = {}
     local left, full = batch, {}
     local share = math.ceil(batch / #sets)
     for round = 1, 2 do
@@ -1451,4 +1458,89 @@ end
 local function ledger_here(prefix)
   if not IN_CLUSTER then return true end
   return redis.call('EXISTS', prefix .. 'ledger') == 1 or not slot_moving_once(prefix .. 'ledger')
+end
+
+--[[
+  The fair share of a claim between tenants' ready lists (claim_ready; SPEC
+  §15), defined once with the library rather than on every claim.
+]]
+
+-- Most tenants' lists one claim looks at (see claim_ready's header).
+local TENANTS_PER_CLAIM = 64
+
+-- The weight of `tenant` by a claim's arguments `args` (claim_ready's
+-- ARGV[6], or its own in the pairs that follow).
+local function weight_of(args, tenant)
+  for i = 7, #args - 1, 2 do
+    if args[i] == tenant then return arg_number(args[i + 1]) end
+  end
+  return arg_number(args[6])
+end
+
+-- Jobs `a..b` of a cycle cover of `[lo, hi)`.
+local function overlap(a, b, lo, hi)
+  return math.max(0, math.min(b, hi) - math.max(a, lo))
+end
+
+-- Takes the ids a claim (its arguments `args`, for the weights) takes
+-- from the default list `ready_key` and those of `tenants`, `want` shared
+-- by weight: a list per entry, {key, tenant (nil for default), ids, dry
+-- (it gave all it had)}. The lists with jobs make a cycle of sum(weight)
+-- places, each list as many places as its weight (default first, then the
+-- tenants by name); a claim takes the next `want` places of the cycle from
+-- the partition's turn (`turn_key`, moved on by `want`), so small claims
+-- share by weight too; what a list cannot fill goes round to the others.
+-- Nil when a tenant's list is absent while the slot moves.
+local function share_lists(args, ready_key, turn_key, tenants, want)
+  table.sort(tenants)
+  local lists, W = {}, 0
+  local function add(key, tenant)
+    local len = redis.call('LLEN', key)
+    if len > 0 then
+      local w = weight_of(args, tenant or 'default')
+      lists[#lists + 1] = {key = key, tenant = tenant, len = len, lo = W, hi = W + w, take = 0}
+      W = W + w
+    elseif tenant then
+      if IN_CLUSTER and slot_moving_once(key) then return false end
+      redis.call('SREM', partition_prefix(ready_key, 'ready') .. 'tenants', tenant)
+    end
+    return true
+  end
+  if not add(ready_key, nil) then return nil end
+  for _, t in ipairs(tenants) do
+    if not add(ready_key .. ':' .. t, t) then return nil end
+  end
+  if #lists <= 1 then
+    local l = lists[1]
+    if l then l.take = math.min(want, l.len) end
+  else
+    local s = (redis.call('INCRBY', turn_key, want) - want) % W
+    local full, r = math.floor(want / W), want % W
+    local left = want
+    for _, l in ipairs(lists) do
+      local n = full * (l.hi - l.lo)
+      if s + r <= W then
+        n = n + overlap(s, s + r, l.lo, l.hi)
+      else
+        n = n + overlap(s, W, l.lo, l.hi) + overlap(0, s + r - W, l.lo, l.hi)
+      end
+      l.take = math.min(n, l.len)
+      left = left - l.take
+    end
+    -- What a list could not fill goes round, from the turn's list on.
+    while left > 0 do
+      local gave = false
+      for _, l in ipairs(lists) do
+        if left > 0 and l.take < l.len then
+          l.take, left, gave = l.take + 1, left - 1, true
+        end
+      end
+      if not gave then break end
+    end
+  end
+  for _, l in ipairs(lists) do
+    l.ids = l.take > 0 and redis.call('LRANGE', l.key, 0, l.take - 1) or {}
+    l.dry = l.take >= l.len
+  end
+  return lists
 end
