@@ -156,10 +156,25 @@ impl Timetable {
 
     /// The partitions whose due set should be promoted at `now` (see
     /// [`Timetable::promote_at`]): a partition learnt of just after a round
-    /// waits for the next one, unless its jobs would be late for it.
+    /// waits for the next one, unless its jobs would be late for it. A
+    /// round that goes takes along every partition whose next job it can
+    /// claim already (due within the claim ahead), so that partitions keep
+    /// one rhythm, all of them in one batch a round, instead of each
+    /// coming due a little after the others and waking Redis on its own.
     fn due_by(&self, now: i64) -> Vec<u16> {
-        (0..self.next_due.len() as u16)
-            .filter(|p| self.promote_at(*p as usize) <= now)
+        let partitions = 0..self.next_due.len() as u16;
+        if !partitions
+            .clone()
+            .any(|p| self.promote_at(p as usize) <= now)
+        {
+            return Vec::new();
+        }
+        let horizon = now.saturating_add(self.ahead);
+        partitions
+            .filter(|p| {
+                let i = *p as usize;
+                self.promote_at(i) <= now || (self.owned[i] && self.next_due[i] <= horizon)
+            })
             .collect()
     }
 
@@ -457,11 +472,38 @@ mod tests {
         assert_eq!(times.earliest_wake(), 1_040);
         assert_eq!(times.due_by(1_040), [1]);
         // Due 1,012: promoted at 1,002 at the latest (a fifth of ahead
-        // before it).
+        // before it), and that round takes partition 1 along (its job is
+        // due within the claim ahead of 1,002).
         times.set_next_due(2, Some(1_012), false);
         assert_eq!(times.earliest_wake(), 1_002);
         assert!(times.due_by(1_001).is_empty());
-        assert_eq!(times.due_by(1_002), [2]);
+        assert_eq!(times.due_by(1_002), [1, 2]);
         assert_eq!(times.due_by(1_040), [1, 2]);
+    }
+
+    /// A round takes along the partitions whose next jobs it can claim
+    /// (due within the claim ahead of it), and only those: partitions due
+    /// a little after one another are claimed in one round, not a round
+    /// each.
+    #[test]
+    fn a_round_takes_along_the_partitions_it_can_claim_already() {
+        let mut times = Timetable::new(4, 50);
+        for p in 0..4 {
+            times.set_owned(p, true);
+        }
+        times.next_lease = vec![NEVER; 4];
+        times.promoted_at(1_000);
+        // Partition 0 must go at 1,002 (a fifth of ahead before its job);
+        // 1 and 2 are due within the claim ahead of 1,002 and go with it;
+        // 3 is not, and waits for the paced round at 1,040.
+        times.set_next_due(0, Some(1_012), false);
+        times.set_next_due(1, Some(1_030), false);
+        times.set_next_due(2, Some(1_052), false);
+        times.set_next_due(3, Some(1_053), false);
+        assert!(times.due_by(1_001).is_empty());
+        assert_eq!(times.due_by(1_002), [0, 1, 2]);
+        // A partition another daemon carries is never taken along.
+        times.set_owned(1, false);
+        assert_eq!(times.due_by(1_002), [0, 2]);
     }
 }
