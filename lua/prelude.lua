@@ -696,11 +696,14 @@ end
   (summary_presize): as many as the bucket before it filled, or, with none
   just before it, as many as the partition's live jobs would. A shard is
   made by its first write, which gives it the bucket's expiry (PEXPIREAT
-  NX: one call per shard written, far less than the splits it replaces);
-  shards nobody wrote to do not exist, and a shard a split empties goes:
+  NX); shards nobody wrote to do not exist. Every write also sets the
+  shard's mark (SUMMARY_MARK, an empty field `#`), so that its HSET's count
+  of new fields tells the write that made the shard (the mark was new)
+  from the others, which need no PEXPIREAT; a shard a split empties keeps
+  only its mark:
 
     <ns>:{p}:done                  HASH  <bucket start ms> -> "<shards>:<count>:<expires ms>"
-    <ns>:{p}:done:<bucket>:<shard> HASH  <id> -> summary, PEXPIREAT <expires>
+    <ns>:{p}:done:<bucket>:<shard> HASH  <id> -> summary, `#` -> "" (the mark), PEXPIREAT <expires>
 
   A summary, big-endian: state c1 (d or c), attempts I2, max I2, created I6,
   finished I6, then the tail the finishing step supplies: the content
@@ -745,6 +748,11 @@ local SUMMARY_HEAD_LEN = 17   -- bytes of SUMMARY_HEAD
 local SUMMARY_TAIL_FIXED = 21 -- digest 8, last attempt 12, topic length 1
 local SUMMARY_LOAD = 40
 local SUMMARY_PRESIZE_MAX = 65536 -- shards a new bucket starts with, at most
+-- A field of every shard written since the mark came in: a continuation's
+-- name with no id, empty, which no reader takes for a summary. A write
+-- names it too, so the count of new fields its HSET answers says whether
+-- the write made the shard (then the mark was new as well).
+local SUMMARY_MARK = '#'
 local SUMMARY_MAX = 64
 local SUMMARY_ERROR_MIN = 32 -- bytes of error text a summary with history keeps
 local SUMMARY_ENTRY = '>I5I4I2' -- an earlier attempt: 11 bytes
@@ -1006,12 +1014,15 @@ local function summary_split(prefix, bucket, n, expires)
       move[#move + 1] = all[i + 1]
     end
   end
-  -- (A shard left empty goes; its next write makes it again. Buckets
-  -- written before presizing may hold a placeholder field, an empty value
-  -- no reader takes for a summary.)
+  -- (A shard left empty goes, or keeps only its mark, which no id hashes
+  -- away; its next write makes it again. Buckets written before presizing
+  -- may hold a placeholder field, an empty value no reader takes for a
+  -- summary.)
   if #names > 0 then
     local dst = summary_key(prefix, bucket, n)
     redis.call('HDEL', src, unpack(names))
+    move[#move + 1] = SUMMARY_MARK
+    move[#move + 1] = ''
     redis.call('HSET', dst, unpack(move))
     redis.call('PEXPIREAT', dst, expires, 'NX')
   end
@@ -1055,9 +1066,12 @@ local function summaries_write(prefix, plan, ids, values, now)
       local n = summary_args(args, 0, id, values[i])
       for _, j in ipairs(more and more[i] or EMPTY) do n = summary_args(args, n, ids[j], values[j]) end
       local shard = summary_key(prefix, plan.bucket, s)
-      redis.call('HSET', shard, unpack(args, 1, n))
-      -- (The shard's expiry, if this write made it.)
-      redis.call('PEXPIREAT', shard, expires, 'NX')
+      -- The shard's expiry when this write made it: its mark was new too
+      -- (or it was made without one, by a split or an older daemon; NX
+      -- keeps an expiry it has).
+      if redis.call('HSET', shard, SUMMARY_MARK, '', unpack(args, 1, n)) > n / 2 then
+        redis.call('PEXPIREAT', shard, expires, 'NX')
+      end
     end
   end
   -- Every shard again when a longer retention extends the bucket's expiry.

@@ -137,7 +137,7 @@ GUARDS+=(
   "claim: each tenant its weight|lua/prelude.lua|    if args[i] == tenant then return arg_number(args[i + 1]) end|    if false then return arg_number(args[i + 1]) end|$F::a_claim_shares_its_batch_between_tenants_by_weight"
   "claim: a dry tenant leaves the set|lua/claim_ready.lua|  if l.tenant and l.dry then rcall('SREM', KEYS[5], l.tenant) end|  if false then rcall('SREM', KEYS[5], l.tenant) end|$F::a_claim_shares_its_batch_between_tenants_by_weight"
   "claim: tenants left out of the pick mean more|lua/claim_ready.lua|if #ids == want or tenants > TENANTS_PER_CLAIM then out[2] = 1 end|if #ids == want then out[2] = 1 end|$F::a_claim_with_more_than_64_tenants_ready_comes_back_for_the_rest"
-  "summaries: a shard made by a write expires with its bucket|lua/prelude.lua|      redis.call('PEXPIREAT', shard, expires, 'NX')|      redis.call('EXISTS', shard)|footprint::a_new_bucket_starts_with_the_shards_it_will_need"
+  "summaries: a shard made by a write expires with its bucket|lua/prelude.lua|        redis.call('PEXPIREAT', shard, expires, 'NX')|        redis.call('EXISTS', shard)|footprint::a_new_bucket_starts_with_the_shards_it_will_need"
   "summaries: a shard made by a split expires with its bucket|lua/prelude.lua|    redis.call('PEXPIREAT', dst, expires, 'NX')|    redis.call('EXISTS', dst)|footprint::a_shard_made_by_a_split_expires_with_its_bucket"
 )
 
