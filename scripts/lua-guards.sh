@@ -139,6 +139,7 @@ GUARDS+=(
   "claim: tenants left out of the pick mean more|lua/claim_ready.lua|if #ids == want or tenants > TENANTS_PER_CLAIM then out[2] = 1 end|if #ids == want then out[2] = 1 end|$F::a_claim_with_more_than_64_tenants_ready_comes_back_for_the_rest"
   "summaries: a shard made by a write expires with its bucket|lua/prelude.lua|        redis.call('PEXPIREAT', shard, expires, 'NX')|        redis.call('EXISTS', shard)|footprint::a_new_bucket_starts_with_the_shards_it_will_need"
   "summaries: a shard made by a split expires with its bucket|lua/prelude.lua|    redis.call('PEXPIREAT', dst, expires, 'NX')|    redis.call('EXISTS', dst)|footprint::a_shard_made_by_a_split_expires_with_its_bucket"
+  "summaries: a write to a shard that exists sets no expiry (its mark was there)|lua/prelude.lua|unpack(args, 1, n)) > n / 2 then|unpack(args, 1, n)) >= 0 then|footprint::only_the_write_that_makes_a_shard_sets_its_expiry"
 )
 
 # Guards no test holds yet: name | file | text | replacement | why. Not

@@ -460,6 +460,64 @@ async fn a_new_bucket_starts_with_the_shards_it_will_need() {
     );
 }
 
+/// Only the write that makes a summary shard gives it its expiry: a later
+/// write to the shard (whose mark is already there) calls no `PEXPIREAT`,
+/// and the shard still expires with its bucket.
+#[tokio::test]
+async fn only_the_write_that_makes_a_shard_sets_its_expiry() {
+    let redis = RedisServer::start();
+    let mut config = test_config(&redis);
+    config.redis.partitions = 1;
+    let store = hookq::store::Store::connect(&config).await.expect("store");
+    let jobs = many_jobs(&config, "mark", 2);
+    store.enqueue_many(&jobs).await.expect("enqueue");
+    store.promote(0, 100).await.expect("promote");
+    let claimed = store.claim(0, 2).await.expect("claim").jobs;
+    assert_eq!(claimed.len(), 2);
+    let attempt = |_: &hookq::store::Claimed| r#"{"at":1,"duration_ms":2,"status":200}"#.into();
+    complete_claimed(&store, 0, &claimed[..1], attempt)
+        .await
+        .expect("complete");
+    let buckets = store.summary_buckets(0).await.expect("buckets");
+    assert_eq!(buckets.len(), 1, "{buckets:?}");
+    assert_eq!(
+        buckets[0].shards, 1,
+        "two live jobs: one shard: {buckets:?}"
+    );
+    let mut conn = redis.conn().await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut conn)
+        .await
+        .expect("RESETSTAT");
+    complete_claimed(&store, 0, &claimed[1..], attempt)
+        .await
+        .expect("complete");
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .expect("INFO");
+    assert!(
+        stats.contains("cmdstat_hset:") && !stats.contains("cmdstat_pexpireat:"),
+        "the second summary's write set no expiry: {stats}"
+    );
+    assert_eq!(
+        assert_shards_compact_and_expiring(&redis, &store, &buckets).await,
+        1
+    );
+    for job in &claimed {
+        assert!(
+            store
+                .get(&job.id)
+                .await
+                .expect("get")
+                .expect("found")
+                .summarized
+        );
+    }
+}
+
 /// A shard made by a split, which no summary is then written to, still
 /// expires with its bucket: 40 summaries fill a one-shard bucket, and a
 /// 41st (whose id hashes to shard 0) splits it, moving about half of them
