@@ -328,9 +328,7 @@ async fn keep_bodies_keeps_finished_jobs_whole() {
 #[tokio::test]
 async fn many_summaries_split_into_shards_and_are_all_found() {
     let redis = RedisServer::start();
-    let mut config = test_config(&redis);
-    config.redis.partitions = 1;
-    let store = hookq::store::Store::connect(&config).await.expect("store");
+    let (config, store) = one_partition_store(&redis, None).await;
     let n = 2_000;
     let jobs = many_jobs(&config, "many", n);
     let mut recorded = 0;
@@ -365,6 +363,21 @@ async fn many_summaries_split_into_shards_and_are_all_found() {
         .complete_many(0, &[("many-00000", 1, &whole)], None)
         .await
         .is_err());
+}
+
+/// The summary tests' store: one partition over `redis`, finished jobs
+/// kept `retention` (the test default when None); with its config.
+async fn one_partition_store(
+    redis: &RedisServer,
+    retention: Option<Duration>,
+) -> (hookq::config::Config, hookq::store::Store) {
+    let mut config = test_config(redis);
+    config.redis.partitions = 1;
+    if let Some(retention) = retention {
+        config.retention.finished = retention;
+    }
+    let store = hookq::store::Store::connect(&config).await.expect("store");
+    (config, store)
 }
 
 /// `n` valid jobs `<prefix>-00000`, ... to an address nothing is sent to.
@@ -410,11 +423,8 @@ async fn assert_shards_compact_and_expiring(
 #[tokio::test]
 async fn a_new_bucket_starts_with_the_shards_it_will_need() {
     let redis = RedisServer::start();
-    let mut config = test_config(&redis);
-    config.redis.partitions = 1;
     // Buckets 4 s wide (a quarter of the retention).
-    config.retention.finished = Duration::from_secs(16);
-    let store = hookq::store::Store::connect(&config).await.expect("store");
+    let (config, store) = one_partition_store(&redis, Some(Duration::from_secs(16))).await;
     let jobs = many_jobs(&config, "pre", 2_001);
     for chunk in jobs[..2_000].chunks(500) {
         store.enqueue_many(chunk).await.expect("enqueue");
@@ -466,9 +476,7 @@ async fn a_new_bucket_starts_with_the_shards_it_will_need() {
 #[tokio::test]
 async fn only_the_write_that_makes_a_shard_sets_its_expiry() {
     let redis = RedisServer::start();
-    let mut config = test_config(&redis);
-    config.redis.partitions = 1;
-    let store = hookq::store::Store::connect(&config).await.expect("store");
+    let (config, store) = one_partition_store(&redis, None).await;
     let jobs = many_jobs(&config, "mark", 2);
     store.enqueue_many(&jobs).await.expect("enqueue");
     store.promote(0, 100).await.expect("promote");
@@ -525,9 +533,7 @@ async fn only_the_write_that_makes_a_shard_sets_its_expiry() {
 #[tokio::test]
 async fn a_shard_made_by_a_split_expires_with_its_bucket() {
     let redis = RedisServer::start();
-    let mut config = test_config(&redis);
-    config.redis.partitions = 1;
-    let store = hookq::store::Store::connect(&config).await.expect("store");
+    let (config, store) = one_partition_store(&redis, None).await;
     let jobs = many_jobs(&config, "split", 40);
     store.enqueue_many(&jobs).await.expect("enqueue");
     assert_eq!(finish_all_claimable(&store).await, 40);
@@ -566,11 +572,8 @@ const LAST_OF_SPLIT: &str = "tail";
 #[tokio::test]
 async fn a_bucket_after_a_sparse_one_starts_small() {
     let redis = RedisServer::start();
-    let mut config = test_config(&redis);
-    config.redis.partitions = 1;
     // Buckets 4 s wide (a quarter of the retention).
-    config.retention.finished = Duration::from_secs(16);
-    let store = hookq::store::Store::connect(&config).await.expect("store");
+    let (config, store) = one_partition_store(&redis, Some(Duration::from_secs(16))).await;
     let later: Vec<hookq::job::NewJob> = (0..2_000)
         .map(|i| {
             let input: hookq::job::JobInput = serde_json::from_value(json!({
