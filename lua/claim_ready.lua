@@ -17,12 +17,11 @@
   Tenants (SPEC §15): each tenant with ready jobs has a list of its own
   (see the prelude). With several, N is shared between them by weight (see
   share_lists in the prelude), and what a list cannot fill goes to the
-  others. Inside a
-  list, jobs keep their order. A claim looks at 64 tenants' lists at most
-  (a random pick of them when more have ready jobs), so its cost is bounded
-  however many tenants there are. With only the default
-  tenant's list (no tenant in the tenants set), a claim is one LRANGE as
-  before tenants.
+  others. Inside a list, jobs keep their order. A claim looks at 64
+  tenants' lists at most (a random pick of them when more have ready jobs),
+  so its cost is bounded however many tenants there are. With only the
+  default tenant's list (no tenant in the tenants set), a claim is one
+  LRANGE as before tenants.
 
   Input:
     KEYS[1] ready list      <ns>:{p}:ready  (the default tenant's)

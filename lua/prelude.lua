@@ -700,7 +700,7 @@ end
   shard's mark (SUMMARY_MARK, an empty field `#`), so that its HSET's count
   of new fields tells the write that made the shard (the mark was new)
   from the others, which need no PEXPIREAT; a shard a split empties keeps
-  only its mark:
+  only its mark (one made before marks goes):
 
     <ns>:{p}:done                  HASH  <bucket start ms> -> "<shards>:<count>:<expires ms>"
     <ns>:{p}:done:<bucket>:<shard> HASH  <id> -> summary, `#` -> "" (the mark), PEXPIREAT <expires>
@@ -1014,10 +1014,10 @@ local function summary_split(prefix, bucket, n, expires)
       move[#move + 1] = all[i + 1]
     end
   end
-  -- (A shard left empty goes, or keeps only its mark, which no id hashes
-  -- away; its next write makes it again. Buckets written before presizing
-  -- may hold a placeholder field, an empty value no reader takes for a
-  -- summary.)
+  -- (A shard the split empties keeps its mark, which no id hashes away;
+  -- one made before marks goes, and its next write makes it again. Buckets
+  -- written before presizing may hold a placeholder field, an empty value
+  -- no reader takes for a summary.)
   if #names > 0 then
     local dst = summary_key(prefix, bucket, n)
     redis.call('HDEL', src, unpack(names))
