@@ -142,7 +142,7 @@ for i, id in ipairs(ids) do
   if v then state, att, due, lease = rec_claim_fields(v) end
   if v and not state then
     -- A bare record (its job was deleted by hand): nothing to deliver.
-    rcall('HDEL', hashes[i], id)
+    rec_delete_in(hashes[i], id)
   elseif state and ready_by(state, due, horizon) and not taken[id] then
     taken[id] = true
     local attempt = att + 1

@@ -62,7 +62,7 @@ for i = 7, #ARGV, 4 do
   -- only four fields of the header.
   local r, state, att, max, ct
   if keep then
-    r = rec_get(live(prefix, id))
+    r = rec_of(rcall('HGET', h, id))
     if r then state, att = r.state, r.att end
   else
     state, att, max, ct = rec_summary_fields(rcall('HGET', h, id))
@@ -107,7 +107,7 @@ for i = 7, #ARGV, 4 do
     history_push(hist, ARGV[i + 2])
     rcall('PEXPIRE', hist, retention)
   elseif r then
-    rcall('HDEL', hashes[j], id)
+    rec_delete_in(hashes[j], id)
     gone[#gone + 1] = ARGV[2] .. id
     summaries[#summaries + 1] = pieces[j]
   end

@@ -281,9 +281,15 @@ local function rec_exists(at)
   return redis.call('HEXISTS', at.h, at.id) == 1
 end
 
--- Deletes the live record of job `id`.
+-- Deletes job `id`'s live record from its record hash `h` (as the hot
+-- paths hold it: a name, not a place table).
+local function rec_delete_in(h, id)
+  redis.call('HDEL', h, id)
+end
+
+-- Deletes the live record at `at`.
 local function rec_delete(at)
-  redis.call('HDEL', at.h, at.id)
+  rec_delete_in(at.h, at.id)
 end
 
 -- Moves live record `r` of job `id` to its kept place, expiring after

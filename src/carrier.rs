@@ -160,22 +160,24 @@ impl Timetable {
     /// round that goes takes along every partition whose next job it can
     /// claim already (due within the claim ahead), so that partitions keep
     /// one rhythm, all of them in one batch a round, instead of each
-    /// coming due a little after the others and waking Redis on its own.
+    /// coming due a little after the others and waking Redis on its own. (A
+    /// partition another daemon carries has no due time: never taken.)
     fn due_by(&self, now: i64) -> Vec<u16> {
-        let partitions = 0..self.next_due.len() as u16;
-        if !partitions
-            .clone()
-            .any(|p| self.promote_at(p as usize) <= now)
-        {
-            return Vec::new();
-        }
         let horizon = now.saturating_add(self.ahead);
-        partitions
-            .filter(|p| {
-                let i = *p as usize;
-                self.promote_at(i) <= now || (self.owned[i] && self.next_due[i] <= horizon)
-            })
-            .collect()
+        let mut goes = false;
+        let mut round = Vec::new();
+        for p in 0..self.next_due.len() {
+            let due = self.promote_at(p) <= now;
+            goes |= due;
+            if due || self.next_due[p] <= horizon {
+                round.push(p as u16);
+            }
+        }
+        if goes {
+            round
+        } else {
+            Vec::new()
+        }
     }
 
     /// The partitions with a lease deadline at or before `now`.
