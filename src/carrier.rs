@@ -61,18 +61,27 @@ pub(crate) fn after_promotion(promotion: &Promotion) -> (Option<i64>, bool) {
 }
 
 /// When to promote next (Redis epoch ms) for the earliest due time `due`,
-/// which could be promoted from `wake` on (`ahead` ms before it), the last
-/// round having promoted at `last_round`: rounds come at most every four
-/// fifths of `ahead` while each due job is still promoted at least a fifth
-/// of `ahead` before its time, so that spread-out jobs are claimed together,
-/// a round's worth at a time, instead of one wake each. Unpaced when
-/// `ahead` is 0.
+/// the last round having promoted at `last_round`. Unpaced (`ahead` 0), at
+/// `wake`. Paced, at the first point of a grid every four fifths of
+/// `ahead` (its multiples, in Redis's epoch ms) from which the job can be
+/// claimed (`ahead` ms before it) and after the last round, or a fifth of
+/// `ahead` before the job at the latest. Spread-out jobs are then claimed
+/// together, a round's worth at a time, instead of one wake each; and
+/// since every daemon's clock follows Redis's, the daemons of a fleet meet
+/// on the same points and wake Redis together, instead of each at its own
+/// moment. (A point is never early for its jobs, so paced rounds need no
+/// [`EARLY_WAKE_MS`].)
 fn paced(wake: i64, due: i64, last_round: i64, ahead: i64) -> i64 {
     if ahead <= 0 {
         return wake;
     }
-    let pace = ahead * 4 / 5;
-    wake.max(last_round.saturating_add(pace).min(due - (ahead - pace)))
+    let pace = (ahead * 4 / 5).max(1);
+    let from = due.saturating_sub(ahead).max(last_round.saturating_add(1));
+    let point = from
+        .saturating_add(pace - 1)
+        .div_euclid(pace)
+        .saturating_mul(pace);
+    point.min(due - (ahead - pace))
 }
 
 /// Sentinel for "nothing known to be due".
@@ -507,5 +516,31 @@ mod tests {
         // A partition another daemon carries is never taken along.
         times.set_owned(1, false);
         assert_eq!(times.due_by(1_002), [0, 2]);
+    }
+
+    /// Two daemons whose last rounds came at different moments promote
+    /// their next due partitions at the same point of the shared grid
+    /// (every 40 ms for a claim ahead of 50 ms), so that their calls reach
+    /// Redis together; each job still goes at least 10 ms before its time.
+    #[test]
+    fn daemons_meet_on_the_grid() {
+        let daemon = |last_round: i64, due: i64| {
+            let mut times = Timetable::new(1, 50);
+            times.set_owned(0, true);
+            times.next_lease = vec![NEVER];
+            times.promoted_at(last_round);
+            times.set_next_due(0, Some(due), false);
+            times.earliest_wake()
+        };
+        assert_eq!(daemon(1_000, 1_100), 1_080);
+        assert_eq!(daemon(1_013, 1_095), 1_080);
+        assert_eq!(daemon(1_027, 1_121), 1_080);
+        // A job due just after a point's reach goes at the next point, 10
+        // ms before it at the latest.
+        assert_eq!(daemon(1_000, 1_131), 1_120);
+        assert_eq!(daemon(1_000, 1_130), 1_080);
+        // Not twice at the point of the last round.
+        assert_eq!(daemon(1_080, 1_131), 1_120);
+        assert_eq!(daemon(1_080, 1_125), 1_115);
     }
 }
