@@ -14,6 +14,16 @@
   path pays nothing more; a job replayed from the dead letters and
   delivered on its first attempt since keeps that attempt alone).
 
+  Fencing: a job's outcome is current while the in-flight set holds its
+  lease with the deadline the claim gave it (the daemon sends it back as
+  the attempt's token). A lease taken back, cancelled, given back or
+  recorded is gone, and a later claim's lease ends later than this one
+  (it comes after this one was taken back, at its deadline or later), so
+  one ZMSCORE for the call fences every job, and a summary takes the
+  attempt's counters from the daemon (the claim read them): the record is
+  not read, only deleted (with `retention.keep_bodies`, it is read to be
+  kept).
+
   Input:
     KEYS[1] inflight zset   <ns>:{p}:inflight
     KEYS[2] stats hash      <ns>:{p}:stats
@@ -25,10 +35,13 @@
     ARGV[4] "keep" to keep records (keep_bodies), "summary" to summarise
     ARGV[5] wake channel
     ARGV[6] partition number
-    ARGV[7] id of the first job; then, for every job, four arguments:
-    ARGV[8] its fencing token (the attempt number the lease was granted for)
-    ARGV[9] keep: its attempt record JSON; summary: its summary's tail
-    ARGV[10] its ordering list `<topic>:<ordering key>`, or "" for none
+    ARGV[7] id of the first job; then, for every job, five arguments:
+    ARGV[8] its lease's deadline (ms, as its claim set it: the fencing token)
+    ARGV[9] summary: the summary head's counters, as its claim left them:
+            the attempt number, the attempts allowed (2 bytes each) and the
+            creation time (6 bytes), big-endian; keep: ""
+    ARGV[10] keep: its attempt record JSON; summary: its summary's tail
+    ARGV[11] its ordering list `<topic>:<ordering key>`, or "" for none
             (the script takes its tenant's line, see order_line)
   Output:
     {r1, r2, ...} one per job, in order: DONE recorded, UNCHANGED stale (the
@@ -44,7 +57,13 @@ local keep = ARGV[4] == 'keep'
 -- Read pass: every key to be written, before the first write (see the
 -- prelude). A history list may rightly be absent (a first attempt).
 local prefix = partition_prefix(ARGV[1], 'job:')
--- Per job, by its place j in the call (ARGV index 4j + 3; sequential,
+local ids = {}
+for i = 7, #ARGV, 5 do ids[#ids + 1] = ARGV[i] end
+if #ids == 0 then return {} end
+local leases = rcall('ZMSCORE', KEYS[1], unpack(ids))
+-- A summary's finish time, the same for every job of the call.
+local finished = struct.pack('>I6', now)
+-- Per job, by its place j in the call (ARGV index 5j + 2; sequential,
 -- so the tables stay arrays): its record hash, whether it is current
 -- (false when stale; with keep, its whole record), its summary's field
 -- values, and the plan of leaving its ordering list (only for a job that
@@ -53,36 +72,33 @@ local hashes, current, pieces = {}, {}, {}
 local done = {}
 local fields = 0
 local lines = {}
-for i = 7, #ARGV, 4 do
-  local j = (i - 3) / 4
-  local id = ARGV[i]
+for j, id in ipairs(ids) do
+  local i = 5 * j + 2
   local h = job_hash(prefix, id)
   hashes[j] = h
-  -- The spec is needed only to keep the record whole, and a summary needs
-  -- only four fields of the header.
-  local r, state, att, max, ct
-  if keep then
-    r = rec_of(rcall('HGET', h, id))
-    if r then state, att = r.state, r.att end
-  else
-    state, att, max, ct = rec_summary_fields(rcall('HGET', h, id))
-  end
-  if IN_CLUSTER and (not state or rcall('EXISTS', ARGV[2] .. id) == 0) and slot_moving_once(KEYS[1]) then
+  -- (Scores read as Redis formats them; a number compared only when the
+  -- texts differ.)
+  local lease, token = leases[j], ARGV[i + 1]
+  local r = lease and (lease == token or tonumber(lease) == tonumber(token))
+  if r and keep then r = rec_of(rcall('HGET', h, id)) or false end
+  -- (A current job's record is here, unless its key has not arrived.)
+  if IN_CLUSTER and r and (rcall('EXISTS', h) == 0 or rcall('EXISTS', ARGV[2] .. id) == 0)
+      and slot_moving_once(KEYS[1]) then
     return try_again()
   end
-  current[j], pieces[j] = false, false
-  if state == 'i' and att == arg_number(ARGV[i + 1]) then
-    -- (The whole record to keep, or only that it is current.)
-    current[j] = r or true
+  current[j], pieces[j] = r, false
+  if r then
     done[#done + 1] = id
     if not keep then
       local earlier = EMPTY
-      if att > 1 then earlier = summary_entries(rcall('LRANGE', ARGV[2] .. id, 0, -1), 1, now) end
-      pieces[j] = summary_pieces(summary_of('d', att, max, ct, now, ARGV[i + 2]), earlier, false)
+      if struct.unpack('>I2', ARGV[i + 2]) > 1 then
+        earlier = summary_entries(rcall('LRANGE', ARGV[2] .. id, 0, -1), 1, now)
+      end
+      pieces[j] = summary_pieces('d' .. ARGV[i + 2] .. finished .. ARGV[i + 3], earlier, false)
       fields = fields + summary_field_count(pieces[j])
     end
-    if ARGV[i + 3] ~= '' then
-      lines[j] = order_plan(prefix, order_line(id, ARGV[i + 3]))
+    if ARGV[i + 4] ~= '' then
+      lines[j] = order_plan(prefix, order_line(id, ARGV[i + 4]))
       if not lines[j] then return try_again() end
     end
   end
@@ -96,15 +112,14 @@ end
 
 local out = {}
 local gone, summaries = {}, {}
-for i = 7, #ARGV, 4 do
-  local j = (i - 3) / 4
-  local id = ARGV[i]
+for j, id in ipairs(ids) do
+  local i = 5 * j + 2
   local r = current[j]
   if r and keep then
     local hist = ARGV[2] .. id
     r.state, r.ut = 'd', now
     rec_keep(prefix, id, r, retention)
-    history_push(hist, ARGV[i + 2])
+    history_push(hist, ARGV[i + 3])
     rcall('PEXPIRE', hist, retention)
   elseif r then
     rec_delete_in(hashes[j], id)
@@ -112,7 +127,7 @@ for i = 7, #ARGV, 4 do
     summaries[#summaries + 1] = pieces[j]
   end
   if lines[j] then order_leave(prefix, lines[j], id, now, ARGV[5], ARGV[6]) end
-  out[#out + 1] = r and DONE or UNCHANGED
+  out[j] = r and DONE or UNCHANGED
 end
 if #done > 0 then
   if #gone > 0 then

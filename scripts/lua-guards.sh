@@ -55,8 +55,8 @@ cd "$(dirname "$0")/.."
 # name | file | exact text | replacement | the test that holds it
 E=engine G=guards F=fairness
 GUARDS=(
-  "complete: attempt token|lua/complete_jobs.lua|  if state == 'i' and att == arg_number(ARGV[i + 1]) then|  if state == 'i' then|$E::a_stale_outcome_is_discarded_while_the_next_attempt_is_in_flight"
-  "complete: state inflight|lua/complete_jobs.lua|  if state == 'i' and att == arg_number(ARGV[i + 1]) then|  if att == arg_number(ARGV[i + 1]) then|$G::late_outcomes_of_a_reclaimed_attempt_change_nothing"
+  "complete: lease deadline|lua/complete_jobs.lua|  local r = lease and (lease == token or tonumber(lease) == tonumber(token))|  local r = lease and true|$E::a_stale_outcome_is_discarded_while_the_next_attempt_is_in_flight"
+  "complete: lease held|lua/complete_jobs.lua|  local r = lease and (lease == token or tonumber(lease) == tonumber(token))|  local r = (not lease) or (lease == token)|$G::late_outcomes_of_a_reclaimed_attempt_change_nothing"
   "fail: attempt token|lua/fail_job.lua|if not r or r.state ~= 'i' or r.att ~= tonumber(ARGV[2]) then return {UNCHANGED} end|if not r or r.state ~= 'i' then return {UNCHANGED} end|$E::a_stale_outcome_is_discarded_while_the_next_attempt_is_in_flight"
   "fail: state inflight|lua/fail_job.lua|if not r or r.state ~= 'i' or r.att ~= tonumber(ARGV[2]) then return {UNCHANGED} end|if not r or r.att ~= tonumber(ARGV[2]) then return {UNCHANGED} end|$G::late_outcomes_of_a_reclaimed_attempt_change_nothing"
   "defer: attempt token|lua/defer_jobs.lua|  if r and r.state == 'i' and r.att == token then|  if r and r.state == 'i' then|$E::late_moves_change_nothing"

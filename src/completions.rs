@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::store::{Claimed, Delivery, Store, StoreError, StoreResult};
+use crate::store::{Claimed, Delivery, Lease, Store, StoreError, StoreResult};
 use crate::wake::Signals;
 
 /// Longest a delivery's outcome waits for its batch.
@@ -40,6 +40,7 @@ struct Pending {
     partition: u16,
     id: String,
     attempt: u32,
+    lease: Lease,
     delivery: Delivery,
     reply: oneshot::Sender<StoreResult<bool>>,
 }
@@ -70,6 +71,7 @@ impl Completions {
             partition: job.partition,
             id: job.id.clone(),
             attempt: job.attempt,
+            lease: job.lease,
             delivery,
             reply,
         };
@@ -152,9 +154,9 @@ async fn record(
     jobs: Vec<Pending>,
     ride_until: Option<tokio::time::Instant>,
 ) {
-    let items: Vec<(&str, u32, &Delivery)> = jobs
+    let items: Vec<(&str, u32, Lease, &Delivery)> = jobs
         .iter()
-        .map(|j| (j.id.as_str(), j.attempt, &j.delivery))
+        .map(|j| (j.id.as_str(), j.attempt, j.lease, &j.delivery))
         .collect();
     match store.complete_many(p, &items, ride_until).await {
         Ok(done) => {

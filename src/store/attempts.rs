@@ -26,6 +26,38 @@ pub struct Claimed {
     pub spec_json: String,
     /// Redis time of the claim (epoch ms).
     pub claimed_at: i64,
+    /// The lease, as the attempt's outcome names it.
+    pub lease: Lease,
+}
+
+/// An attempt's lease as its outcome names it to Redis
+/// (`complete_jobs.lua`): the lease's deadline, which the in-flight set
+/// holds as the job's score while this attempt has the lease (the
+/// outcome's fencing token: a later claim's lease ends later), and the
+/// record's counters the job's summary takes from its claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    /// When the lease ends, epoch ms: the claim's time or the job's due
+    /// time, whichever is later, plus the job's lease.
+    pub deadline: i64,
+    /// Attempts allowed.
+    pub max_attempts: u16,
+    /// When the job was created, epoch ms.
+    pub created: i64,
+}
+
+impl Lease {
+    /// The summary head's counters for attempt `attempt` under this lease,
+    /// as `complete_jobs.lua` takes them: the attempt number and the
+    /// attempts allowed (2 bytes each), then the creation time (6 bytes),
+    /// big-endian.
+    fn summary_counters(&self, attempt: u32) -> [u8; 10] {
+        let mut counters = [0; 10];
+        counters[..2].copy_from_slice(&(attempt.min(u32::from(u16::MAX)) as u16).to_be_bytes());
+        counters[2..4].copy_from_slice(&self.max_attempts.to_be_bytes());
+        counters[4..].copy_from_slice(&self.created.to_be_bytes()[2..]);
+        counters
+    }
 }
 
 /// Result of one claim call on a partition.
@@ -155,11 +187,26 @@ impl Store {
             )
             .await?;
         let now = reply.now;
+        let default_lease = self.settings.default_lease_ms;
         let jobs = reply
             .jobs
             .into_iter()
             .map(|job| Claimed {
                 partition: p,
+                lease: Lease {
+                    // (As claim_ready.lua sets it: a lease of 0 is the
+                    // daemon's default.)
+                    deadline: now.max(job.due).saturating_add(
+                        i64::try_from(if job.lease_ms == 0 {
+                            default_lease
+                        } else {
+                            u64::from(job.lease_ms)
+                        })
+                        .unwrap_or(i64::MAX),
+                    ),
+                    max_attempts: job.max_attempts,
+                    created: job.created,
+                },
                 id: job.id,
                 attempt: job.attempt,
                 due: job.due,
@@ -178,31 +225,40 @@ impl Store {
     /// Records a 2xx; false when the lease was stale (nothing changed).
     pub async fn complete(&self, job: &Claimed, delivery: &Delivery) -> StoreResult<bool> {
         let done = self
-            .complete_many(job.partition, &[(&job.id, job.attempt, delivery)], None)
+            .complete_many(
+                job.partition,
+                &[(&job.id, job.attempt, job.lease, delivery)],
+                None,
+            )
             .await?;
         Ok(done.first().copied().unwrap_or(false))
     }
 
-    /// Records 2xx attempts of partition `p` (id, fencing token, delivery)
-    /// in one script call; per job, false when its lease was stale (nothing
-    /// changed for it). With `ride_until`, the call waits up to then for a
-    /// batch that goes anyway (see [`Store::batches_calls`]).
+    /// Records 2xx attempts of partition `p` (id, attempt number, lease,
+    /// delivery) in one script call; per job, false when its lease was
+    /// stale (nothing changed for it). With `ride_until`, the call waits up
+    /// to then for a batch that goes anyway (see [`Store::batches_calls`]).
     pub async fn complete_many(
         &self,
         p: u16,
-        jobs: &[(&str, u32, &Delivery)],
+        jobs: &[(&str, u32, Lease, &Delivery)],
         ride_until: Option<tokio::time::Instant>,
     ) -> StoreResult<Vec<bool>> {
-        let mut args = Vec::with_capacity(6 + 4 * jobs.len());
+        let mut args = Vec::with_capacity(6 + 5 * jobs.len());
         args.push(arg(&self.keys.job_prefix(p)));
         args.push(arg(&self.keys.history_prefix(p)));
         args.push(arg(&self.settings.retention_ms));
         args.push(arg(&self.finish_mode()));
         args.push(arg(&*self.channel));
         args.push(arg(&p));
-        for (id, attempt, delivery) in jobs {
+        for (id, attempt, lease, delivery) in jobs {
             args.push(arg(id));
-            args.push(arg(attempt));
+            args.push(arg(&lease.deadline));
+            args.push(if self.settings.keep_bodies {
+                Vec::new()
+            } else {
+                lease.summary_counters(*attempt).to_vec()
+            });
             args.push(match (&delivery.kept, self.settings.keep_bodies) {
                 (Kept::Whole(record), true) => arg(record),
                 (Kept::Summarized(tail), false) => tail.clone(),

@@ -292,6 +292,12 @@ pub(super) struct ClaimedJob {
     pub due: i64,
     /// Spec JSON.
     pub spec_json: String,
+    /// The record's lease in ms (0: the daemon's default).
+    pub lease_ms: u32,
+    /// The record's attempts allowed.
+    pub max_attempts: u16,
+    /// When the job was created, epoch ms.
+    pub created: i64,
 }
 
 /// `claim_ready`: `{now, more, moved or -1, next due or -1, horizon, id1,
@@ -320,11 +326,20 @@ impl ClaimReply {
             let horizon: i64 = f.next("horizon")?;
             let mut jobs = Vec::new();
             while !f.is_empty() {
+                let id = f.next("id")?;
+                let attempt = f.next("attempt")?;
+                let due = f.next("due")?;
+                let record: Vec<u8> = f.next("record")?;
+                let header = super::record::RecordHeader::parse(&record)
+                    .ok_or_else(|| malformed("claim_ready: a record's header"))?;
                 jobs.push(ClaimedJob {
-                    id: f.next("id")?,
-                    attempt: f.next("attempt")?,
-                    due: f.next("due")?,
-                    spec_json: claimed_spec(f.next("record")?)?,
+                    id,
+                    attempt,
+                    due,
+                    spec_json: claimed_spec(record)?,
+                    lease_ms: header.lease,
+                    max_attempts: u16::try_from(header.max_attempts).unwrap_or(u16::MAX),
+                    created: header.created,
                 });
             }
             Ok(ClaimReply {

@@ -265,7 +265,11 @@ async fn an_outcome_rides_with_the_next_call_and_alone_only_at_its_time() {
         let until = tokio::time::Instant::now() + Duration::from_secs(20);
         tokio::spawn(async move {
             store
-                .complete_many(0, &[(&job.id, job.attempt, &delivery)], Some(until))
+                .complete_many(
+                    0,
+                    &[(&job.id, job.attempt, job.lease, &delivery)],
+                    Some(until),
+                )
                 .await
         })
     };
@@ -293,7 +297,11 @@ async fn an_outcome_rides_with_the_next_call_and_alone_only_at_its_time() {
     let until = tokio::time::Instant::now() + Duration::from_millis(50);
     let recorded = tokio::time::timeout(
         Duration::from_secs(5),
-        batching.complete_many(1, &[(&job.id, job.attempt, &delivery)], Some(until)),
+        batching.complete_many(
+            1,
+            &[(&job.id, job.attempt, job.lease, &delivery)],
+            Some(until),
+        ),
     )
     .await
     .expect("a lone rider goes at its time")
@@ -370,11 +378,16 @@ async fn a_claim_goes_before_the_outcomes_queued_ahead_of_it() {
     let spec_json = &first.first().expect("partition 0's job").spec_json;
     let delivery = batching.delivery_from_json(spec_json, "{}");
     // Eight calls of 16 outcomes (jobs that are not there: each answers
-    // stale), 4 arguments each: several batches' worth.
+    // stale), 5 arguments each: several batches' worth.
     let ghosts: Vec<String> = (0..16).map(|i| format!("ghost-{i}")).collect();
-    let outcomes: Vec<(&str, u32, &hookq::store::Delivery)> = ghosts
+    let ghost_lease = hookq::store::Lease {
+        deadline: 1,
+        max_attempts: 1,
+        created: 0,
+    };
+    let outcomes: Vec<(&str, u32, hookq::store::Lease, &hookq::store::Delivery)> = ghosts
         .iter()
-        .map(|id| (id.as_str(), 1, &delivery))
+        .map(|id| (id.as_str(), 1, ghost_lease, &delivery))
         .collect();
     let mut commands = monitor(&redis).await;
 

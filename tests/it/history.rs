@@ -305,6 +305,45 @@ async fn a_lost_lease_before_the_delivery_shows_as_lease_expired() {
     daemon.stop().await.expect("clean stop");
 }
 
+/// A delivered job's summary takes its counters from the job's claim (the
+/// outcome does not read the record): its creation time, attempts and
+/// attempts allowed read as they did before. A job with a lease of its own
+/// (from its `timeout`) is recorded too: the outcome's token, its lease's
+/// deadline, counts the job's lease, not the default one (a wrong token
+/// would leave the job in flight until its lease ran out, then run it
+/// again).
+#[tokio::test]
+async fn a_summary_keeps_what_the_claim_read_and_a_lease_of_its_own_is_recorded() {
+    let redis = RedisServer::start();
+    let receiver = receiver_by_count(|_| Reply::status(200)).await;
+    let config = test_config(&redis);
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    let created = post_created(
+        &format!("{base}/v1/jobs"),
+        json!({"id": "own-lease", "url": receiver.url("/n"), "timeout": "3s", "retry": ["1s"]}),
+    )
+    .await;
+    let view = wait_summarized(&base, "own-lease").await;
+    assert_eq!(
+        (
+            &view["state"],
+            &view["attempts"],
+            &view["max_attempts"],
+            &view["created_at"]
+        ),
+        (
+            &json!("delivered"),
+            &json!(1),
+            &json!(2),
+            &created["created_at"]
+        ),
+        "{view}"
+    );
+    assert_eq!(receiver.count(), 1, "delivered once");
+    daemon.stop().await.expect("clean stop");
+}
+
 /// With a ladder of 8 short rungs, a job failing 8 times (each a different
 /// status) and delivered on its 9th and last attempt shows all 9, in order,
 /// from a summary that needs continuation fields: in its view, the

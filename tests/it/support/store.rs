@@ -1,7 +1,7 @@
 //! Driving the store directly as the daemon's workers would, for tests and
 //! benchmark scenarios that set up finished jobs without a receiver.
 
-use hookq::store::{Bucket, Claimed, Delivery, Store, StoreResult};
+use hookq::store::{Bucket, Claimed, Delivery, Lease, Store, StoreResult};
 
 /// Records `claimed` jobs of partition `p` as delivered in one
 /// `Store::complete_many` call, each with the delivery record (JSON) that
@@ -16,10 +16,10 @@ pub async fn complete_claimed(
         .iter()
         .map(|c| store.delivery_from_json(&c.spec_json, &record(c)))
         .collect();
-    let items: Vec<(&str, u32, &Delivery)> = claimed
+    let items: Vec<(&str, u32, Lease, &Delivery)> = claimed
         .iter()
         .zip(&deliveries)
-        .map(|(c, d)| (c.id.as_str(), c.attempt, d))
+        .map(|(c, d)| (c.id.as_str(), c.attempt, c.lease, d))
         .collect();
     store.complete_many(p, &items, None).await
 }
