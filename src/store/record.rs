@@ -31,6 +31,19 @@ pub(crate) fn spec_json_of(value: &[u8]) -> Result<&str, String> {
     std::str::from_utf8(spec).map_err(|e| format!("spec: {e}"))
 }
 
+/// What an attempt's outcome takes from its record as its claim read it
+/// (see [`super::Lease`]): the lease in ms (0: the daemon's default), the
+/// attempts allowed and the creation time; None when `value` is shorter
+/// than a header.
+pub(crate) fn lease_fields(value: &[u8]) -> Option<(u32, u16, i64)> {
+    let h = value.get(..HEADER_LEN)?;
+    Some((
+        be(&h[29..33]) as u32,
+        be(&h[9..11]) as u16,
+        be(&h[23..29]) as i64,
+    ))
+}
+
 /// The fixed header of a job record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordHeader {

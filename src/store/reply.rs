@@ -330,16 +330,16 @@ impl ClaimReply {
                 let attempt = f.next("attempt")?;
                 let due = f.next("due")?;
                 let record: Vec<u8> = f.next("record")?;
-                let header = super::record::RecordHeader::parse(&record)
-                    .ok_or_else(|| malformed("claim_ready: a record's header"))?;
+                let (lease_ms, max_attempts, created) = super::record::lease_fields(&record)
+                    .ok_or_else(|| malformed("claim_ready: a record shorter than its header"))?;
                 jobs.push(ClaimedJob {
                     id,
                     attempt,
                     due,
                     spec_json: claimed_spec(record)?,
-                    lease_ms: header.lease,
-                    max_attempts: u16::try_from(header.max_attempts).unwrap_or(u16::MAX),
-                    created: header.created,
+                    lease_ms,
+                    max_attempts,
+                    created,
                 });
             }
             Ok(ClaimReply {
@@ -494,11 +494,23 @@ mod tests {
             text("a"),
             Value::Int(2),
             Value::Int(4000),
-            // The record as read: its header, then the spec.
-            text(&format!(
-                "{}{{}}",
-                "h".repeat(super::super::record::HEADER_LEN)
-            )),
+            // The record as read: its header (state, updated, attempts,
+            // allowed 3, due, sequence, created 1234, lease 7000, given),
+            // then the spec.
+            Value::BulkString(
+                [
+                    &b"r"[..],
+                    &[0; 6],
+                    &[0, 1],
+                    &[0, 3],
+                    &[0; 12],
+                    &[0, 0, 0, 0, 4, 210],
+                    &[0, 0, 27, 88],
+                    &[0; 6],
+                    b"{}",
+                ]
+                .concat(),
+            ),
         ]);
         let claim = ClaimReply::from_redis_value(&claim).expect("well formed");
         assert_eq!((claim.now, claim.more, claim.jobs.len()), (5000, true, 1));
@@ -512,6 +524,10 @@ mod tests {
                 job.spec_json.as_str()
             ),
             ("a", 2, 4000, "{}")
+        );
+        assert_eq!(
+            (job.lease_ms, job.max_attempts, job.created),
+            (7000, 3, 1234)
         );
         let promoted = claim_reply([5000, 0, 3, 7000, 5050], Vec::new());
         let promotion = ClaimReply::from_redis_value(&promoted)
