@@ -188,16 +188,10 @@ local function kept(prefix, id)
   return {k = prefix .. 'job:' .. id}
 end
 
--- Parts of rec_unpack (below; the same header, REC_FMT), for the hot
--- paths: only the fields each needs, the others skipped ('x'), as values
--- (no table is made for them). Nil when `v` is no record.
--- A finished job's summary: state, att, max, ct.
-local function rec_summary_fields(v)
-  if not v or #v < REC_HEADER then return nil end
-  return struct.unpack('>c1xxxxxxI2I2xxxxxxxxxxxxI6', v)
-end
-
--- A claim: state, att, due, lease.
+-- Part of rec_unpack (below; the same header, REC_FMT), for the claim's
+-- hot path: only the fields it needs (state, att, due, lease), the others
+-- skipped ('x'), as values (no table is made for them). Nil when `v` is no
+-- record. (An outcome reads no record: see complete_jobs.)
 local function rec_claim_fields(v)
   if not v or #v < REC_HEADER then return nil end
   return struct.unpack('>c1xxxxxxI2xxI6xxxxxxxxxxxxI4', v)
