@@ -46,20 +46,6 @@ pub struct Lease {
     pub created: i64,
 }
 
-impl Lease {
-    /// The summary head's counters for attempt `attempt` under this lease,
-    /// as `complete_jobs.lua` takes them: the attempt number and the
-    /// attempts allowed (2 bytes each), then the creation time (6 bytes),
-    /// big-endian.
-    fn summary_counters(&self, attempt: u32) -> [u8; 10] {
-        let mut counters = [0; 10];
-        counters[..2].copy_from_slice(&(attempt.min(u32::from(u16::MAX)) as u16).to_be_bytes());
-        counters[2..4].copy_from_slice(&self.max_attempts.to_be_bytes());
-        counters[4..].copy_from_slice(&self.created.to_be_bytes()[2..]);
-        counters
-    }
-}
-
 /// Result of one claim call on a partition.
 #[derive(Debug, Clone)]
 pub struct ClaimBatch {
@@ -257,7 +243,7 @@ impl Store {
             args.push(if self.settings.keep_bodies {
                 Vec::new()
             } else {
-                lease.summary_counters(*attempt).to_vec()
+                summary::summary_counters(*attempt, lease.max_attempts, lease.created).to_vec()
             });
             args.push(match (&delivery.kept, self.settings.keep_bodies) {
                 (Kept::Whole(record), true) => arg(record),

@@ -87,6 +87,7 @@ impl RecordHeader {
     /// its id to the ready list without writing the record.
     pub fn parse(value: &[u8]) -> Option<RecordHeader> {
         let h = value.get(..HEADER_LEN)?;
+        let (lease, max_attempts, created) = lease_fields(h)?;
         let due = be(&h[11..17]) as i64;
         let state = match h[0] {
             b's' | b'o' if due <= crate::job::now_ms() => State::Ready,
@@ -105,11 +106,11 @@ impl RecordHeader {
             held: h[0] == b'o',
             updated: be(&h[1..7]) as i64,
             attempts: be(&h[7..9]) as u32,
-            max_attempts: be(&h[9..11]) as u32,
+            max_attempts: u32::from(max_attempts),
             due,
             seq: be(&h[17..23]),
-            created: be(&h[23..29]) as i64,
-            lease: be(&h[29..33]) as u32,
+            created,
+            lease,
             given: be(&h[33..39]),
         })
     }

@@ -183,6 +183,18 @@ pub(crate) fn summary_tail(digest: [u8; 8], topic: &str, last: &LastAttempt<'_>)
     tail
 }
 
+/// The counters of a summary's head, after its state byte and before its
+/// finish time, as `complete_jobs.lua` takes them from the daemon: the
+/// attempt number and the attempts allowed (2 bytes each), then the
+/// creation time (6 bytes), big-endian.
+pub(crate) fn summary_counters(attempt: u32, max_attempts: u16, created: i64) -> [u8; 10] {
+    let mut counters = [0; 10];
+    counters[..2].copy_from_slice(&(attempt.min(u32::from(u16::MAX)) as u16).to_be_bytes());
+    counters[2..4].copy_from_slice(&max_attempts.to_be_bytes());
+    counters[4..].copy_from_slice(&(created.max(0) as u64).to_be_bytes()[2..]);
+    counters
+}
+
 /// A 2xx attempt to record, prepared for the store's retention mode: only
 /// what that mode keeps is built (see [`super::Store::delivery`]).
 #[derive(Debug, Clone)]
@@ -565,9 +577,7 @@ mod tests {
 
     fn base(state: u8, attempts: u16, finished: i64, last: &LastAttempt<'_>) -> Vec<u8> {
         let mut value = vec![state];
-        value.extend_from_slice(&attempts.to_be_bytes());
-        value.extend_from_slice(&9u16.to_be_bytes());
-        value.extend_from_slice(&1_600_000_000_000u64.to_be_bytes()[2..]);
+        value.extend_from_slice(&summary_counters(u32::from(attempts), 9, 1_600_000_000_000));
         value.extend_from_slice(&(finished as u64).to_be_bytes()[2..]);
         let bare = LastAttempt { error: "", ..*last };
         value.extend_from_slice(&summary_tail([7; 8], "orders.paid", &bare));
