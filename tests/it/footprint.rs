@@ -431,6 +431,14 @@ async fn a_new_bucket_starts_with_the_shards_it_will_need() {
     // Buckets 4 s wide (a quarter of the retention).
     let (config, store) = one_partition_store(&redis, Some(Duration::from_secs(16))).await;
     let jobs = many_jobs(&config, "pre", 2_001);
+    // (Started at the beginning of a bucket's span, so that the 2,000
+    // finish within one bucket however slow the host.)
+    wait_until(
+        "the start of a bucket's span",
+        Duration::from_secs(10),
+        || async { store.redis_time_ms().await.expect("TIME") % 4_000 < 300 },
+    )
+    .await;
     for chunk in jobs[..2_000].chunks(500) {
         store.enqueue_many(chunk).await.expect("enqueue");
     }
