@@ -207,13 +207,17 @@ def batch_parts(args):
     return parts
 
 
+# complete_jobs's arguments per job (see its header in lua/).
+OUTCOME_ARGS = 5
+
+
 def jobs_of(script, args, reply):
     """How many jobs one call of `script` handled (claimed, or recorded)."""
     argv = args[1 + int(args[0]) :]
     if script == b"claim_ready" and isinstance(reply, list):
         return (len(reply) - 5) // 4
     if script == b"complete_jobs":
-        return (len(argv) - 6) // 4
+        return (len(argv) - 6) // OUTCOME_ARGS
     return 0
 
 
