@@ -33,7 +33,7 @@ pub async fn fleet(
     n: usize,
     idle: Duration,
 ) -> Res<Figures> {
-    let (cfg, store, fleet) = fresh_fleet(redis, nginx, daemons).await?;
+    let (cfg, store, fleet) = fresh_fleet(redis, nginx, daemons, None).await?;
     let idle_pct = idle_redis_cpu_pct(redis, idle).await?;
     let mut figures = HashMap::from([("idle_redis_cpu_pct", idle_pct)]);
     if n > 0 {
@@ -46,16 +46,21 @@ pub async fn fleet(
 }
 
 /// An empty Redis and nginx, and `daemons` daemons with the default config
-/// on them, past their start-up work (and the fleet's first beats): the
-/// config, a store with the scripts loaded, and the daemons.
+/// on them (but `partitions` when given), past their start-up work (and the
+/// fleet's first beats): the config, a store with the scripts loaded, and
+/// the daemons.
 async fn fresh_fleet(
     redis: &RedisServer,
     nginx: &Nginx,
     daemons: usize,
+    partitions: Option<u16>,
 ) -> Res<(Config, Store, Vec<hookq::daemon::Daemon>)> {
     redis.flush().await?;
     nginx.reset().await?;
-    let cfg = default_config(redis);
+    let mut cfg = default_config(redis);
+    if let Some(partitions) = partitions {
+        cfg.redis.partitions = partitions;
+    }
     let store = loaded_store(&cfg).await?;
     let fleet = start_daemons(&cfg, daemons).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -64,16 +69,18 @@ async fn fresh_fleet(
 
 /// SPEC §16's steady scenarios (`steady_200`, `steady_2000`,
 /// `steady_2000_20_daemons`): `daemons` daemons with the default config on
-/// one Redis, `rate` × `seconds` jobs due one every 1/`rate` s to nginx;
-/// [`paced_run`]'s figures.
+/// one Redis (`redis.partitions` set to `partitions` when given: the tuned
+/// `steady_2000_4_partitions`), `rate` × `seconds` jobs due one every
+/// 1/`rate` s to nginx; [`paced_run`]'s figures.
 pub async fn steady(
     redis: &RedisServer,
     nginx: &Nginx,
     daemons: usize,
     rate: usize,
     seconds: f64,
+    partitions: Option<u16>,
 ) -> Res<Figures> {
-    let (cfg, store, fleet) = fresh_fleet(redis, nginx, daemons).await?;
+    let (cfg, store, fleet) = fresh_fleet(redis, nginx, daemons, partitions).await?;
     let n = (rate as f64 * seconds).round().max(1.0) as usize;
     let figures = paced_run(redis, nginx, &store, &cfg, n, rate).await;
     for daemon in fleet {
