@@ -37,8 +37,9 @@ pub(crate) const MAX_SLEEP: Duration = Duration::from_secs(60);
 
 /// How far ahead of a known due time (by the daemon's estimate of Redis's
 /// clock) the carrier wakes and starts asking Redis. Timers have millisecond
-/// granularity and round up, and the estimate can be a millisecond off, so
-/// waking exactly "at" the due time makes a job 1–2 ms late. Waking early
+/// granularity and round up, and the estimate lags Redis's clock by up to a
+/// round trip and Redis's rounding to the millisecond, so waking exactly
+/// "at" the due time makes a job 1–2 ms late. Waking early
 /// costs at most one promote call that finds nothing due yet (Redis's
 /// `TIME` decides, so nothing is ever promoted early): after one, the
 /// carrier waits for the due time itself.

@@ -91,8 +91,9 @@ impl Firer {
                 Ok(round) => {
                     record_round(&round);
                     // A time not yet due by Redis's clock (this
-                    // daemon's estimate of it ran ahead) is read again
-                    // a millisecond later, not at once.
+                    // daemon's estimate of it ran ahead: the clocks
+                    // drifted since it was learned) is read again a
+                    // millisecond later, not at once.
                     let floor = if round.fired.is_empty() { now + 1 } else { now };
                     table.next[i] = round.next.unwrap_or(i64::MAX).max(floor);
                 }

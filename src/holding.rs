@@ -5,8 +5,8 @@
 //! along with those due already, so that spread-out jobs reach Redis in
 //! batches rather than one call each. Each waits here, under its lease and
 //! holding its permit of the claim budget, until the daemon's estimate of
-//! Redis's clock has passed its due time by a millisecond (the estimate may
-//! run up to a millisecond ahead of Redis's own: never early). A cancel
+//! Redis's clock reads its due time (the estimate never runs ahead of
+//! Redis's own, see `clock`: never early). A cancel
 //! message drops a held job; a stop gives the held jobs back to Redis, each
 //! still due at its time.
 
@@ -45,12 +45,11 @@ impl Holding {
         self.jobs().keys().next().map(|(due, _)| *due)
     }
 
-    /// Takes out the jobs whose due time is before `now` (the estimate of
-    /// Redis's clock, which may run a millisecond ahead: a job due at `now`
-    /// waits a millisecond more), earliest first.
+    /// Takes out the jobs due at `now` (the estimate of Redis's clock) or
+    /// before, earliest first.
     pub(crate) fn take_due(&self, now: i64) -> Vec<Entry> {
         let mut jobs = self.jobs();
-        let later = jobs.split_off(&(now, String::new()));
+        let later = jobs.split_off(&(now.saturating_add(1), String::new()));
         std::mem::replace(&mut *jobs, later).into_values().collect()
     }
 
@@ -71,18 +70,18 @@ impl Holding {
 /// Whether a job due at `due` may start when the estimate of Redis's clock
 /// reads `now` (see the module doc).
 pub(crate) fn may_start(due: i64, now: i64) -> bool {
-    due < now
+    due <= now
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A job starts only once the estimate is past its due millisecond.
+    /// A job starts once the estimate reads its due millisecond.
     #[test]
-    fn a_job_starts_after_its_due_millisecond() {
+    fn a_job_starts_at_its_due_millisecond() {
         assert!(!may_start(1_000, 999));
-        assert!(!may_start(1_000, 1_000));
+        assert!(may_start(1_000, 1_000));
         assert!(may_start(1_000, 1_001));
     }
 }

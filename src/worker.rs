@@ -456,8 +456,8 @@ impl WorkerPool {
     async fn hold_loop(self: Arc<Self>, token: CancellationToken) {
         loop {
             let wake = match self.holding.earliest() {
-                // A millisecond past the due time (see `may_start`).
-                Some(due) => tokio::time::Instant::from_std(self.clock.instant_at(due + 1)),
+                // At the due time (see `may_start`).
+                Some(due) => tokio::time::Instant::from_std(self.clock.instant_at(due)),
                 None => tokio::time::Instant::now() + IDLE_RECHECK,
             };
             tokio::select! {
