@@ -172,11 +172,10 @@ impl WorkerPool {
         let Cues { signals, fleet } = cues;
         let workers = config.delivery.workers;
         let held = workers * HELD_PER_WORKER;
-        let window = if config.delivery.claim_ahead.is_zero() {
-            Duration::ZERO
-        } else {
-            crate::completions::WINDOW
-        };
+        let window = crate::completions::window_for(
+            config.delivery.claim_ahead,
+            config.delivery.lease_margin,
+        );
         let completions = Completions::start(store.clone(), window, signals.clone());
         let reserve = claim_chunk(&config) as usize;
         WorkerPool {
