@@ -207,17 +207,24 @@ def batch_parts(args):
     return parts
 
 
-# complete_jobs's arguments per job (see its header in lua/).
-OUTCOME_ARGS = 5
+def outcome_args(code):
+    """complete_jobs's arguments per job in library `code` (the build that
+    made the captured calls: its loop over them, `for i = 7, #ARGV, <n>`)."""
+    body = code.split(b"batched_complete_jobs = function", 1)[-1]
+    found = re.search(rb"for i = 7, #ARGV, (\d+) do", body)
+    if not found:
+        sys.exit("complete_jobs's arguments per job not found in the captured library")
+    return int(found.group(1))
 
 
-def jobs_of(script, args, reply):
-    """How many jobs one call of `script` handled (claimed, or recorded)."""
+def jobs_of(script, args, reply, per_outcome):
+    """How many jobs one call of `script` handled (claimed, or recorded;
+    `per_outcome` arguments a recorded job)."""
     argv = args[1 + int(args[0]) :]
     if script == b"claim_ready" and isinstance(reply, list):
         return (len(reply) - 5) // 4
     if script == b"complete_jobs":
-        return (len(argv) - 6) // OUTCOME_ARGS
+        return (len(argv) - 6) // per_outcome
     return 0
 
 
@@ -255,6 +262,9 @@ def replay(a):
     calls = captured_calls(os.path.join(a.dir, "monitor.txt"))
     with open(a.lib or os.path.join(a.dir, "lib.lua"), "rb") as lib:
         code = replay_library(lib.read())
+    # (The calls are laid out as the captured build made them.)
+    with open(os.path.join(a.dir, "lib.lua"), "rb") as lib:
+        per_outcome = outcome_args(lib.read())
     if a.by_function and not a.callgrind:
         sys.exit("--by-function needs --callgrind OUT")
     work = tempfile.mkdtemp(prefix="hq-replay-")
@@ -310,7 +320,7 @@ def replay(a):
                     reply = redis.call(b"FCALL", b"hqreplay_" + script, *part)
                     dumps += 1
                     if i >= a.skip:
-                        measured.append((dumps, script, jobs_of(script, part, reply)))
+                        measured.append((dumps, script, jobs_of(script, part, reply, per_outcome)))
             else:
                 name = re.sub(rb"^hookq_[0-9a-f]+", b"hqreplay", args[1])
                 reply = redis.call(args[0], name, *args[2:])

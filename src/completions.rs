@@ -34,7 +34,7 @@ use crate::wake::Signals;
 /// Longest a delivery's outcome waits for its batch (by default; see
 /// [`window_for`]). At 200 jobs/s an outcome call then carries ~5 jobs
 /// (3.1 at 250 ms): 7 % fewer Redis instructions a job (docs/performance.md).
-pub(crate) const WINDOW: Duration = Duration::from_millis(400);
+const WINDOW: Duration = Duration::from_millis(400);
 
 /// The outcome window of a daemon with `delivery.claim_ahead` and
 /// `delivery.lease_margin`: none without claiming ahead (each outcome goes
@@ -49,14 +49,14 @@ pub(crate) fn window_for(claim_ahead: Duration, lease_margin: Duration) -> Durat
 }
 
 /// Most jobs recorded by one script call (bounds the script's run time).
-pub(crate) const MAX_BATCH: usize = 256;
+const MAX_BATCH: usize = 256;
 
 /// Most jobs one batch gathers, over every partition: a batch is recorded
 /// with one call per partition, so a batch cut at one call's [`MAX_BATCH`]
 /// would send a sixteenth of that per partition at 2,000 jobs/s (measured
 /// with a 250 ms window: 16 jobs a call against 32 with this, and 6 % fewer
 /// Redis instructions a job; see docs/performance.md).
-pub(crate) const GATHER_MAX: usize = MAX_BATCH * 4;
+const GATHER_MAX: usize = MAX_BATCH * 4;
 
 /// How long after its first job a batch starts to go with the next claims:
 /// four fifths of its window (measured with a 250 ms window, three fifths

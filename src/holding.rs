@@ -45,12 +45,18 @@ impl Holding {
         self.jobs().keys().next().map(|(due, _)| *due)
     }
 
-    /// Takes out the jobs due at `now` (the estimate of Redis's clock) or
-    /// before, earliest first.
+    /// Takes out the jobs that [`may_start`] at `now` (the estimate of
+    /// Redis's clock), earliest first.
     pub(crate) fn take_due(&self, now: i64) -> Vec<Entry> {
         let mut jobs = self.jobs();
-        let later = jobs.split_off(&(now.saturating_add(1), String::new()));
-        std::mem::replace(&mut *jobs, later).into_values().collect()
+        let mut due = Vec::new();
+        while let Some(first) = jobs.first_entry() {
+            if !may_start(first.key().0, now) {
+                break;
+            }
+            due.push(first.remove());
+        }
+        due
     }
 
     /// Drops the held jobs whose id is in `ids` (cancelled); how many.
