@@ -99,9 +99,10 @@ if want < 1 then return out end
 -- Every list was empty and none started: nothing to claim.
 if lists_empty and not started and not kept then return out end
 local prefix = partition_prefix(ARGV[2], 'job:')
-local lists
+-- The lists claimed from (none for the jobs kept from the promotion).
+local lists, ids = EMPTY, kept
 if kept then
-  lists = {{key = KEYS[1], ids = kept, kept = true}}
+  -- (Taken already: no list to trim.)
 elseif tenants == 0 then
   lists = {{key = KEYS[1], ids = rcall('LRANGE', KEYS[1], '0', int_text(want - 1))}}
 else
@@ -109,14 +110,16 @@ else
   lists = share_lists(ARGV, KEYS[1], KEYS[6], rcall('SRANDMEMBER', KEYS[5], TENANTS_PER_CLAIM), want)
   if not lists then return try_again() end
 end
-local ids = lists[1] and lists[1].ids or EMPTY
-if #lists > 1 then
-  ids = {}
-  for _, l in ipairs(lists) do
-    for _, id in ipairs(l.ids) do ids[#ids + 1] = id end
+if not kept then
+  ids = lists[1] and lists[1].ids or EMPTY
+  if #lists > 1 then
+    ids = {}
+    for _, l in ipairs(lists) do
+      for _, id in ipairs(l.ids) do ids[#ids + 1] = id end
+    end
   end
+  if #ids == 0 and #lists == 1 then return out end
 end
-if #ids == 0 and #lists == 1 then return out end
 -- (Tenants left out of this claim's pick may have jobs: look again.)
 if #ids == want or tenants > TENANTS_PER_CLAIM then out[2] = 1 end
 
@@ -130,12 +133,13 @@ for i, id in ipairs(ids) do
   records[i] = v or false
 end
 for _, l in ipairs(lists) do
-  if #l.ids > 0 and not l.kept then rcall('LTRIM', l.key, #l.ids, -1) end
+  if #l.ids > 0 then rcall('LTRIM', l.key, #l.ids, -1) end
   -- A tenant whose list ran dry leaves the set (a push brings it back).
   if l.tenant and l.dry then rcall('SREM', KEYS[5], l.tenant) end
 end
 
-local leases, taken = {}, {}
+-- (An id can repeat only among several.)
+local leases, taken = {}, #ids > 1 and {}
 for i, id in ipairs(ids) do
   local v = records[i]
   local state, att, due, lease
@@ -143,8 +147,8 @@ for i, id in ipairs(ids) do
   if v and not state then
     -- A bare record (its job was deleted by hand): nothing to deliver.
     rec_delete_in(hashes[i], id)
-  elseif state and ready_by(state, due, horizon) and not taken[id] then
-    taken[id] = true
+  elseif state and ready_by(state, due, horizon) and not (taken and taken[id]) then
+    if taken then taken[id] = true end
     local attempt = att + 1
     if lease == 0 then lease = arg_number(ARGV[3]) end
     rec_patch(hashes[i], id, v, struct.pack('>c1I6I2', 'i', now, attempt))

@@ -1105,9 +1105,69 @@ end
 -- (A string: it goes to redis.call as an argument, see horizon_arg below.)
 local DUE_TENANTS_PER_PROMOTION = '64'
 
+-- The due time of the first job of due set `key` after its first `n`
+-- (by rank), or nil when it has no more.
+local function due_head_after(key, n)
+  local rank = int_text(n)
+  return tonumber(redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')[2])
+end
+
+-- Removes the first `n` members (by rank) of due set `key`.
+local function due_drop_first(key, n)
+  if n > 0 then redis.call('ZREMRANGEBYRANK', key, '0', int_text(n - 1)) end
+end
+
+-- The due sets a promotion reads when a tenant has jobs due (their index
+-- `index` says so by `horizon_arg`): the default tenant's set `due_key`
+-- first, then each tenant's with jobs due (at most
+-- DUE_TENANTS_PER_PROMOTION, the earliest first), each as {key, tenant,
+-- members (its due members read, up to `batch` in all), head (its due
+-- time after them)}, sharing the batch as said above. Nil when the
+-- partition's slot is migrating and a set's key is not here.
+local function due_sets_read(due_key, index, horizon_arg, batch)
+  -- (Each set's fields made at once: a field added later regrows the table.)
+  local sets = {{key = due_key, members = {}, head = false}}
+  for _, tenant in ipairs(redis.call('ZRANGE', index, '-inf', horizon_arg, 'BYSCORE', 'LIMIT', '0',
+      DUE_TENANTS_PER_PROMOTION)) do
+    sets[#sets + 1] = {key = due_key .. ':' .. tenant, tenant = tenant, members = {}, head = false}
+  end
+  local function take(set, want)
+    local got = redis.call('ZRANGE', set.key, '-inf', horizon_arg, 'BYSCORE', 'LIMIT',
+      int_text(#set.members), int_text(want))
+    for _, member in ipairs(got) do set.members[#set.members + 1] = member end
+    return #got
+  end
+  local left, full = batch, {}
+  local share = math.ceil(batch / #sets)
+  for round = 1, 2 do
+    local takers = sets
+    if round == 2 then
+      takers = full
+      share = math.ceil(left / math.max(#full, 1))
+    end
+    for _, set in ipairs(takers) do
+      local want = math.min(share, left)
+      if want > 0 then
+        local got = take(set, want)
+        left = left - got
+        if round == 1 and got == want then full[#full + 1] = set end
+      end
+    end
+    if left == 0 or #full == 0 then break end
+  end
+  for _, set in ipairs(sets) do
+    -- Its head once its due members have left.
+    set.head = due_head_after(set.key, #set.members)
+    -- (An empty set may be one whose key has not arrived yet.)
+    if set.tenant and #set.members == 0 and not set.head and IN_CLUSTER and slot_moving_once(due_key) then
+      return nil
+    end
+  end
+  return sets
+end
+
 local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horizon, keep, index_absent,
     wheel_absent)
-  local prefix = partition_prefix(due_key, 'due')
   -- Open the wheel's buckets whose time has come by the horizon (not only by
   -- now: a bucket's jobs must reach the due set before the due set's jobs of
   -- the same millisecond are promoted, or enqueue order is lost). Read pass
@@ -1124,13 +1184,15 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
   if not wheel_absent then
     wheel_head = tonumber(redis.call('ZRANGE', wheel_key, '0', '0', 'WITHSCORES')[2])
   end
-  local buckets = {}
+  local buckets = EMPTY
   if wheel_head and wheel_head <= horizon then
     buckets = redis.call('ZRANGE', wheel_key, '-inf', horizon_arg, 'BYSCORE', 'LIMIT', '0', '16')
   end
   if #buckets > 0 and IN_CLUSTER and slot_moving(due_key) then return nil end
   -- (Nothing to open, the usual case: no table is made for it.)
+  local prefix = nil
   if #buckets > 0 then
+    prefix = partition_prefix(due_key, 'due')
     local budget = batch
     local opening = {}
     for _, slot in ipairs(buckets) do
@@ -1170,79 +1232,45 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
   -- (a scheduled record whose time has come reads as ready; claim_ready
   -- checks each record, and drops an id whose job is gone). Read pass:
   -- each due set's due members, and its head once they have left.
-  local index = due_index(due_key)
-  -- The tenants' sets' earliest due time: their index's head (not read
-  -- when the caller found the index absent). Only when it is due are the
-  -- tenants with jobs due read.
-  local index_head = nil
+  -- The tenants' sets' earliest due time: their index's head (not read,
+  -- nor its name made, when the caller found the index absent). Only when
+  -- it is due are the tenants with jobs due read.
+  local index, index_head = nil, nil
   if not index_absent then
+    index = due_index(due_key)
     index_head = tonumber(redis.call('ZRANGE', index, '0', '0', 'WITHSCORES')[2])
-  end
-  -- The default set first, always (an empty read when none of its jobs is
-  -- due), then each tenant's with jobs due.
-  -- (Each set's fields made at once: a field added later regrows the table.)
-  local sets = {{key = due_key, members = EMPTY, head = false}}
-  if index_head and index_head <= horizon then
-    for _, tenant in ipairs(redis.call('ZRANGE', index, '-inf', horizon_arg, 'BYSCORE', 'LIMIT', '0',
-        DUE_TENANTS_PER_PROMOTION)) do
-      sets[#sets + 1] = {key = due_key .. ':' .. tenant, tenant = tenant, members = {}, head = false}
-    end
   end
   -- The due members, without their scores (a read with scores of the
   -- members after them too cost Redis more in formatting and Lua in
-  -- strings than the head's own read below): the default set's alone in
-  -- one read (a steady load's usual case), or an equal share each and
-  -- what a set cannot fill to those that filled theirs, in a second round.
-  if #sets == 1 then
-    sets[1].members = redis.call('ZRANGE', due_key, '-inf', horizon_arg, 'BYSCORE', 'LIMIT', '0',
-      int_text(batch))
+  -- strings than the head's own read after them). Without a tenant's job
+  -- due, the default set's alone, in one read and without a table per set
+  -- (a steady load's usual case: measured 10,000 instructions less a call
+  -- than the tenants' way with one set); else the tenants' sets too (see
+  -- due_sets_read).
+  local ids, head, sets, moved_default
+  if index_head and index_head <= horizon then
+    sets = due_sets_read(due_key, index, horizon_arg, batch)
+    if not sets then return nil end
+    ids = {}
+    for _, set in ipairs(sets) do
+      for _, member in ipairs(set.members) do ids[#ids + 1] = string.sub(member, 13) end
+    end
+    head = sets[1].head
   else
-    local function take(set, want)
-      local got = redis.call('ZRANGE', set.key, '-inf', horizon_arg, 'BYSCORE', 'LIMIT',
-        int_text(#set.members), int_text(want))
-      for _, member in ipairs(got) do set.members[#set.members + 1] = member end
-      return #got
-    end
-    sets[1].members = {}
-    local left, full = batch, {}
-    local share = math.ceil(batch / #sets)
-    for round = 1, 2 do
-      local takers = sets
-      if round == 2 then
-        takers = full
-        share = math.ceil(left / math.max(#full, 1))
-      end
-      for _, set in ipairs(takers) do
-        local want = math.min(share, left)
-        if want > 0 then
-          local got = take(set, want)
-          left = left - got
-          if round == 1 and got == want then full[#full + 1] = set end
-        end
-      end
-      if left == 0 or #full == 0 then break end
-    end
+    local members = redis.call('ZRANGE', due_key, '-inf', horizon_arg, 'BYSCORE', 'LIMIT', '0',
+      int_text(batch))
+    moved_default = #members
+    ids = {}
+    for i = 1, moved_default do ids[i] = string.sub(members[i], 13) end
+    head = due_head_after(due_key, moved_default)
   end
-  local ids, default_only = {}, #sets == 1
-  for _, set in ipairs(sets) do
-    for _, member in ipairs(set.members) do
-      local id = string.sub(member, 13)
-      ids[#ids + 1] = id
-      if string.find(id, '/', 1, true) then default_only = false end
-    end
-    -- Its head once its due members have left.
-    local rank = int_text(#set.members)
-    set.head = tonumber(redis.call('ZRANGE', set.key, rank, rank, 'WITHSCORES')[2])
-    -- (An empty set may be one whose key has not arrived yet.)
-    if set.tenant and #set.members == 0 and not set.head and IN_CLUSTER and slot_moving_once(due_key) then
-      return nil
-    end
-  end
-  -- With `keep`, and only the default tenant's jobs moving, up to `keep`
-  -- of them are handed back to the caller (a claim, which takes them at
-  -- once) instead of going through the ready list; the rest are pushed.
+  -- With `keep`, and only the default tenant's jobs moving (its set was
+  -- the only one read: a tenant's jobs are due in their own set, see
+  -- due_batch_add), up to `keep` of them are handed back to the caller (a
+  -- claim, which takes them at once) instead of going through the ready
+  -- list; the rest are pushed.
   local kept = EMPTY
-  if keep > 0 and default_only then
+  if keep > 0 and not sets then
     if #ids <= keep then
       -- (All of them: the list itself, not a copy.)
       kept, ids = ids, EMPTY
@@ -1256,21 +1284,22 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
     end
   end
   -- (With buckets opened, the slot was found still above.)
-  if ready_push_blocked(ready_key, ids) then return nil end
-  for _, set in ipairs(sets) do
-    -- (The members read are the set's first, by rank.)
-    if #set.members > 0 then
-      redis.call('ZREMRANGEBYRANK', set.key, '0', int_text(#set.members - 1))
+  if #ids > 0 and ready_push_blocked(ready_key, ids) then return nil end
+  if sets then
+    for _, set in ipairs(sets) do
+      due_drop_first(set.key, #set.members)
+      if set.tenant and set.head then
+        redis.call('ZADD', index, string.format('%d', set.head), set.tenant)
+      elseif set.tenant then
+        redis.call('ZREM', index, set.tenant)
+      end
     end
-    if set.tenant and set.head then
-      redis.call('ZADD', index, string.format('%d', set.head), set.tenant)
-    elseif set.tenant then
-      redis.call('ZREM', index, set.tenant)
-    end
+  else
+    due_drop_first(due_key, moved_default)
   end
   -- No wake message: the daemon promoting is the one that claims from this
   -- partition (see src/fleet.rs), and tells its claim loop itself.
-  local started = ready_push(ready_key, ids)
+  local started = #ids > 0 and ready_push(ready_key, ids)
 
   local next_due
   if #buckets > 0 then
@@ -1278,9 +1307,9 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
   else
     -- The default set's head was read above; the tenants' sets' earliest
     -- is the index's head (read again when a tenant's set moved).
-    next_due = sets[1].head or nil
+    next_due = head
     local b = index_head
-    if #sets > 1 then b = tonumber(redis.call('ZRANGE', index, '0', '0', 'WITHSCORES')[2]) end
+    if sets then b = tonumber(redis.call('ZRANGE', index, '0', '0', 'WITHSCORES')[2]) end
     if b and (not next_due or b < next_due) then next_due = b end
     if not next_due or (wheel_head and wheel_head < next_due) then next_due = wheel_head end
   end
