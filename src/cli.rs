@@ -19,7 +19,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::config::Config;
 use crate::doctor;
 use crate::job::FieldError;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
 mod dead_letters;
 mod hosts;
@@ -383,10 +383,11 @@ async fn connect_any(config: &Config) -> Result<Store, CliError> {
 /// Connects to Redis holding data of this hookq's layout.
 async fn connect(config: &Config) -> Result<Store, CliError> {
     let store = connect_any(config).await?;
-    store
-        .check_schema()
-        .await
-        .map_err(|e| fail(1, e.to_string()))?;
+    store.check_schema().await.map_err(|e| match e {
+        // A config error (it names `redis.partitions`).
+        StoreError::Partitions { .. } => fail(2, e.to_string()),
+        e => fail(1, e.to_string()),
+    })?;
     // As a daemon does at start: the jobs live before the ledger are
     // counted before this command changes any (one call per partition
     // once seeded).

@@ -95,7 +95,9 @@ async fn connect_store(config: &Config, token: &CancellationToken) -> anyhow::Re
                     tracing::warn!(cause = %err, retry_in = ?backoff.current(), "cannot seed the tenants' ledger yet");
                 }
             },
-            Err(err @ StoreError::Schema { .. }) => return Err(err.into()),
+            Err(err @ (StoreError::Schema { .. } | StoreError::Partitions { .. })) => {
+                return Err(err.into())
+            }
             Err(err) => {
                 tracing::warn!(cause = %err, retry_in = ?backoff.current(), "cannot connect to Redis yet");
             }

@@ -1,12 +1,13 @@
 //! `hookq doctor`: checks the Redis hookq is configured for and says what to
-//! fix — version, persistence, eviction policy, every partition reachable,
-//! scripts loadable, and whether memory lasts at the current finish rate.
+//! fix — version, persistence, eviction policy, the partition count the
+//! data was written with and every partition reachable, scripts loadable,
+//! and whether memory lasts at the current finish rate.
 //!
 //! Everything here only reads: `INFO`, `CONFIG GET`, `TYPE` of each
-//! partition's due set, the schema key, and for the memory check the
-//! partitions' stats hashes (`<ns>:{p}:stats`), summary indexes
-//! (`<ns>:{p}:done`) and the counts of [`Store::stats`]. The checks of
-//! Redis's settings, partitions, scripts, schema, fleet and replicas are
+//! partition's due set, the schema and partition-count keys, and for the
+//! memory check the partitions' stats hashes (`<ns>:{p}:stats`), summary
+//! indexes (`<ns>:{p}:done`) and the counts of [`Store::stats`]. The checks
+//! of Redis's settings, partitions, scripts, schema, fleet and replicas are
 //! here; the memory check is in `doctor/memory.rs`.
 
 use std::collections::HashMap;
@@ -273,8 +274,33 @@ fn listpack_value_check(value: Option<u64>) -> Check {
     }
 }
 
-/// Every partition's keys answer (on a cluster: every slot is served).
+/// The data was written with `redis.partitions` partitions (the count the
+/// first daemon recorded), and every partition's keys answer (on a
+/// cluster: every slot is served).
 async fn partitions_check(store: &Store) -> Check {
+    let configured = store.keys().partitions();
+    match store.recorded_partitions().await {
+        Ok(Some(recorded)) if recorded != configured.to_string() => {
+            return check(
+                "partitions",
+                Status::Fail,
+                format!(
+                "the data is spread over {recorded} partitions; redis.partitions is {configured} \
+                     (the jobs of the other partitions would never be delivered)"
+            ),
+                Some(format!("set `redis.partitions = {recorded}` in the config")),
+            )
+        }
+        Ok(_) => {}
+        Err(err) => {
+            return check(
+                "partitions",
+                Status::Fail,
+                format!("cannot read: {err}"),
+                None,
+            )
+        }
+    }
     let mut unreachable = Vec::new();
     for p in 0..store.keys().partitions() {
         let mut conn = store.conn();

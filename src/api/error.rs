@@ -134,6 +134,14 @@ impl From<&StoreError> for ApiError {
                     "the job store (Redis) holds data of another hookq layout; run `hookq migrate`",
                 )
             }
+            StoreError::Partitions { .. } => {
+                tracing::error!(cause = %e, "redis holds another partition count");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "partitions_mismatch",
+                    "the job store (Redis) holds data in another number of partitions than redis.partitions",
+                )
+            }
             StoreError::Reply { .. } => {
                 tracing::error!(cause = %e, "unexpected store reply");
                 ApiError::new(

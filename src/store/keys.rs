@@ -289,6 +289,13 @@ impl Keys {
         format!("{}:schema", self.namespace)
     }
 
+    /// STRING `<ns>:partitions`: how many partitions this namespace's data
+    /// is spread over (`redis.partitions` of the first daemon or command
+    /// that used it; see [`Store::check_schema`](super::Store::check_schema)).
+    pub(crate) fn partition_count(&self) -> String {
+        format!("{}:partitions", self.namespace)
+    }
+
     /// Pub/sub channel `<ns>:wake`, for every daemon: `x<id>` when a leased
     /// job was cancelled, `h<host>` when a host's breaker state changed.
     pub(crate) fn wake_channel(&self) -> String {

@@ -67,6 +67,15 @@ pub enum StoreError {
         /// The version found.
         found: String,
     },
+    /// The namespace's data is spread over another number of partitions
+    /// than `redis.partitions` says.
+    #[error("Redis holds this namespace's jobs in {recorded} partitions, but config key `redis.partitions` is {configured}: a job lives in the partition its id hashes to, so with {configured} the jobs of the others would never be delivered or found; set `redis.partitions = {recorded}`")]
+    Partitions {
+        /// The count the data was written with.
+        recorded: String,
+        /// `redis.partitions`.
+        configured: u16,
+    },
     /// The error of a script call, shared by every job that call carried.
     #[error("{0}")]
     Shared(Arc<StoreError>),

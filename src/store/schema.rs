@@ -66,24 +66,78 @@ impl Store {
     }
 
     /// Checks that Redis holds data of this hookq's layout, writing the
-    /// version on a Redis without hookq data; an error naming `hookq
-    /// migrate` otherwise.
+    /// version on a Redis without hookq data (an error naming `hookq
+    /// migrate` otherwise), and spread over `redis.partitions` partitions
+    /// ([`Store::check_partition_count`]).
     pub(crate) async fn check_schema(&self) -> StoreResult<()> {
         match self.schema_version().await?.as_deref() {
-            Some(SCHEMA_VERSION) => Ok(()),
+            Some(SCHEMA_VERSION) => {}
             None => {
-                let mut conn = self.conn.clone();
-                let _: Option<String> = redis::cmd("SET")
-                    .arg(self.keys.schema())
-                    .arg(SCHEMA_VERSION)
-                    .arg("NX")
-                    .query_async(&mut conn)
-                    .await?;
-                Ok(())
+                self.set_if_absent(self.keys.schema(), SCHEMA_VERSION)
+                    .await?
             }
-            Some(found) => Err(StoreError::Schema {
-                found: found.to_string(),
-            }),
+            Some(found) => {
+                return Err(StoreError::Schema {
+                    found: found.to_string(),
+                })
+            }
+        }
+        self.check_partition_count().await
+    }
+
+    /// Writes `value` to `key` unless it holds one already (`SET NX`).
+    async fn set_if_absent(&self, key: String, value: impl redis::ToRedisArgs) -> StoreResult<()> {
+        let mut conn = self.conn.clone();
+        let _: Option<String> = redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .arg("NX")
+            .query_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+
+    /// The number of partitions this namespace's data was written with
+    /// (`<ns>:partitions`), None before any daemon or command of a hookq
+    /// that records it has used the namespace.
+    pub(crate) async fn recorded_partitions(&self) -> StoreResult<Option<String>> {
+        let mut conn = self.conn.clone();
+        Ok(redis::cmd("GET")
+            .arg(self.keys.partition_count())
+            .query_async(&mut conn)
+            .await?)
+    }
+
+    /// Checks that the namespace's data is spread over `redis.partitions`
+    /// partitions: a job lives in the partition its id hashes to, so a
+    /// daemon configured with another count would never deliver or find
+    /// the jobs of the partitions it does not have. The first daemon or
+    /// command records its count (on a new namespace, or on data written
+    /// before hookq recorded it); every later one must have the same, or
+    /// gets an error naming `redis.partitions`. The count is read first,
+    /// and written only when absent, so that a daemon starts on a Redis at
+    /// `maxmemory` (which refuses every `SET`). (`SET NX` then `GET`, not
+    /// `SET NX GET`, which Redis before 7.0 refuses: of two starting with
+    /// different counts, the one whose `SET` lost reads the other's.)
+    async fn check_partition_count(&self) -> StoreResult<()> {
+        let configured = self.keys.partitions();
+        let recorded = match self.recorded_partitions().await? {
+            Some(recorded) => recorded,
+            None => {
+                self.set_if_absent(self.keys.partition_count(), configured)
+                    .await?;
+                self.recorded_partitions()
+                    .await?
+                    .unwrap_or_else(|| configured.to_string())
+            }
+        };
+        if recorded == configured.to_string() {
+            Ok(())
+        } else {
+            Err(StoreError::Partitions {
+                recorded,
+                configured,
+            })
         }
     }
 

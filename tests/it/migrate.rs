@@ -255,6 +255,88 @@ async fn a_daemon_refuses_data_of_another_layout_naming_migrate() {
     assert_eq!(schema(&mut conn).await.as_deref(), Some("1>2"));
 }
 
+/// A daemon and a data command configured with another partition count
+/// than the namespace's data was written with refuse, naming
+/// `redis.partitions` and the count to set, and change nothing; `hookq
+/// doctor` says the same. (A job lives in the partition its id hashes to:
+/// with another count its partition would never be claimed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_partition_count_is_refused_naming_the_config_key() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn().await;
+    // The first command on a fresh namespace records its count.
+    let out = hookq(
+        &redis,
+        4,
+        &[
+            "enqueue",
+            "--url",
+            "http://127.0.0.1:9/hook",
+            "--delay",
+            "1h",
+            "--id",
+            "parted",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "hookq enqueue: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let recorded: Option<String> = conn.get(format!("{NS}:partitions")).await.expect("GET");
+    assert_eq!(recorded.as_deref(), Some("4"));
+
+    let before = crate::redis_snapshot(&redis).await;
+    let out = hookq(&redis, 8, &["show", "parted"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "hookq show with 8 partitions: {stderr}"
+    );
+    assert!(
+        stderr.contains("`redis.partitions` is 8") && stderr.contains("redis.partitions = 4"),
+        "the refusal does not name the key and the count to set: {stderr}"
+    );
+
+    let port = free_port();
+    let mut serve = spawn_serve(&redis, port, &[("HOOKQ_REDIS__PARTITIONS", "8")]);
+    let status = serve.wait_exit(REFUSE_DEADLINE).await;
+    let log = serve.log();
+    assert!(
+        !status.success(),
+        "hookq serve started with 8 partitions; log:\n{log}"
+    );
+    assert!(
+        log.contains("redis.partitions = 4"),
+        "hookq serve's refusal does not name the count to set:\n{log}"
+    );
+
+    let out = hookq(&redis, 8, &["doctor"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "hookq doctor with 8 partitions: {stdout}"
+    );
+    assert!(
+        stdout.contains("redis.partitions = 4"),
+        "hookq doctor does not name the count to set: {stdout}"
+    );
+    assert!(
+        crate::redis_snapshot(&redis).await == before,
+        "a refused start or command changed Redis"
+    );
+
+    // The recorded count works as before.
+    let out = hookq(&redis, 4, &["show", "parted"]);
+    assert!(
+        out.status.success(),
+        "hookq show with 4 partitions: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A child process with piped stderr in its own process group, killed with
 /// its group when dropped (a failing test leaves nothing running).
 struct PipedChild(std::process::Child);
