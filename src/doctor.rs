@@ -281,15 +281,12 @@ async fn partitions_check(store: &Store) -> Check {
     let configured = store.keys().partitions();
     match store.recorded_partitions().await {
         Ok(Some(recorded)) if recorded != configured.to_string() => {
-            return check(
-                "partitions",
-                Status::Fail,
-                format!(
-                "the data is spread over {recorded} partitions; redis.partitions is {configured} \
-                     (the jobs of the other partitions would never be delivered)"
-            ),
-                Some(format!("set `redis.partitions = {recorded}` in the config")),
-            )
+            let detail = format!(
+                "the data is spread over {recorded} partitions; redis.partitions is \
+                 {configured} (the jobs of the other partitions would never be delivered)"
+            );
+            let fix = format!("set `redis.partitions = {recorded}` in the config");
+            return check("partitions", Status::Fail, detail, Some(fix));
         }
         Ok(_) => {}
         Err(err) => {
