@@ -166,6 +166,42 @@ async fn a_cancelled_ready_jobs_tombstone_claims_no_later_job_of_its_id() {
     assert_eq!(state_of(&store, id).await, (State::Scheduled, 0));
 }
 
+/// An id twice in its partition's ready list (a push that raced another,
+/// or an operator's hand) is claimed once by a claim that takes both: one
+/// job handed over, one lease, one attempt counted (`taken` in
+/// `claim_ready.lua`, kept only for a claim of several ids).
+#[tokio::test]
+async fn an_id_twice_in_one_claim_is_claimed_once() {
+    let redis = RedisServer::start();
+    let config = test_config(&redis);
+    let store = Store::connect(&config).await.expect("store");
+    let id = "twice";
+    let p = store.keys().partition_of(id);
+    enqueue(&store, &config, id, None).await;
+    assert_eq!(state_of(&store, id).await, (State::Ready, 0));
+    let mut conn = redis.conn().await;
+    let () = conn.rpush(store.keys().ready(p), id).await.expect("RPUSH");
+    let ready: Vec<String> = conn
+        .lrange(store.keys().ready(p), 0, -1)
+        .await
+        .expect("LRANGE");
+    assert_eq!(ready, [id, id], "the id is twice in the ready list");
+
+    let claimed = store.claim(p, 100).await.expect("claim");
+    let handed: Vec<(&str, u32)> = claimed
+        .jobs
+        .iter()
+        .map(|j| (j.id.as_str(), j.attempt))
+        .collect();
+    assert_eq!(handed, [(id, 1)], "the claim handed the job over twice");
+    let leases: Vec<String> = conn
+        .zrange(store.keys().inflight(p), 0, -1)
+        .await
+        .expect("ZRANGE");
+    assert_eq!(leases, [id]);
+    assert_eq!(state_of(&store, id).await, (State::Inflight, 1));
+}
+
 /// A lease left in the in-flight set for a job that is not in flight (no
 /// script leaves one; an operator's hand or a future bug could): when it
 /// expires, reclaim drops it and leaves the job as it is (`r.state == 'i'`
