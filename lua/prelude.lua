@@ -953,10 +953,11 @@ end
   here. `fields` is how many fields the summaries take (their ids and
   continuation fields; #ids when nil): a bucket's count is of fields, so
   that a shard stays within the listpack encoding however long the
-  histories. Returns nil when a key is absent because the slot is moving
+  histories. `hashes[i]` is id_hash(ids[i]) when the caller has it (nil:
+  computed here). Returns nil when a key is absent because the slot is moving
   (the caller gives up, see the top of this prelude). Reads only.
 ]]
-local function summaries_plan(prefix, ids, now, retention, fields)
+local function summaries_plan(prefix, ids, now, retention, fields, hashes)
   local width = math.max(1, math.floor(retention / 4))
   local start = now - now % width
   local plan = {bucket = string.format('%d', start), n = 1, count = 0,
@@ -977,7 +978,7 @@ local function summaries_plan(prefix, ids, now, retention, fields)
   -- (summary_shard, written out: split_base once, not per id.)
   local n_after, base = plan.n_after, split_base(plan.n_after)
   for i, id in ipairs(ids) do
-    local h = id_hash(id)
+    local h = hashes and hashes[i] or id_hash(id)
     local a = h % (base * 2)
     if a >= n_after then a = h % base end
     plan.shards[i] = a

@@ -230,7 +230,7 @@ impl Store {
         jobs: &[(&str, u32, Lease, &Delivery)],
         ride_until: Option<tokio::time::Instant>,
     ) -> StoreResult<Vec<bool>> {
-        let mut args = Vec::with_capacity(6 + 5 * jobs.len());
+        let mut args = Vec::with_capacity(6 + 6 * jobs.len());
         args.push(arg(&self.keys.job_prefix(p)));
         args.push(arg(&self.keys.history_prefix(p)));
         args.push(arg(&self.settings.retention_ms));
@@ -256,6 +256,12 @@ impl Store {
                 }
             });
             args.push(arg(&delivery.order.as_deref().unwrap_or_default()));
+            // The summary's shard hash, which costs Lua ~4,900 instructions.
+            args.push(if self.settings.keep_bodies {
+                Vec::new()
+            } else {
+                summary::id_hash(id).to_be_bytes().to_vec()
+            });
         }
         let keys = [&*self.keys.inflight(p), &*self.keys.stats(p)];
         let done: Vec<Code> = if self.acked.is_some() {

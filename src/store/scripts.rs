@@ -129,8 +129,8 @@ pub(crate) const FIRE_SCHEDULES: ScriptDef = script!("fire_schedules", 4, 3, rep
 pub(crate) const PROMOTE_DUE: ScriptDef = script!("promote_due", 3, 2);
 /// `claim_ready`: lease ready jobs to workers.
 pub(crate) const CLAIM_READY: ScriptDef = script!("claim_ready", 6, 6, repeat 2);
-/// `complete_jobs`: record 2xx attempts of one partition, five ARGV per job.
-pub(crate) const COMPLETE_JOBS: ScriptDef = script!("complete_jobs", 2, 6, repeat 5);
+/// `complete_jobs`: record 2xx attempts of one partition, six ARGV per job.
+pub(crate) const COMPLETE_JOBS: ScriptDef = script!("complete_jobs", 2, 6, repeat 6);
 /// `fail_job`: record a failure (next rung or dead letter).
 pub(crate) const FAIL_JOB: ScriptDef = script!("fail_job", 8, 11);
 /// `reclaim_expired`: take back attempts whose lease expired.
