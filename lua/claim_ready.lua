@@ -99,18 +99,17 @@ if want < 1 then return out end
 -- Every list was empty and none started: nothing to claim.
 if lists_empty and not started and not kept then return out end
 local prefix = partition_prefix(ARGV[2], 'job:')
--- The lists claimed from (none for the jobs kept from the promotion).
+-- The ids to claim, and the lists they come from (none for the jobs kept
+-- from the promotion: taken already, no list to trim).
 local lists, ids = EMPTY, kept
-if kept then
-  -- (Taken already: no list to trim.)
-elseif tenants == 0 then
-  lists = {{key = KEYS[1], ids = rcall('LRANGE', KEYS[1], '0', int_text(want - 1))}}
-else
-  -- At most TENANTS_PER_CLAIM of them, a random pick when there are more.
-  lists = share_lists(ARGV, KEYS[1], KEYS[6], rcall('SRANDMEMBER', KEYS[5], TENANTS_PER_CLAIM), want)
-  if not lists then return try_again() end
-end
 if not kept then
+  if tenants == 0 then
+    lists = {{key = KEYS[1], ids = rcall('LRANGE', KEYS[1], '0', int_text(want - 1))}}
+  else
+    -- At most TENANTS_PER_CLAIM of them, a random pick when there are more.
+    lists = share_lists(ARGV, KEYS[1], KEYS[6], rcall('SRANDMEMBER', KEYS[5], TENANTS_PER_CLAIM), want)
+    if not lists then return try_again() end
+  end
   ids = lists[1] and lists[1].ids or EMPTY
   if #lists > 1 then
     ids = {}

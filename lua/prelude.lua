@@ -541,11 +541,19 @@ local function due_remove(due_key, id, seq)
   if tenant then redis.call('ZREM', due_key, member) end
 end
 
+-- The score of the member of sorted set `key` at rank `n` (0: its head),
+-- or nil when it has no more: a due set's or index's due time after its
+-- first `n`, the wheel's next bucket to open.
+local function score_at_rank(key, n)
+  local rank = int_text(n)
+  return tonumber(redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')[2])
+end
+
 -- The earliest due time of the partition's due sets (the index's head
 -- may be early, never late); nil when they are empty.
 local function due_head(due_key)
-  local a = tonumber(redis.call('ZRANGE', due_key, '0', '0', 'WITHSCORES')[2])
-  local b = tonumber(redis.call('ZRANGE', due_index(due_key), '0', '0', 'WITHSCORES')[2])
+  local a = score_at_rank(due_key, 0)
+  local b = score_at_rank(due_index(due_key), 0)
   if a and b then return math.min(a, b) end
   return a or b
 end
@@ -646,7 +654,7 @@ end
 -- wheel's next bucket to open; nil when there is neither.
 local function next_wake(prefix, due_key)
   local a = due_head(due_key)
-  local b = tonumber(redis.call('ZRANGE', prefix .. 'wheel', '0', '0', 'WITHSCORES')[2])
+  local b = score_at_rank(prefix .. 'wheel', 0)
   if a and b then return math.min(a, b) end
   return a or b
 end
@@ -1106,13 +1114,6 @@ end
 -- (A string: it goes to redis.call as an argument, see horizon_arg below.)
 local DUE_TENANTS_PER_PROMOTION = '64'
 
--- The due time of the first job of due set `key` after its first `n`
--- (by rank), or nil when it has no more.
-local function due_head_after(key, n)
-  local rank = int_text(n)
-  return tonumber(redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')[2])
-end
-
 -- Removes the first `n` members (by rank) of due set `key`.
 local function due_drop_first(key, n)
   if n > 0 then redis.call('ZREMRANGEBYRANK', key, '0', int_text(n - 1)) end
@@ -1158,7 +1159,7 @@ local function due_sets_read(due_key, index, horizon_arg, batch)
   end
   for _, set in ipairs(sets) do
     -- Its head once its due members have left.
-    set.head = due_head_after(set.key, #set.members)
+    set.head = score_at_rank(set.key, #set.members)
     -- (An empty set may be one whose key has not arrived yet.)
     if set.tenant and #set.members == 0 and not set.head and IN_CLUSTER and slot_moving_once(due_key) then
       return nil
@@ -1183,7 +1184,7 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
   -- (Not read when the caller found the wheel absent.)
   local wheel_head = nil
   if not wheel_absent then
-    wheel_head = tonumber(redis.call('ZRANGE', wheel_key, '0', '0', 'WITHSCORES')[2])
+    wheel_head = score_at_rank(wheel_key, 0)
   end
   local buckets = EMPTY
   if wheel_head and wheel_head <= horizon then
@@ -1239,7 +1240,7 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
   local index, index_head = nil, nil
   if not index_absent then
     index = due_index(due_key)
-    index_head = tonumber(redis.call('ZRANGE', index, '0', '0', 'WITHSCORES')[2])
+    index_head = score_at_rank(index, 0)
   end
   -- The due members, without their scores (a read with scores of the
   -- members after them too cost Redis more in formatting and Lua in
@@ -1263,7 +1264,7 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
     moved_default = #members
     ids = {}
     for i = 1, moved_default do ids[i] = string.sub(members[i], 13) end
-    head = due_head_after(due_key, moved_default)
+    head = score_at_rank(due_key, moved_default)
   end
   -- With `keep`, and only the default tenant's jobs moving (its set was
   -- the only one read: a tenant's jobs are due in their own set, see
@@ -1310,7 +1311,7 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
     -- is the index's head (read again when a tenant's set moved).
     next_due = head
     local b = index_head
-    if sets then b = tonumber(redis.call('ZRANGE', index, '0', '0', 'WITHSCORES')[2]) end
+    if sets then b = score_at_rank(index, 0) end
     if b and (not next_due or b < next_due) then next_due = b end
     if not next_due or (wheel_head and wheel_head < next_due) then next_due = wheel_head end
   end

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::store::{RedisConn, Store, StoreResult};
+use crate::store::{RedisConn, Store, StoreError, StoreResult};
 
 mod memory;
 
@@ -278,9 +278,12 @@ fn listpack_value_check(value: Option<u64>) -> Check {
 /// first daemon recorded), and every partition's keys answer (on a
 /// cluster: every slot is served).
 async fn partitions_check(store: &Store) -> Check {
-    let configured = store.keys().partitions();
-    match store.recorded_partitions().await {
-        Ok(Some(recorded)) if recorded != configured.to_string() => {
+    match store.check_recorded_partitions().await {
+        Ok(()) => {}
+        Err(StoreError::Partitions {
+            recorded,
+            configured,
+        }) => {
             let detail = format!(
                 "the data is spread over {recorded} partitions; redis.partitions is \
                  {configured} (the jobs of the other partitions would never be delivered)"
@@ -288,7 +291,6 @@ async fn partitions_check(store: &Store) -> Check {
             let fix = format!("set `redis.partitions = {recorded}` in the config");
             return check("partitions", Status::Fail, detail, Some(fix));
         }
-        Ok(_) => {}
         Err(err) => {
             return check(
                 "partitions",

@@ -100,12 +100,26 @@ impl Store {
     /// The number of partitions this namespace's data was written with
     /// (`<ns>:partitions`), None before any daemon or command of a hookq
     /// that records it has used the namespace.
-    pub(crate) async fn recorded_partitions(&self) -> StoreResult<Option<String>> {
+    async fn recorded_partitions(&self) -> StoreResult<Option<String>> {
         let mut conn = self.conn.clone();
         Ok(redis::cmd("GET")
             .arg(self.keys.partition_count())
             .query_async(&mut conn)
             .await?)
+    }
+
+    /// [`StoreError::Partitions`] when the namespace's data was recorded
+    /// with another count than `redis.partitions`; Ok when it was recorded
+    /// with this one or not at all. Reads only (`hookq doctor` asks it too).
+    pub(crate) async fn check_recorded_partitions(&self) -> StoreResult<()> {
+        let configured = self.keys.partitions();
+        match self.recorded_partitions().await? {
+            Some(recorded) if recorded != configured.to_string() => Err(StoreError::Partitions {
+                recorded,
+                configured,
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// Checks that the namespace's data is spread over `redis.partitions`
@@ -120,25 +134,11 @@ impl Store {
     /// `SET NX GET`, which Redis before 7.0 refuses: of two starting with
     /// different counts, the one whose `SET` lost reads the other's.)
     async fn check_partition_count(&self) -> StoreResult<()> {
-        let configured = self.keys.partitions();
-        let recorded = match self.recorded_partitions().await? {
-            Some(recorded) => recorded,
-            None => {
-                self.set_if_absent(self.keys.partition_count(), configured)
-                    .await?;
-                self.recorded_partitions()
-                    .await?
-                    .unwrap_or_else(|| configured.to_string())
-            }
-        };
-        if recorded == configured.to_string() {
-            Ok(())
-        } else {
-            Err(StoreError::Partitions {
-                recorded,
-                configured,
-            })
+        if self.recorded_partitions().await?.is_none() {
+            self.set_if_absent(self.keys.partition_count(), self.keys.partitions())
+                .await?;
         }
+        self.check_recorded_partitions().await
     }
 
     /// Converts the namespace's data to this hookq's layout, calling
