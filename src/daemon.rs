@@ -51,16 +51,18 @@ fn metrics_handle() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
                 ])
                 .ok()?;
             let handle = builder.install_recorder().ok()?;
-            zero_counters();
+            zero_series();
             Some(handle)
         })
         .clone()
 }
 
-/// Puts the counters of rare events on `/metrics` at 0 from the start: a
-/// series that appears only with its first event cannot be told from a
-/// missing one, and `increase()` does not count that first event.
-fn zero_counters() {
+/// Puts the counters of rare events and the lag gauges on `/metrics` at 0
+/// from the start: a series that appears only with its first event cannot
+/// be told from a missing one, and `increase()` does not count that first
+/// event. The gauges' loops set them later (the worker pool's first
+/// eviction round comes a while after the API answers).
+fn zero_series() {
     for name in [
         "hookq_promoted_total",
         "hookq_leases_expired_total",
@@ -70,6 +72,12 @@ fn zero_counters() {
     }
     for component in ["api", "carrier", "fleet", "firer", "worker"] {
         metrics::counter!("hookq_redis_errors_total", "component" => component).increment(0);
+    }
+    for name in [
+        "hookq_oldest_ready_lag_seconds",
+        "hookq_oldest_waiting_lag_seconds",
+    ] {
+        metrics::gauge!(name).set(0.0);
     }
 }
 
