@@ -65,6 +65,10 @@ end
 local state = r.state
 if state == 'c' then return UNCHANGED end
 if state == 'd' or state == 'x' then return WRONG_STATE end
+-- In flight (claimed: held in a daemon or attempted; see the prelude): its
+-- attempt counts in its summary.
+local flying = rec_in_flight(r, KEYS[3], ARGV[1])
+if flying then r.att = rec_flight_attempt(r) end
 
 local keep = ARGV[4] == 'keep'
 local plan, summary = nil, nil
@@ -74,7 +78,7 @@ if not keep then
   -- its earlier ones (the attempt in flight, if any, has none yet).
   local hist = rcall('LRANGE', KEYS[4], 0, -1)
   summary = summary_pieces(summary_of('c', r.att, r.max, r.ct, now, summary_tail(r.spec, ARGV[5], hist[1])),
-    summary_entries(hist, 2, now), state == 'i' and #hist > 0)
+    summary_entries(hist, 2, now), flying and #hist > 0)
   plan = summaries_plan(prefix, {ARGV[1]}, now, tonumber(ARGV[2]), summary_field_count(summary))
   if not plan then return try_again() end
 end
@@ -85,16 +89,19 @@ if order then
   line = order_plan(prefix, order)
   if not line then return try_again() end
 end
-if state == 's' and r.seq > 0 and due_blocked(KEYS[2], {ARGV[1]}) then return try_again() end
+if not flying and state == 's' and r.seq > 0 and due_blocked(KEYS[2], {ARGV[1]}) then
+  return try_again()
+end
 
-if state == 's' and r.seq > 0 then
+if flying then
+  -- (Promoted, it has left its due set already.)
+  rcall('ZREM', KEYS[3], ARGV[1])
+  rcall('PUBLISH', ARGV[3], 'x' .. ARGV[1])
+elseif state == 's' and r.seq > 0 then
   due_remove(KEYS[2], ARGV[1], r.seq)
 elseif state == 'w' then
   -- Its id stays in its wheel bucket as a tombstone (see the prelude).
   wheel_count(prefix, -1)
-elseif state == 'i' then
-  rcall('ZREM', KEYS[3], ARGV[1])
-  rcall('PUBLISH', ARGV[3], 'x' .. ARGV[1])
 elseif state == 'o' then
   rcall('HINCRBY', prefix .. 'stats', 'held', -1)
 end
@@ -113,5 +120,5 @@ end
 if line then order_leave(prefix, line, ARGV[1], now, ARGV[3], ARGV[7]) end
 rcall('HINCRBY', prefix .. 'stats', 'cancelled', 1)
 ledger_one(prefix, 'cancelled', ARGV[1])
-if state == 'i' then return IN_FLIGHT end
+if flying then return IN_FLIGHT end
 return DONE

@@ -1,11 +1,12 @@
 --[[
-  Claim up to N ready jobs for attempts: each gets a lease in the in-flight set
-  and its attempt counter (which is also the lease's fencing token) goes up.
-  A job is ready when its record says so or, promoted by promote_due (which
-  leaves the record alone), says `scheduled` with its due time passed. Ids
-  whose job is no longer ready (cancelled while queued, or expired), or
-  whose record has no spec (a bare record left by hand; it is deleted), are
-  dropped from the list without being claimed.
+  Claim up to N ready jobs for attempts: each gets a lease in the in-flight set,
+  and its record is left as it is (the lease alone says it is in flight;
+  see the prelude): its attempt is the record's counter plus one. A job is
+  ready when its record says so or, promoted by promote_due (which leaves
+  the record alone), says `scheduled` with its due time passed. Ids whose
+  job is no longer ready (cancelled while queued, expired, or in flight
+  already), or whose record has no spec (a bare record left by hand; it is
+  deleted), are dropped from the list without being claimed.
 
   With a promotion batch, due jobs are first promoted (promote_due_jobs in
   the prelude), so that the daemon that has the partition claims a job that
@@ -131,6 +132,8 @@ for i, id in ipairs(ids) do
   if not v and slot_moving_once(KEYS[1]) then return try_again() end
   records[i] = v or false
 end
+-- A job with a lease is in flight already (its id came twice).
+local leased = #ids > 0 and rcall('ZMSCORE', KEYS[2], unpack(ids)) or EMPTY
 for _, l in ipairs(lists) do
   if #l.ids > 0 then rcall('LTRIM', l.key, #l.ids, -1) end
   -- A tenant whose list ran dry leaves the set (a push brings it back).
@@ -146,11 +149,10 @@ for i, id in ipairs(ids) do
   if v and not state then
     -- A bare record (its job was deleted by hand): nothing to deliver.
     rec_delete_in(hashes[i], id)
-  elseif state and ready_by(state, due, horizon) and not (taken and taken[id]) then
+  elseif state and ready_by(state, due, horizon) and not leased[i] and not (taken and taken[id]) then
     if taken then taken[id] = true end
     local attempt = att + 1
     if lease == 0 then lease = arg_number(ARGV[3]) end
-    rec_patch(hashes[i], id, v, struct.pack('>c1I6I2', 'i', now, attempt))
     -- (A job claimed ahead is attempted at its due time.)
     leases[#leases + 1] = string.format('%d', math.max(now, due) + lease)
     leases[#leases + 1] = id

@@ -123,7 +123,8 @@ for j, id in ipairs(ids) do
   local r = current[j]
   if r and keep then
     local hist = ARGV[2] .. id
-    r.state, r.ut = 'd', now
+    -- (Current: its lease was held, so its attempt is in flight.)
+    r.state, r.att, r.ut = 'd', rec_flight_attempt(r), now
     rec_keep(prefix, id, r, retention)
     history_push(hist, ARGV[i + 3])
     rcall('PEXPIRE', hist, retention)

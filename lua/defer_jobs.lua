@@ -1,9 +1,10 @@
 --[[
   Give claimed jobs back without attempting them (their host has more work
   waiting than this daemon should hold): each leaves the in-flight set and is
-  scheduled again after its own delay, in its tenant's due set. The attempt counter goes back down,
-  since no attempt was made; these claims produced no outcome, so their
-  tokens are never used. A job whose lease was taken over or that was
+  scheduled again after its own delay, in its tenant's due set. The attempt counter stays
+  at the attempts made before (a layout-3 record's goes back down), since
+  no attempt was made; these claims produced no outcome, so their tokens
+  are never used. A job whose lease was taken over or that was
   cancelled meanwhile is left alone.
 
   Input:
@@ -41,7 +42,7 @@ local given = 0
 for i = 4, #ARGV, 3 do
   local id, token = ARGV[i], tonumber(ARGV[i + 1])
   local r = records[i]
-  if r and r.state == 'i' and r.att == token then
+  if r and rec_in_flight(r, KEYS[1], id) and rec_flight_attempt(r) == token then
     local due = now + tonumber(ARGV[i + 2])
     local seq = rcall('INCR', KEYS[3])
     rcall('ZREM', KEYS[1], id)

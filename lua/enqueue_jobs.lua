@@ -80,10 +80,12 @@ for i = 4, #ARGV, 10 do
   else
     local v = rcall('HGET', live(prefix, id).h, id)
     local elsewhere = pointer_of(v)
-    local r = not elsewhere and (rec_of(v) or rec_get(kept(prefix, id)))
+    local live_r = not elsewhere and rec_of(v)
+    local r = live_r or (not elsewhere and rec_get(kept(prefix, id)))
     if r then
-      existing = {r.spec == spec and r.given == tonumber(ARGV[i + 6]), state_name(r, now),
-        r.due}
+      -- (A live job's lease says whether it is in flight; see the prelude.)
+      local name = live_r and live_state_name(r, now, prefix .. 'inflight', id) or state_name(r, now)
+      existing = {r.spec == spec and r.given == tonumber(ARGV[i + 6]), name, r.due}
     elseif elsewhere then
       existing = {ELSEWHERE, '', elsewhere}
     else

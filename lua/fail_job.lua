@@ -39,7 +39,11 @@
 ]]
 local rcall = redis.call
 local r = rec_get({h = KEYS[1], id = ARGV[1]})
-if not r or r.state ~= 'i' or r.att ~= tonumber(ARGV[2]) then return {UNCHANGED} end
+if not r or not rec_in_flight(r, KEYS[2], ARGV[1]) or rec_flight_attempt(r) ~= tonumber(ARGV[2]) then
+  return {UNCHANGED}
+end
+-- The attempt made counts (a claim left the counter as it was).
+r.att = tonumber(ARGV[2])
 
 local now = now_ms()
 local delay = tonumber(ARGV[4])

@@ -2,8 +2,9 @@
   Hold claimed jobs for their host while it is open (circuit breaker) or
   paused: each leaves the in-flight set and waits in the host's parking of
   this partition, scored by its due time, costing nothing until the host
-  closes and the parking is drained (unpark_jobs). The attempt counter goes
-  back down (no attempt was made). A parked job reads as `scheduled`, with
+  closes and the parking is drained (unpark_jobs). The attempt counter stays
+  at the attempts made before (a layout-3 record's goes back down): no
+  attempt was made. A parked job reads as `scheduled`, with
   no due-set member and its own parking sequence (the member's prefix); cancel and PATCH
   work on it as on any scheduled job. Stale leases are skipped.
 
@@ -35,7 +36,7 @@ local parked = 0
 for i = 3, #ARGV, 2 do
   local id, token = ARGV[i], tonumber(ARGV[i + 1])
   local r = records[i]
-  if r and r.state == 'i' and r.att == token then
+  if r and rec_in_flight(r, KEYS[1], id) and rec_flight_attempt(r) == token then
     local seq = rcall('INCR', KEYS[4])
     rcall('ZREM', KEYS[1], id)
     r.state, r.att, r.seq, r.ut = 'p', token - 1, seq, now

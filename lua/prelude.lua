@@ -241,15 +241,6 @@ local function rec_set_state(at, r, state, now)
   rec_put(at, r)
 end
 
--- Rewrites the leading header bytes of live record value `v` (job `id`'s,
--- read from record hash `h`) with `head` (the state and update time, and
--- for a claim the attempt counter): a hash field cannot be written in
--- place, but splicing the bytes costs less than rec_put's unpacking and
--- packing of every field.
-local function rec_patch(h, id, v, head)
-  redis.call('HSET', h, id, head .. string.sub(v, #head + 1))
-end
-
 -- Whether a record in `state`, due at `due`, waits to be claimed at `now`
 -- (see rec_ready below).
 local function ready_by(state, due, now)
@@ -268,6 +259,40 @@ end
 local function state_name(r, now)
   if rec_ready(r, now) or (r.state == 'o' and r.due <= now) then return 'ready' end
   return STATE_NAMES[r.state] or r.state
+end
+
+--[[
+  In flight. A claim leaves a job's record as it found it (scheduled or
+  ready, its attempt counter at the attempts made before) and gives the
+  job a lease in its partition's in-flight set: the lease alone says that
+  the job is in flight, and its attempt is the counter's next. The step
+  that ends the attempt (an outcome, a lease taken back, a give-back, a
+  cancel) removes the lease and writes the record. A record of layout 3
+  says `i`, its counter at the attempt in flight, and is read the same.
+]]
+-- Whether live record `r` may be in flight (its lease decides; see above).
+local function rec_may_fly(r)
+  return r.state == 'i' or r.state == 's' or r.state == 'r'
+end
+
+-- Whether live record `r` of job `id` is in flight: a lease of it is in
+-- the in-flight set `inflight_key` (or the record says `i`, layout 3).
+local function rec_in_flight(r, inflight_key, id)
+  if r.state == 'i' then return true end
+  return rec_may_fly(r) and redis.call('ZSCORE', inflight_key, id) ~= false
+end
+
+-- The attempt in flight of live record `r`, whose lease is held.
+local function rec_flight_attempt(r)
+  if r.state == 'i' then return r.att end
+  return r.att + 1
+end
+
+-- The API name of the state of live record `r` of job `id` at `now`,
+-- reading its lease in `inflight_key` (see state_name).
+local function live_state_name(r, now, inflight_key, id)
+  if rec_in_flight(r, inflight_key, id) then return 'inflight' end
+  return state_name(r, now)
 end
 
 -- Whether a live record exists (without reading it).

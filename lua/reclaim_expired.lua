@@ -3,8 +3,8 @@
   hung): each job becomes ready again at once, or is dead-lettered when the
   lost attempt was its last allowed one (a job with an ordering key then
   leaves its ordering list, releasing the job behind it, see the prelude).
-  The attempt counter is not touched, so the late outcome of the lost
-  attempt fails its fencing check.
+  The lost attempt counts (the record's counter becomes its number), and
+  its lease is gone, so its late outcome fails its fencing check.
 
   Input:
     KEYS[1] inflight zset   <ns>:{p}:inflight
@@ -41,11 +41,18 @@ for i, id in ipairs(ids) do
     and slot_moving_once(KEYS[1]) then
     return try_again()
   end
+  -- (Every id here has a lease: its record, scheduled or ready, is in
+  -- flight; see the prelude.)
+  if r and rec_may_fly(r) then
+    r.att = rec_flight_attempt(r)
+  else
+    r = nil
+  end
   records[i] = r or false
-  if r and r.state == 'i' and r.att < r.max and ready_push_blocked(KEYS[2], {id}) then
+  if r and r.att < r.max and ready_push_blocked(KEYS[2], {id}) then
     return try_again()
   end
-  local order = r and r.state == 'i' and r.att >= r.max and spec_order(r.spec, id)
+  local order = r and r.att >= r.max and spec_order(r.spec, id)
   if order then
     lines[i] = order_plan(prefix, order)
     if not lines[i] then return try_again() end
@@ -58,7 +65,7 @@ local requeued, dead = 0, 0
 local tally = ledger_tally()
 for i, id in ipairs(ids) do
   local r = records[i]
-  if r and r.state == 'i' then
+  if r then
     history_push(ARGV[3] .. id, cjson.encode({at = now, error = 'lease_expired', message = lost}))
     if r.att >= r.max then
       local entry = dead_letter(KEYS[3], KEYS[5], ARGV[5], id, spec_topic(r.spec), r.att,

@@ -34,8 +34,11 @@ local r = rec_get(at)
 if not r then return {NOT_FOUND} end
 local now = now_ms()
 -- (A scheduled record whose time has come is ready: promoted, or about to be.)
-if (r.state ~= 's' and r.state ~= 'w' and r.state ~= 'p' and r.state ~= 'o') or rec_ready(r, now) then
-  return {WRONG_STATE, state_name(r, now)}
+-- (A job claimed ahead of its due time is in flight: its lease says so.)
+local inflight = partition_prefix(KEYS[2], 'due') .. 'inflight'
+if (r.state ~= 's' and r.state ~= 'w' and r.state ~= 'p' and r.state ~= 'o') or rec_ready(r, now)
+    or rec_in_flight(r, inflight, ARGV[1]) then
+  return {WRONG_STATE, live_state_name(r, now, inflight, ARGV[1])}
 end
 if r.spec ~= ARGV[9] then return {CHANGED, 'scheduled'} end
 

@@ -135,10 +135,28 @@ impl Store {
         }
         let mut conn = self.conn.clone();
         let all: Vec<Vec<u8>> = pipe.query_async(&mut conn).await?;
+        let leased = self.leased(p, ids).await?;
         ids.iter()
             .zip(all)
-            .map(|(id, value)| JobRecord::decode(id, &value, Vec::new()))
+            .zip(leased)
+            .map(|((id, value), leased)| JobRecord::decode(id, &value, Vec::new(), leased))
             .collect()
+    }
+
+    /// Which of jobs `ids` of partition `p` hold a lease: are in flight
+    /// (see [`record::RecordHeader::leased`]).
+    pub(super) async fn leased<S: AsRef<str>>(&self, p: u16, ids: &[S]) -> StoreResult<Vec<bool>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut cmd = redis::cmd("ZMSCORE");
+        cmd.arg(self.keys.inflight(p));
+        for id in ids {
+            cmd.arg(id.as_ref());
+        }
+        let mut conn = self.conn.clone();
+        let scores: Vec<Option<f64>> = cmd.query_async(&mut conn).await?;
+        Ok(scores.into_iter().map(|s| s.is_some()).collect())
     }
 
     /// Pages through jobs, optionally of one tenant, one state and one
@@ -282,9 +300,10 @@ impl Store {
                 pipe.hget(self.keys.live_records(p, id), id);
             }
             let values: Vec<Vec<u8>> = pipe.query_async(&mut conn).await?;
-            for (id, value) in batch.iter().zip(values) {
+            let leased = self.leased(p, batch).await?;
+            for ((id, value), leased) in batch.iter().zip(values).zip(leased) {
                 budget.spend(value.len());
-                if let Some(record) = JobRecord::decode(id, &value, Vec::new())? {
+                if let Some(record) = JobRecord::decode(id, &value, Vec::new(), leased)? {
                     if keep(&record) {
                         items.push(listed(record));
                     }
@@ -349,13 +368,15 @@ impl Store {
                 .arg(budget.batch(want.max(MAX_READ_BATCH)))
                 .query_async(&mut conn)
                 .await?;
-            for (i, (id, value)) in entries.into_iter().enumerate().skip(skip) {
+            let ids: Vec<&str> = entries.iter().map(|(id, _)| id.as_str()).collect();
+            let leased = self.leased(p, &ids).await?;
+            for (i, ((id, value), leased)) in entries.iter().zip(leased).enumerate().skip(skip) {
                 if items.len() == want || budget.exhausted(items.len()) {
                     return Ok((items, Some(format!("{shard}.{scan}.{i}"))));
                 }
                 budget.spend(value.len());
                 if let Some(record) =
-                    JobRecord::decode(&id, &value, Vec::new())?.filter(|r| keep(r))
+                    JobRecord::decode(id, value, Vec::new(), leased)?.filter(|r| keep(r))
                 {
                     items.push(listed(record));
                 }
@@ -429,7 +450,9 @@ impl Store {
                     ));
                 }
                 budget.spend(value.len());
-                if let Some(record) = JobRecord::decode(id, &value, Vec::new())?.filter(|r| keep(r))
+                // (A kept record is of a finished job: no lease.)
+                if let Some(record) =
+                    JobRecord::decode(id, &value, Vec::new(), false)?.filter(|r| keep(r))
                 {
                     items.push(listed(record));
                 }

@@ -41,15 +41,18 @@ impl Store {
         id: &str,
     ) -> StoreResult<Option<record::RecordHeader>> {
         let mut conn = self.conn.clone();
-        let (live, kept): (Vec<u8>, Vec<u8>) = redis::pipe()
+        let (live, lease, kept): (Vec<u8>, Option<f64>, Vec<u8>) = redis::pipe()
             .hget(self.keys.live_records(p, id), id)
+            .zscore(self.keys.inflight(p), id)
             .cmd("GETRANGE")
             .arg(self.keys.job(p, id))
             .arg(0)
             .arg(record::HEADER_LEN - 1)
             .query_async(&mut conn)
             .await?;
-        Ok(record::RecordHeader::parse(&live).or_else(|| record::RecordHeader::parse(&kept)))
+        Ok(record::RecordHeader::parse(&live)
+            .map(|h| h.leased(lease.is_some()))
+            .or_else(|| record::RecordHeader::parse(&kept)))
     }
 
     /// The partition job `id` lives in: its id's, unless a placement
@@ -127,17 +130,21 @@ impl Store {
     /// partition q instead.
     async fn get_in(&self, p: u16, id: &str) -> StoreResult<Result<Option<JobRecord>, u16>> {
         let mut conn = self.conn.clone();
-        let (live, kept, history): (Vec<u8>, Vec<u8>, Vec<String>) = redis::pipe()
-            .hget(self.keys.live_records(p, id), id)
-            .get(self.keys.job(p, id))
-            .lrange(self.keys.history(p, id), 0, 19)
-            .query_async(&mut conn)
-            .await?;
+        let (live, lease, kept, history): (Vec<u8>, Option<f64>, Vec<u8>, Vec<String>) =
+            redis::pipe()
+                .hget(self.keys.live_records(p, id), id)
+                .zscore(self.keys.inflight(p), id)
+                .get(self.keys.job(p, id))
+                .lrange(self.keys.history(p, id), 0, 19)
+                .query_async(&mut conn)
+                .await?;
         if let Some(q) = self.pointed(&live) {
             return Ok(Err(q));
         }
+        // (A kept record is of a finished job: no lease.)
+        let leased = !live.is_empty() && lease.is_some();
         let value = if live.is_empty() { kept } else { live };
-        let record = match JobRecord::decode(id, &value, history)? {
+        let record = match JobRecord::decode(id, &value, history, leased)? {
             Some(mut record) => {
                 if record.held {
                     self.read_hold(p, &mut record).await?;

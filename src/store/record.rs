@@ -115,6 +115,20 @@ impl RecordHeader {
         })
     }
 
+    /// The header as the job's lease reads it: a claim leaves a scheduled
+    /// or ready record as it found it, so a job with a lease (`leased`) is
+    /// in flight, on the attempt after those the record counts (see "In
+    /// flight" in `lua/prelude.lua`). A record of layout 3 says so itself.
+    pub(crate) fn leased(mut self, leased: bool) -> RecordHeader {
+        let waiting = matches!(self.state, State::Scheduled | State::Ready)
+            && !(self.parked || self.in_wheel || self.held);
+        if leased && waiting {
+            self.state = State::Inflight;
+            self.attempts += 1;
+        }
+        self
+    }
+
     /// The stream entry id of a dead job's dead letter.
     pub fn dead_letter_entry(&self) -> Option<String> {
         (self.state == State::Dead && self.seq > 0).then(|| format!("{}-{}", self.seq, self.lease))
@@ -170,19 +184,23 @@ pub struct Holder {
 }
 
 impl JobRecord {
-    /// Decodes a stored record (header and spec); None when there is none
-    /// (an empty value: the key does not exist; or a placement pointer).
+    /// Decodes a stored record (header and spec), `leased` when the job
+    /// holds a lease (see [`RecordHeader::leased`]); None when there is
+    /// none (an empty value: the key does not exist; or a placement
+    /// pointer).
     pub(crate) fn decode(
         id: &str,
         value: &[u8],
         history: Vec<String>,
+        leased: bool,
     ) -> StoreResult<Option<JobRecord>> {
         if value.is_empty() || pointer_of(value).is_some() {
             return Ok(None);
         }
         let bad = |d: String| StoreError::reply("job record", format!("{id}: {d}"));
-        let header =
-            RecordHeader::parse(value).ok_or_else(|| bad("not a hookq job record".into()))?;
+        let header = RecordHeader::parse(value)
+            .ok_or_else(|| bad("not a hookq job record".into()))?
+            .leased(leased);
         let spec_json = spec_json_of(value).map_err(bad)?.to_string();
         let mut spec: JobSpec =
             serde_json::from_str(&spec_json).map_err(|e| bad(format!("spec: {e}")))?;
@@ -263,7 +281,7 @@ mod tests {
         assert_eq!(h.due, 1_800_000_000_000);
         assert_eq!(h.created, 1_600_000_000_000);
         assert_eq!(h.dead_letter_entry().as_deref(), Some("1700000000200-7"));
-        let r = JobRecord::decode("a", &v, Vec::new())
+        let r = JobRecord::decode("a", &v, Vec::new(), false)
             .expect("decodes")
             .expect("some");
         assert_eq!(r.spec.url, "http://a/");
