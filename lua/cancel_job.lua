@@ -89,15 +89,14 @@ if order then
   line = order_plan(prefix, order)
   if not line then return try_again() end
 end
-if not flying and state == 's' and r.seq > 0 and due_blocked(KEYS[2], {ARGV[1]}) then
-  return try_again()
-end
+if state == 's' and r.seq > 0 and due_blocked(KEYS[2], {ARGV[1]}) then return try_again() end
 
 if flying then
-  -- (Promoted, it has left its due set already.)
   rcall('ZREM', KEYS[3], ARGV[1])
   rcall('PUBLISH', ARGV[3], 'x' .. ARGV[1])
-elseif state == 's' and r.seq > 0 then
+end
+-- (A claimed job has left its due set already: its member is not there.)
+if state == 's' and r.seq > 0 then
   due_remove(KEYS[2], ARGV[1], r.seq)
 elseif state == 'w' then
   -- Its id stays in its wheel bucket as a tombstone (see the prelude).

@@ -42,8 +42,10 @@ for i, id in ipairs(ids) do
     return try_again()
   end
   -- (Every id here has a lease: its record, scheduled or ready, is in
-  -- flight; see the prelude.)
-  if r and rec_may_fly(r) then
+  -- flight; see the prelude. A claim takes a scheduled job only when it
+  -- is due within the claim ahead, long before its lease ends: a lease
+  -- of one due later was left by hand, and the job waits for its time.)
+  if r and rec_may_fly(r) and (r.state ~= 's' or r.due <= now) then
     r.att = rec_flight_attempt(r)
   else
     r = nil

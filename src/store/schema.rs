@@ -4,20 +4,32 @@
 //! Layout 1 kept each job in a many-field hash; layout 2 in one string per
 //! job (see [`super::record`]); layout 3 keeps a live job's record as a
 //! field of one of its partition's record hashes and only finished records
-//! kept whole as strings. A daemon meets the version at start: on a Redis
-//! with no hookq data it writes its own; on older data it refuses to start
-//! and names `hookq migrate`, which converts every record in place, one
-//! batch per script call. Each batch is atomic and converted records are
-//! skipped, so a migration that was killed is finished by running it again;
-//! the version says `<from>>3` until the last batch is done.
+//! kept whole as strings. Layout 4 keeps layout 3's records, but a claim
+//! no longer writes a job's record: its lease alone says it is in flight
+//! (see "In flight" in `lua/prelude.lua`), which the scripts of layout 3
+//! would misread (a daemon of layout 3 taking back an expired lease of
+//! layout 4 would drop its job), so the two must not run together.
+//!
+//! A daemon meets the version at start: on a Redis with no hookq data it
+//! writes its own; on older data it refuses to start and names `hookq
+//! migrate`, which (with every daemon stopped) converts every record of
+//! layouts 1 and 2 in place, one batch per script call, and takes layout 3
+//! as it is (its records, and its claims' `i` state, read the same). Each
+//! batch is atomic and converted records are skipped, so a migration that
+//! was killed is finished by running it again; the version says `<from>>4`
+//! until the last batch is done.
 
 use super::{arg, scripts, Store, StoreError, StoreResult};
 
 /// The layout this hookq reads and writes.
-pub(crate) const SCHEMA_VERSION: &str = "3";
-/// Versions a migration starts from: layouts 1 and 2, and migrations that
-/// were interrupted (`1>2` was written by the hookq of layout 2).
-const MIGRATES_FROM: &[&str] = &["1", "2", "1>2", "1>3", "2>3"];
+pub(crate) const SCHEMA_VERSION: &str = "4";
+/// Versions a migration starts from: layouts 1, 2 and 3, and migrations
+/// that were interrupted (`1>2` was written by the hookq of layout 2, `1>3`
+/// and `2>3` by that of layout 3).
+const MIGRATES_FROM: &[&str] = &["1", "2", "3", "1>2", "1>3", "2>3", "1>4", "2>4", "3>4"];
+/// Layouts whose records this hookq reads as they are (a migration from
+/// one only writes the version).
+const READS_AS_IS: &[&str] = &["3"];
 /// Job records converted per script call.
 const MIGRATE_BATCH: usize = 200;
 
@@ -162,7 +174,9 @@ impl Store {
         self.set_schema_version(&format!("{start}>{SCHEMA_VERSION}"))
             .await?;
         for p in 0..self.keys.partitions() {
-            self.migrate_partition(p, &mut report).await?;
+            if !READS_AS_IS.contains(&start) {
+                self.migrate_partition(p, &mut report).await?;
+            }
             progress(p, report);
         }
         self.set_schema_version(SCHEMA_VERSION).await?;
@@ -201,7 +215,7 @@ impl Store {
             Some(other) => Err(StoreError::reply(
                 "migrate",
                 format!(
-                    "layout `{other}` is unknown to this hookq (it migrates 1 and 2 to {SCHEMA_VERSION})"
+                    "layout `{other}` is unknown to this hookq (it migrates 1, 2 and 3 to {SCHEMA_VERSION})"
                 ),
             )),
         }
@@ -242,7 +256,8 @@ impl Store {
         }
     }
 
-    /// Converts one batch of partition `p`'s job keys to layout 3: the
+    /// Converts one batch of partition `p`'s job keys to layout 3 (which
+    /// layout 4 reads as it is): the
     /// layout-1 hashes among them, then the layout-2 strings (each script
     /// skipping what is not its own). Returns (converted, skipped).
     async fn migrate_batch(

@@ -191,6 +191,67 @@ async fn a_change_before_the_hand_over_wins_over_a_promotion_ahead() {
     assert_eq!(moved.state, hookq::job::State::Scheduled);
 }
 
+/// A job handed over ahead of its due time is in flight: a claim leaves
+/// its record as it was (scheduled, due later) and its lease alone says
+/// so. It reads as in flight on attempt 1, a change is refused
+/// (`rec_in_flight` in `reschedule_job.lua`), and a cancel answers that it
+/// was under way. (Its due time is moved ten minutes on by hand after the
+/// claim, so that the change comes before it whatever the machine's load.)
+#[tokio::test]
+async fn a_job_handed_over_ahead_reads_in_flight_and_refuses_a_change() {
+    let redis = RedisServer::start();
+    let (config, store) = one_partition_store(&redis).await;
+    let due = store.redis_time_ms().await.expect("time") + 200;
+    enqueue_at(&store, &config, "handed", due).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut claimed = Vec::new();
+    while claimed.is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "nothing claimed");
+        store.promote(0, 256).await.expect("promote");
+        claimed = store.claim(0, 10).await.expect("claim").jobs;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert_eq!((claimed[0].id.as_str(), claimed[0].attempt), ("handed", 1));
+    let keys = store.keys().clone();
+    let mut conn = redis.conn().await;
+    let mut record: Vec<u8> = conn
+        .hget(keys.live_records(0, "handed"), "handed")
+        .await
+        .expect("HGET");
+    assert_eq!(record[0], b's', "the claim wrote the record");
+    let later = due + 600_000;
+    record[11..17].copy_from_slice(&(later as u64).to_be_bytes()[2..]);
+    let () = conn
+        .hset(keys.live_records(0, "handed"), "handed", record)
+        .await
+        .expect("HSET");
+
+    let view = store.get("handed").await.expect("get").expect("record");
+    assert_eq!(
+        (view.state, view.attempts, view.due),
+        (hookq::job::State::Inflight, 1, later)
+    );
+    let spec = view.spec_json.clone();
+    let change = hookq::store::Reschedule {
+        id: "handed",
+        old_spec_json: &spec,
+        new_spec_json: &spec,
+        due: Some(hookq::job::Due::At(later + 60_000)),
+        max_attempts: config.delivery.retry.len() as u32 + 1,
+        lease_ms: None,
+        given: hookq::job::GIVEN_DELAY,
+    };
+    let refused = store.reschedule(&change).await.expect("reschedule");
+    assert_eq!(
+        refused,
+        RescheduleOutcome::NotScheduled(hookq::job::State::Inflight)
+    );
+    assert_eq!(
+        store.cancel("handed").await.expect("cancel"),
+        CancelOutcome::CancelledInFlight
+    );
+}
+
 /// Jobs due together, and the daemon (`hookq serve`) killed with `kill -9`
 /// once it holds them (a job reads `inflight` before its due time): a new
 /// daemon delivers every one of them, none before its due time, those held

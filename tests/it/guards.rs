@@ -44,12 +44,11 @@ fn failure(action: hookq::retry::FailAction) -> hookq::store::Failure<'static> {
 }
 
 /// The outcome of an attempt whose lease expired arrives after the job was
-/// reclaimed (ready again) and before the next attempt claimed it: the
-/// fencing token still matches (a reclaim does not count an attempt), so
-/// only the scripts' state check (`r.state == 'i'` in `complete_jobs.lua`,
-/// `fail_job.lua` and `defer_jobs.lua`) refuses it. A success, a failure
-/// (retry or dead letter) and a give-back all change nothing, and the next
-/// claim gets attempt 2.
+/// reclaimed (ready again, the lost attempt counted) and before the next
+/// attempt claimed it: its lease is gone (`complete_jobs.lua`) and its
+/// attempt is not the next one (`fail_job.lua`, `defer_jobs.lua`). A
+/// success, a failure (retry or dead letter) and a give-back all change
+/// nothing, and the next claim gets attempt 2.
 #[tokio::test]
 async fn late_outcomes_of_a_reclaimed_attempt_change_nothing() {
     let redis = RedisServer::start();
@@ -114,6 +113,50 @@ async fn late_outcomes_of_a_reclaimed_attempt_change_nothing() {
     let next = store.claim(p, 100).await.expect("claim");
     let attempts: Vec<(String, u32)> = next.jobs.into_iter().map(|j| (j.id, j.attempt)).collect();
     assert_eq!(attempts, [("late".to_string(), 2)]);
+}
+
+/// An outcome for a claim whose job was given back unattempted (a daemon
+/// bug, or an operator's hand: no daemon records an attempt it gave back)
+/// finds the job no longer in flight, its counter where the claim found
+/// it, so the attempt number alone would match: the lease check
+/// (`rec_in_flight` in `fail_job.lua`, `defer_jobs.lua` and `park_jobs.lua`)
+/// refuses it. A failure, a second give-back and a parking change nothing.
+#[tokio::test]
+async fn an_outcome_of_a_claim_given_back_changes_nothing() {
+    let redis = RedisServer::start();
+    let config = test_config(&redis);
+    let store = Store::connect(&config).await.expect("store");
+    enqueue(&store, &config, "given", None).await;
+    let claim: Claimed = crate::claim_direct(&store, "given").await;
+    assert_eq!(claim.attempt, 1);
+    let p = claim.partition;
+    let hour = Duration::from_secs(3600);
+    let given_back = store.defer_many(p, &[(&claim, hour)]).await.expect("defer");
+    assert_eq!(given_back, 1);
+    assert_eq!(state_of(&store, "given").await, (State::Scheduled, 0));
+
+    for action in [
+        hookq::retry::FailAction::Retry(Duration::from_millis(10)),
+        hookq::retry::FailAction::DeadLetter,
+    ] {
+        let outcome = store
+            .fail(&claim, &failure(action.clone()))
+            .await
+            .expect("fail");
+        assert_eq!(
+            outcome,
+            FailOutcome::Stale,
+            "fail_job.lua applied the failure of a claim given back ({action:?})"
+        );
+    }
+    let again = store.defer_many(p, &[(&claim, hour)]).await.expect("defer");
+    assert_eq!(again, 0, "defer_jobs.lua gave a job back twice");
+    let parked = store
+        .park(p, "http://127.0.0.1:9", &[&claim])
+        .await
+        .expect("park");
+    assert_eq!(parked, 0, "park_jobs.lua parked a job given back");
+    assert_eq!(state_of(&store, "given").await, (State::Scheduled, 0));
 }
 
 /// A ready job that is cancelled leaves its id in the ready list as a
@@ -204,36 +247,69 @@ async fn an_id_twice_in_one_claim_is_claimed_once() {
 
 /// A lease left in the in-flight set for a job that is not in flight (no
 /// script leaves one; an operator's hand or a future bug could): when it
-/// expires, reclaim drops it and leaves the job as it is (`r.state == 'i'`
-/// in `reclaim_expired.lua`). A job scheduled in an hour is not made ready
-/// now, and no attempt is counted.
+/// expires, reclaim drops it and leaves the job as it is (`rec_may_fly`
+/// and `r.due <= now` in `reclaim_expired.lua`: a claim takes a job only
+/// when it is due within the claim ahead). A job scheduled in an hour (in
+/// the timing wheel) or in 5 s (in the due set) is not made ready now, and
+/// no attempt is counted.
 #[tokio::test]
 async fn a_lease_left_behind_for_a_scheduled_job_does_not_run_it_early() {
     let redis = RedisServer::start();
     let config = test_config(&redis);
     let store = Store::connect(&config).await.expect("store");
-    let id = "stray-lease";
-    let p = store.keys().partition_of(id);
-    enqueue(&store, &config, id, Some("1h")).await;
     let mut conn = redis.conn().await;
-    let () = conn
-        .zadd(store.keys().inflight(p), id, 1)
-        .await
-        .expect("ZADD");
-    let reclaim = store.reclaim(p, 100).await.expect("reclaim");
-    assert_eq!(
-        (reclaim.requeued, reclaim.dead),
-        (0, 0),
-        "a scheduled job was taken back as a lost attempt: {reclaim:?}"
-    );
-    assert_eq!(state_of(&store, id).await, (State::Scheduled, 0));
-    let leased: Option<f64> = conn
+    for (id, delay) in [("stray-wheel", "1h"), ("stray-due", "5s")] {
+        let p = store.keys().partition_of(id);
+        enqueue(&store, &config, id, Some(delay)).await;
+        let () = conn
+            .zadd(store.keys().inflight(p), id, 1)
+            .await
+            .expect("ZADD");
+        let reclaim = store.reclaim(p, 100).await.expect("reclaim");
+        assert_eq!(
+            (reclaim.requeued, reclaim.dead),
+            (0, 0),
+            "a job scheduled in {delay} was taken back as a lost attempt: {reclaim:?}"
+        );
+        assert_eq!(state_of(&store, id).await, (State::Scheduled, 0), "{id}");
+        let leased: Option<f64> = conn
+            .zscore(store.keys().inflight(p), id)
+            .await
+            .expect("ZSCORE");
+        assert_eq!(leased, None, "the stray lease of {id} stays");
+        let claimed = store.claim(p, 100).await.expect("claim");
+        assert!(claimed.jobs.is_empty(), "{:?}", claimed.jobs);
+    }
+}
+
+/// A job in flight whose id comes into its ready list again (a push that
+/// raced another, or an operator's hand) is not claimed a second time: a
+/// claim leaves the record as it was, and the lease alone says the job is
+/// in flight (`leased` in `claim_ready.lua`).
+#[tokio::test]
+async fn a_job_in_flight_is_not_claimed_again_when_its_id_comes_back() {
+    let redis = RedisServer::start();
+    let config = test_config(&redis);
+    let store = Store::connect(&config).await.expect("store");
+    let id = "again";
+    let p = store.keys().partition_of(id);
+    enqueue(&store, &config, id, None).await;
+    let first = crate::claim_direct(&store, id).await;
+    assert_eq!(first.attempt, 1);
+    let mut conn = redis.conn().await;
+    let () = conn.rpush(store.keys().ready(p), id).await.expect("RPUSH");
+    let again = store.claim(p, 100).await.expect("claim");
+    assert!(again.jobs.is_empty(), "claimed twice: {:?}", again.jobs);
+    let lease: Option<f64> = conn
         .zscore(store.keys().inflight(p), id)
         .await
         .expect("ZSCORE");
-    assert_eq!(leased, None, "the stray lease stays");
-    let claimed = store.claim(p, 100).await.expect("claim");
-    assert!(claimed.jobs.is_empty(), "{:?}", claimed.jobs);
+    assert_eq!(
+        lease,
+        Some(first.lease.deadline as f64),
+        "the lease changed"
+    );
+    assert_eq!(state_of(&store, id).await, (State::Inflight, 1));
 }
 
 /// Two changes of one schedule computed from the same version (two PATCHes

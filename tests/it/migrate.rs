@@ -185,7 +185,7 @@ async fn a_daemon_refuses_data_of_another_layout_naming_migrate() {
     let mut conn = fresh.conn().await;
     assert_eq!(schema(&mut conn).await, None);
     let daemon = start_daemon(&test_config(&fresh)).await;
-    assert_eq!(schema(&mut conn).await.as_deref(), Some("3"));
+    assert_eq!(schema(&mut conn).await.as_deref(), Some("4"));
     // While a daemon runs (subscribed to the wake channel), the migration
     // refuses to start.
     wait_until(
@@ -640,13 +640,13 @@ async fn migrate_converts_layout_1_in_place_and_resumes_after_kill_9() {
     let version = schema(&mut conn).await;
     assert_ne!(
         version.as_deref(),
-        Some("3"),
+        Some("4"),
         "hookq migrate finished before it was killed (the kill came too late to test a \
          resume); stderr: {lines:?}"
     );
     assert_eq!(
         version.as_deref(),
-        Some("1>3"),
+        Some("1>4"),
         "schema after a killed migration"
     );
     let halfway = job_key_types(&mut conn).await;
@@ -683,14 +683,14 @@ async fn migrate_converts_layout_1_in_place_and_resumes_after_kill_9() {
         );
     }
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
-    assert_eq!(report["schema"], "3", "{report}");
+    assert_eq!(report["schema"], "4", "{report}");
     let converted = report["converted"].as_u64().expect("converted");
     let already = report["already_converted"].as_u64().expect("already");
     assert!(
         already > 0 && converted > 0 && converted < jobs.len() as u64 + 1,
         "the second run should resume, not start over: {report}"
     );
-    assert_eq!(schema(&mut conn).await.as_deref(), Some("3"));
+    assert_eq!(schema(&mut conn).await.as_deref(), Some("4"));
 
     // Finished jobs are kept as record strings, live ones moved into the
     // record hashes; the bare hash is gone.
@@ -913,7 +913,8 @@ fn layout2_record(state: u8, due: i64, seq: u64, created: i64, spec: &str) -> Ve
     v
 }
 
-/// Layout 2 (a string per job) converts to layout 3: a scheduled job moves
+/// Layout 2 (a string per job) converts to layout 3 (read by layout 4 as
+/// it is): a scheduled job moves
 /// into its record hash and is delivered on time by a daemon afterwards,
 /// keeping the due time it was given; a finished record stays a string
 /// with its time to live; a second run changes nothing.
@@ -956,7 +957,7 @@ async fn migrate_converts_layout_2_records() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(schema(&mut conn).await.as_deref(), Some("3"));
+    assert_eq!(schema(&mut conn).await.as_deref(), Some("4"));
     let (live, left): (bool, bool) = redis::pipe()
         .hexists(keys.live_records(p, sched), sched)
         .exists(keys.job(p, sched))
@@ -984,5 +985,65 @@ async fn migrate_converts_layout_2_records() {
     let received = got[0].received_ms();
     assert!(received >= due, "delivered {} ms early", due - received);
     assert_eq!(got[0].path, "/l2");
+    daemon.stop().await.expect("clean stop");
+}
+
+/// Layout 3 migrates by its version alone. A daemon and a data command
+/// refuse it, naming `hookq migrate`, which converts nothing. A job a
+/// layout-3 daemon had claimed (its record says `i`, its counter at the
+/// attempt in flight, as that daemon's claim wrote it) still reads as in
+/// flight on that attempt; when its lease expires it is taken back (the
+/// lost attempt counted) and delivered on attempt 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn layout_3_migrates_by_its_version_and_its_claims_read_the_same() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let config = test_config(&redis);
+    let store = Store::connect(&config).await.expect("store");
+    let id = "l3-claimed";
+    let input = hookq::job::JobInput {
+        id: Some(id.into()),
+        url: Some(receiver.url("/l3")),
+        ..hookq::job::JobInput::default()
+    };
+    crate::enqueue_direct(&store, &config, input).await;
+    let claimed = crate::claim_direct(&store, id).await;
+    assert_eq!(claimed.attempt, 1);
+    // As a layout-3 claim left it: the record in state `i`, attempt 1, and
+    // a lease that expires soon.
+    let keys = store.keys().clone();
+    let p = keys.partition_of(id);
+    let mut conn = redis.conn().await;
+    let mut record: Vec<u8> = conn.hget(keys.live_records(p, id), id).await.expect("HGET");
+    record[0] = b'i';
+    record[7..9].copy_from_slice(&1u16.to_be_bytes());
+    let _: () = redis::pipe()
+        .hset(keys.live_records(p, id), id, record)
+        .zadd(keys.inflight(p), id, now_ms() + 500)
+        .set(format!("{NS}:schema"), "3")
+        .query_async(&mut conn)
+        .await
+        .expect("write the layout-3 claim");
+
+    assert_refused(&redis, id, "layout 3").await;
+    let out = hookq(&redis, 4, &["--json", "migrate"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    assert_eq!(
+        (&report["schema"], &report["converted"]),
+        (&serde_json::json!("4"), &serde_json::json!(0)),
+        "{report}"
+    );
+    assert_eq!(schema(&mut conn).await.as_deref(), Some("4"));
+    let view = store.get(id).await.expect("get").expect("record");
+    assert_eq!((view.state, view.attempts), (State::Inflight, 1));
+
+    let daemon = start_daemon(&config).await;
+    let got = receiver.wait_for_count(1, Duration::from_secs(15)).await;
+    assert_eq!(got[0].header("hookq-attempt"), Some("2"), "{:?}", got[0]);
     daemon.stop().await.expect("clean stop");
 }
