@@ -108,7 +108,9 @@ end
                                    r ready, i in flight, d delivered,
                                    x dead, c cancelled
     offset  1  updated    6 bytes  ms
-    offset  7  attempts   2 bytes  also the lease's fencing token
+    offset  7  attempts   2 bytes  made before the one in flight (a claim
+                                   leaves them: its attempt, + 1, is a
+                                   failure's fencing token; see In flight)
     offset  9  max        2 bytes  attempts allowed
     offset 11  due        6 bytes  ms, of the pending or last attempt
     offset 17  seq        6 bytes  due-set (or parking) sequence, given when

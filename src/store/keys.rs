@@ -284,7 +284,7 @@ impl Keys {
     }
 
     /// STRING `<ns>:schema`: the layout version of this namespace's data
-    /// (`3`; `<from>>3` while a migration runs or after one was interrupted).
+    /// (`4`; `<from>>4` while a migration runs or after one was interrupted).
     pub(crate) fn schema(&self) -> String {
         format!("{}:schema", self.namespace)
     }

@@ -58,7 +58,9 @@ pub struct RecordHeader {
     pub held: bool,
     /// Last change, epoch ms.
     pub updated: i64,
-    /// Attempts started (the lease's fencing token).
+    /// Attempts started: the record counts those before a claim, and
+    /// [`RecordHeader::leased`] adds the one in flight (a failure's
+    /// fencing token).
     pub attempts: u32,
     /// Attempts allowed.
     pub max_attempts: u32,
