@@ -132,8 +132,12 @@ for i, id in ipairs(ids) do
   if not v and slot_moving_once(KEYS[1]) then return try_again() end
   records[i] = v or false
 end
--- A job with a lease is in flight already (its id came twice).
-local leased = #ids > 0 and rcall('ZMSCORE', KEYS[2], unpack(ids)) or EMPTY
+-- A job with a lease is in flight already (its id came to a list twice).
+-- (Not the jobs kept from the promotion: no job with a lease is in a due
+-- set, as every step that puts one there ends its lease or refuses a job
+-- in flight.)
+local leased = EMPTY
+if not kept and #ids > 0 then leased = rcall('ZMSCORE', KEYS[2], unpack(ids)) end
 for _, l in ipairs(lists) do
   if #l.ids > 0 then rcall('LTRIM', l.key, #l.ids, -1) end
   -- A tenant whose list ran dry leaves the set (a push brings it back).
