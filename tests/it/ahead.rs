@@ -40,6 +40,26 @@ async fn enqueue_at(store: &Store, config: &hookq::config::Config, id: &str, due
     crate::enqueue_direct(store, config, input).await;
 }
 
+/// A change of job `id` from spec `old` to `new` (due at `due`, or as it
+/// was), with the config's attempts and lease.
+fn change_of<'a>(
+    config: &hookq::config::Config,
+    id: &'a str,
+    old: &'a str,
+    new: &'a str,
+    due: Option<hookq::job::Due>,
+) -> hookq::store::Reschedule<'a> {
+    hookq::store::Reschedule {
+        id,
+        old_spec_json: old,
+        new_spec_json: new,
+        due,
+        max_attempts: config.delivery.retry.len() as u32 + 1,
+        lease_ms: None,
+        given: hookq::job::GIVEN_DELAY,
+    }
+}
+
 /// A store on a fresh Redis with one partition and the default claim ahead.
 async fn one_partition_store(redis: &RedisServer) -> (hookq::config::Config, Store) {
     let mut config = test_config(redis);
@@ -143,15 +163,13 @@ async fn a_change_before_the_hand_over_wins_over_a_promotion_ahead() {
         }
     };
     let old = spec("moved").await;
-    let change = hookq::store::Reschedule {
-        id: "moved",
-        old_spec_json: &old,
-        new_spec_json: &old,
-        due: Some(hookq::job::Due::At(due + 60_000)),
-        max_attempts: config.delivery.retry.len() as u32 + 1,
-        lease_ms: None,
-        given: hookq::job::GIVEN_DELAY,
-    };
+    let change = change_of(
+        &config,
+        "moved",
+        &old,
+        &old,
+        Some(hookq::job::Due::At(due + 60_000)),
+    );
     let moved = store.reschedule(&change).await.expect("reschedule");
     assert!(
         matches!(moved, RescheduleOutcome::Changed { due: d, .. } if d == due + 60_000),
@@ -161,15 +179,7 @@ async fn a_change_before_the_hand_over_wins_over_a_promotion_ahead() {
     let mut new: serde_json::Value = serde_json::from_str(&old).expect("spec");
     new["url"] = json!("http://127.0.0.1:9/changed");
     let new = new.to_string();
-    let change = hookq::store::Reschedule {
-        id: "changed",
-        old_spec_json: &old,
-        new_spec_json: &new,
-        due: None,
-        max_attempts: config.delivery.retry.len() as u32 + 1,
-        lease_ms: None,
-        given: hookq::job::GIVEN_DELAY,
-    };
+    let change = change_of(&config, "changed", &old, &new, None);
     let changed = store.reschedule(&change).await.expect("reschedule");
     assert!(
         matches!(changed, RescheduleOutcome::Changed { .. }),
@@ -232,15 +242,13 @@ async fn a_job_handed_over_ahead_reads_in_flight_and_refuses_a_change() {
         (hookq::job::State::Inflight, 1, later)
     );
     let spec = view.spec_json.clone();
-    let change = hookq::store::Reschedule {
-        id: "handed",
-        old_spec_json: &spec,
-        new_spec_json: &spec,
-        due: Some(hookq::job::Due::At(later + 60_000)),
-        max_attempts: config.delivery.retry.len() as u32 + 1,
-        lease_ms: None,
-        given: hookq::job::GIVEN_DELAY,
-    };
+    let change = change_of(
+        &config,
+        "handed",
+        &spec,
+        &spec,
+        Some(hookq::job::Due::At(later + 60_000)),
+    );
     let refused = store.reschedule(&change).await.expect("reschedule");
     assert_eq!(
         refused,
