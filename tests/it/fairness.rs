@@ -307,8 +307,9 @@ async fn the_fair_share_holds_on_a_cluster() {
 /// commit before tenants (`tests/fixtures/make-pre-tenants.sh`): jobs ready,
 /// scheduled, in the timing wheel and in an ordering key's line, and a dead
 /// letter. The new binary reads them as the `default` tenant's, with no
-/// step of the operator's, delivers them (the line in order) and replays
-/// the dead letter.
+/// step of the operator's but the layout's `hookq migrate` (layout 3 to 4,
+/// the version alone), delivers them (the line in order) and replays the
+/// dead letter.
 #[tokio::test]
 async fn data_written_before_tenants_is_the_default_tenants() {
     let fixture = tempfile::tempdir().expect("tempdir");
@@ -332,6 +333,12 @@ async fn data_written_before_tenants_is_the_default_tenants() {
     .await;
     let mut config = test_config(&redis);
     config.redis.partitions = 16; // the fixture's (the default)
+    let migrated = crate::migrate::hookq(&redis, 16, &["migrate"]);
+    assert!(
+        migrated.status.success(),
+        "hookq migrate: {}",
+        String::from_utf8_lossy(&migrated.stderr)
+    );
     let daemon = start_daemon(&config).await;
     let base = daemon.url();
     let got = receiver.wait_for_count(9, Duration::from_secs(30)).await;

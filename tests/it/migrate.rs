@@ -49,7 +49,7 @@ fn hookq_command(redis: &RedisServer, partitions: u16, args: &[&str]) -> Command
 }
 
 /// Runs `hookq <args>` to its end (panics after `CLI_DEADLINE`).
-fn hookq(redis: &RedisServer, partitions: u16, args: &[&str]) -> Output {
+pub(crate) fn hookq(redis: &RedisServer, partitions: u16, args: &[&str]) -> Output {
     crate::output_within(hookq_command(redis, partitions, args), CLI_DEADLINE)
 }
 
