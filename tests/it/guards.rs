@@ -611,6 +611,18 @@ async fn a_wheel_tombstone_does_not_reschedule_a_job_in_flight() {
         (State::Inflight, 1),
         "the bucket's tombstone rescheduled a job in flight"
     );
+    // (A job with a lease is never in a due set, nor promoted from one: a
+    // claim of the jobs it promotes does not look for their leases.)
+    let due: usize = conn.zcard(store.keys().due(p)).await.expect("ZCARD");
+    let ready: Vec<String> = conn
+        .lrange(store.keys().ready(p), 0, -1)
+        .await
+        .expect("LRANGE");
+    assert_eq!(
+        (due, ready),
+        (0, Vec::<String>::new()),
+        "the bucket's tombstone rescheduled a job in flight"
+    );
     store.promote(p, 100).await.expect("promote");
     let again = store.claim(p, 100).await.expect("claim");
     assert!(again.jobs.is_empty(), "a second attempt: {:?}", again.jobs);
@@ -815,6 +827,18 @@ async fn stale_firings_change_nothing() {
         state_of(&store, &job2).await,
         (State::Inflight, 1),
         "a firing re-created a job over its attempt in flight"
+    );
+    // (A claim leaves the record as it was, so a re-created one would read
+    // the same: its id back in the ready list shows it.)
+    let ready: Vec<String> = redis
+        .conn()
+        .await
+        .lrange(store.keys().ready(p), 0, -1)
+        .await
+        .expect("LRANGE");
+    assert!(
+        !ready.contains(&job2),
+        "a firing re-created a job over its attempt in flight: {ready:?}"
     );
     let again = store.claim(p, 100).await.expect("claim");
     assert!(again.jobs.is_empty(), "a second attempt: {:?}", again.jobs);
