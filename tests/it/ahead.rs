@@ -60,6 +60,21 @@ fn change_of<'a>(
     }
 }
 
+/// Promotes and claims partition 0 until a claim hands something over (20 s
+/// at most), as a daemon's rounds would; the jobs of that claim.
+async fn claim_when_due(store: &Store) -> Vec<hookq::store::Claimed> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        assert!(tokio::time::Instant::now() < deadline, "nothing claimed");
+        store.promote(0, 256).await.expect("promote");
+        let claimed = store.claim(0, 10).await.expect("claim").jobs;
+        if !claimed.is_empty() {
+            return claimed;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
 /// A store on a fresh Redis with one partition and the default claim ahead.
 async fn one_partition_store(redis: &RedisServer) -> (hookq::config::Config, Store) {
     let mut config = test_config(redis);
@@ -186,14 +201,7 @@ async fn a_change_before_the_hand_over_wins_over_a_promotion_ahead() {
         "{changed:?}"
     );
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let mut claimed = Vec::new();
-    while claimed.is_empty() {
-        assert!(tokio::time::Instant::now() < deadline, "nothing claimed");
-        store.promote(0, 256).await.expect("promote");
-        claimed = store.claim(0, 10).await.expect("claim").jobs;
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    let claimed = claim_when_due(&store).await;
     let ids: Vec<&str> = claimed.iter().map(|j| j.id.as_str()).collect();
     assert_eq!(ids, ["changed"], "only the job changed in place");
     assert!(claimed[0].spec_json.contains("/changed"), "the new spec");
@@ -213,14 +221,7 @@ async fn a_job_handed_over_ahead_reads_in_flight_and_refuses_a_change() {
     let (config, store) = one_partition_store(&redis).await;
     let due = store.redis_time_ms().await.expect("time") + 200;
     enqueue_at(&store, &config, "handed", due).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let mut claimed = Vec::new();
-    while claimed.is_empty() {
-        assert!(tokio::time::Instant::now() < deadline, "nothing claimed");
-        store.promote(0, 256).await.expect("promote");
-        claimed = store.claim(0, 10).await.expect("claim").jobs;
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    let claimed = claim_when_due(&store).await;
     assert_eq!((claimed[0].id.as_str(), claimed[0].attempt), ("handed", 1));
     let keys = store.keys().clone();
     let mut conn = redis.conn().await;
