@@ -152,11 +152,14 @@ pub fn paced_figures(nginx: &Nginx, span_ms: i64, n: usize) -> Res<Figures> {
     ]))
 }
 
-/// Redis's CPU, commands served and script calls, and this process's CPU,
+/// Redis's CPU (its system part apart), the time it spent inside scripts,
+/// its wakes, commands served and script calls, and this process's CPU,
 /// read at the start of a paced run's measurement ([`paced_run`], and
 /// BullMQ's in `peer_bullmq_steady_200`).
 pub struct FleetCounters {
-    redis_cpu: f64,
+    redis_cpu: (f64, f64),
+    script_usec: i64,
+    wakes: i64,
     commands: i64,
     scripts: i64,
     own_cpu: f64,
@@ -166,7 +169,9 @@ impl FleetCounters {
     /// Reads the counters (in the order of the fields).
     pub async fn read(redis: &RedisServer) -> Res<FleetCounters> {
         Ok(FleetCounters {
-            redis_cpu: redis.cpu_seconds().await?,
+            redis_cpu: redis.cpu_user_system().await?,
+            script_usec: redis.script_usec().await?,
+            wakes: redis.wakes().await?,
             commands: redis.command_calls().await?,
             scripts: redis.script_calls().await?,
             own_cpu: own_cpu_seconds(),
@@ -174,15 +179,32 @@ impl FleetCounters {
     }
 
     /// Reads them again (same order) and returns each increase per job of
-    /// `n`: `redis_cpu_us_per_job`, `redis_commands_per_job`,
+    /// `n`: `redis_cpu_us_per_job` (user and system), of which
+    /// `redis_system_us_per_job` in system calls and
+    /// `redis_in_scripts_us_per_job` inside script commands (the rest is
+    /// the event loop's reading, parsing and replying),
+    /// `redis_wakes_per_job`, `redis_commands_per_job`,
     /// `script_calls_per_job`, `daemons_cpu_us_per_job`.
     pub async fn per_job_since(self, redis: &RedisServer, n: usize) -> Res<Figures> {
         let per_job = |v: f64| v / n as f64;
+        let (user, system) = redis.cpu_user_system().await?;
+        let script_usec = redis.script_usec().await?;
+        let wakes = redis.wakes().await?;
+        let (user_before, system_before) = self.redis_cpu;
         Ok(HashMap::from([
             (
                 "redis_cpu_us_per_job",
-                per_job((redis.cpu_seconds().await? - self.redis_cpu) * 1e6),
+                per_job((user + system - user_before - system_before) * 1e6),
             ),
+            (
+                "redis_system_us_per_job",
+                per_job((system - system_before) * 1e6),
+            ),
+            (
+                "redis_in_scripts_us_per_job",
+                per_job((script_usec - self.script_usec) as f64),
+            ),
+            ("redis_wakes_per_job", per_job((wakes - self.wakes) as f64)),
             (
                 "redis_commands_per_job",
                 per_job((redis.command_calls().await? - self.commands) as f64),

@@ -245,12 +245,35 @@ impl RedisServer {
 
     /// The sum of `calls=` over the `INFO commandstats` lines `wanted` keeps.
     pub async fn calls_of(&self, wanted: impl Fn(&str) -> bool) -> ::redis::RedisResult<i64> {
+        self.command_stat_sum("calls", wanted).await
+    }
+
+    /// Microseconds Redis spent inside script commands (`usec=` of `FCALL`,
+    /// `EVALSHA` and `EVAL` in `INFO commandstats`): what the scripts cost,
+    /// as against the event loop, the network and the kernel around them.
+    pub async fn script_usec(&self) -> ::redis::RedisResult<i64> {
+        self.command_stat_sum("usec", |l| {
+            ["cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_fcall:"]
+                .iter()
+                .any(|c| l.starts_with(c))
+        })
+        .await
+    }
+
+    /// The sum of field `field` (`calls`, `usec`) over the `INFO
+    /// commandstats` lines `wanted` keeps.
+    async fn command_stat_sum(
+        &self,
+        field: &str,
+        wanted: impl Fn(&str) -> bool,
+    ) -> ::redis::RedisResult<i64> {
         let info = self.info("commandstats").await?;
+        let key = format!("{field}=");
         Ok(info
             .lines()
             .filter(|l| wanted(l))
             .filter_map(|l| {
-                l.split("calls=")
+                l.split(key.as_str())
                     .nth(1)?
                     .split(',')
                     .next()?
@@ -262,12 +285,36 @@ impl RedisServer {
 
     /// CPU seconds Redis has used, user and system.
     pub async fn cpu_seconds(&self) -> ::redis::RedisResult<f64> {
+        let (user, system) = self.cpu_user_system().await?;
+        Ok(user + system)
+    }
+
+    /// CPU seconds Redis has used (`INFO cpu`), user and system apart: the
+    /// system part is its system calls (the network, its wakes).
+    pub async fn cpu_user_system(&self) -> ::redis::RedisResult<(f64, f64)> {
         let info = self.info("cpu").await?;
-        Ok(info
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        Ok((field("used_cpu_user:"), field("used_cpu_sys:")))
+    }
+
+    /// How many times Redis's main thread has gone to sleep and been woken
+    /// (its voluntary context switches, from /proc): a sleeping Redis
+    /// wakes for each request that finds it idle. 0 where /proc does not
+    /// tell.
+    pub async fn wakes(&self) -> ::redis::RedisResult<i64> {
+        let pid = self.info_field("server", "process_id").await?;
+        let status =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/status")).unwrap_or_default();
+        Ok(status
             .lines()
-            .filter(|l| l.starts_with("used_cpu_sys:") || l.starts_with("used_cpu_user:"))
-            .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
-            .sum())
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0))
     }
 
     /// One integer field of `INFO section`.
