@@ -70,8 +70,9 @@ async fn fresh_fleet(
 /// SPEC §16's steady scenarios (`steady_200`, `steady_2000`,
 /// `steady_2000_20_daemons`): `daemons` daemons with the default config on
 /// one Redis (`redis.partitions` set to `partitions` when given: the tuned
-/// `steady_200_4_partitions` and `steady_2000_4_partitions`), `rate` × `seconds` jobs due one every
-/// 1/`rate` s to nginx; [`paced_run`]'s figures.
+/// `steady_200_4_partitions` and `steady_2000_4_partitions`), `rate` ×
+/// `seconds` jobs due one every 1/`rate` s to nginx; [`paced_run`]'s
+/// figures.
 pub async fn steady(
     redis: &RedisServer,
     nginx: &Nginx,
