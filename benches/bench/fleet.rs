@@ -172,7 +172,7 @@ impl FleetCounters {
         Ok(FleetCounters {
             redis_cpu: redis.cpu_user_system().await?,
             script_usec: redis.script_usec().await?,
-            wakes: redis.wakes().await?,
+            wakes: redis.wakes(),
             commands: redis.command_calls().await?,
             scripts: redis.script_calls().await?,
             own_cpu: own_cpu_seconds(),
@@ -190,7 +190,7 @@ impl FleetCounters {
         let per_job = |v: f64| v / n as f64;
         let (user, system) = redis.cpu_user_system().await?;
         let script_usec = redis.script_usec().await?;
-        let wakes = redis.wakes().await?;
+        let wakes = redis.wakes();
         let (user_before, system_before) = self.redis_cpu;
         Ok(HashMap::from([
             (

@@ -228,12 +228,7 @@ impl RedisServer {
     /// Script calls Redis has served (`FCALL`, `EVALSHA` and `EVAL`): hookq's
     /// requests are all scripts.
     pub async fn script_calls(&self) -> ::redis::RedisResult<i64> {
-        self.calls_of(|l| {
-            ["cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_fcall:"]
-                .iter()
-                .any(|c| l.starts_with(c))
-        })
-        .await
+        self.calls_of(is_script_stat).await
     }
 
     /// Commands Redis has served (`INFO commandstats`), those scripts run
@@ -252,12 +247,7 @@ impl RedisServer {
     /// `EVALSHA` and `EVAL` in `INFO commandstats`): what the scripts cost,
     /// as against the event loop, the network and the kernel around them.
     pub async fn script_usec(&self) -> ::redis::RedisResult<i64> {
-        self.command_stat_sum("usec", |l| {
-            ["cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_fcall:"]
-                .iter()
-                .any(|c| l.starts_with(c))
-        })
-        .await
+        self.command_stat_sum("usec", is_script_stat).await
     }
 
     /// The sum of field `field` (`calls`, `usec`) over the `INFO
@@ -305,16 +295,16 @@ impl RedisServer {
     /// How many times Redis's main thread has gone to sleep and been woken
     /// (its voluntary context switches, from /proc): a sleeping Redis
     /// wakes for each request that finds it idle. 0 where /proc does not
-    /// tell.
-    pub async fn wakes(&self) -> ::redis::RedisResult<i64> {
-        let pid = self.info_field("server", "process_id").await?;
+    /// tell, or the server is not running.
+    pub fn wakes(&self) -> i64 {
+        let Some(pid) = self.pid() else { return 0 };
         let status =
             std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/status")).unwrap_or_default();
-        Ok(status
+        status
             .lines()
             .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
             .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0))
+            .unwrap_or(0)
     }
 
     /// One integer field of `INFO section`.
@@ -379,4 +369,12 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Whether an `INFO commandstats` line is a script command's (`FCALL`,
+/// `EVALSHA`, `EVAL`): hookq's requests are all scripts.
+fn is_script_stat(line: &str) -> bool {
+    ["cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_fcall:"]
+        .iter()
+        .any(|c| line.starts_with(c))
 }
