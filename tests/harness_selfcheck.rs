@@ -53,6 +53,37 @@ async fn default_redis_server_has_no_persistence() {
     assert_eq!(config, ["appendonly", "no"]);
 }
 
+/// The counters the benchmark's steady lines read (`FleetCounters`) move
+/// with the work they stand for: a script's time shows in `script_usec`
+/// (not its call count), its CPU in the user part, and a request that finds
+/// Redis asleep in `wakes`.
+#[tokio::test]
+async fn redis_counters_move_with_scripts_and_wakes() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn().await;
+    let usec = redis.script_usec().await.unwrap();
+    let (user, _) = redis.cpu_user_system().await.unwrap();
+    let wakes = redis.wakes();
+    // A script that keeps Redis busy for milliseconds.
+    let counted: i64 = redis::cmd("EVAL")
+        .arg("local n = 0 for i = 1, 3000000 do n = n + 1 end return n")
+        .arg(0)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(counted, 3_000_000);
+    let spent = redis.script_usec().await.unwrap() - usec;
+    assert!(spent >= 1_000, "script time {spent} us");
+    let (user_after, _) = redis.cpu_user_system().await.unwrap();
+    assert!(user_after > user, "user CPU {user} -> {user_after}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while redis.wakes() <= wakes {
+        assert!(tokio::time::Instant::now() < deadline, "no wake counted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let _: String = redis::cmd("PING").query_async(&mut conn).await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn receiver_records_requests_and_replies() {
     let receiver = Receiver::start(Arc::new(|r: &Recorded| match r.path.as_str() {
