@@ -233,8 +233,9 @@ async fn tenant_scenarios(rig: &Rig<'_>, out: &mut Vec<Scenario>) -> Res<()> {
 }
 
 /// SPEC §16's steady load: jobs due one every 1/rate s, at 200 jobs/s (with
-/// BullMQ beside it under `--peers`) and 2,000 jobs/s (one daemon, twenty),
-/// each also with 4 partitions, a tuned setting shown beside.
+/// BullMQ beside it under `--peers`) and 2,000 jobs/s (one daemon, twenty);
+/// at each rate one daemon with 4 partitions too, a tuned setting shown
+/// beside.
 async fn steady_scenarios(rig: &Rig<'_>, out: &mut Vec<Scenario>) -> Res<()> {
     let (redis, nginx, runs) = (rig.redis, rig.nginx, rig.opts.runs);
     // 15 s at 200 jobs/s, 10 s at 2,000 (`--quick`: 1 s and 0.25 s).
