@@ -13,8 +13,9 @@
 //!
 //! One task sends the batches, one at a time ([`IN_FLIGHT`]): while one
 //! runs, the next one gathers, so under load batches grow instead of
-//! queueing. A batch carries at most [`MAX_ARGS`] arguments, so that no
-//! single `FCALL` holds Redis for long, and the claims and promotions
+//! queueing. A batch carries at most [`MAX_ARGS`] arguments of calls to
+//! send (and [`RIDE_MAX_ARGS`] with riders), so that no single `FCALL`
+//! holds Redis for long, and the claims and promotions
 //! queued go before the outcomes: a job just due does not wait behind a
 //! bulk's outcomes, which are delivered already and held by their leases.
 //!
@@ -47,13 +48,21 @@ const GATHER_YIELDS: usize = 3;
 /// same rate, and holds that rate behind a 2 and 4 ms round trip to Redis
 /// (27,300-29,000 jobs/s): the outcomes queued meanwhile make larger calls.
 const IN_FLIGHT: usize = 1;
-/// Most arguments (all calls' ARGV together) one batch carries; a call
-/// larger than that goes alone. Measured under a 200,000-job bulk with
+/// Most arguments (all calls' ARGV together) of the calls to send one
+/// batch carries; a call larger than that goes alone. Measured under a 200,000-job bulk with
 /// another tenant's trickle (`tenants_fair`): at 2,048 a batch held Redis
 /// for milliseconds and the trickle's claims waited 20-50 ms behind
 /// batches of outcomes; at 256 they wait a few, and Redis spent less per
 /// job (why was not profiled; see docs/performance.md, Tenants).
 const MAX_ARGS: usize = 256;
+/// Most arguments a batch carries once riding calls have boarded. Riders
+/// are outcome calls of a light load (a full outcome batch does not ride),
+/// each small, and a window's worth of them is the 16 partitions' calls:
+/// ~600 arguments at 200 jobs/s. Cut at [`MAX_ARGS`], two in three of them
+/// missed the round they rode for and woke Redis alone a few milliseconds
+/// later (53 of 307 `FCALL`s of `steady_200`; 7 of 258 with this, and
+/// ~13 % less Redis CPU a job there, docs/performance.md).
+const RIDE_MAX_ARGS: usize = 1024;
 /// Longest a batch waits for the calls a carrier round said would come.
 const EXPECT_WAIT: Duration = Duration::from_millis(2);
 
@@ -282,28 +291,30 @@ impl Waiting {
 
     /// Takes the next batch: the calls to send, the claims and promotions
     /// before the outcomes, up to [`MAX_ARGS`] arguments (at least one
-    /// call); then, if all of them fit, the riding calls that fit too. The
-    /// rest stay for the next batch.
+    /// call); then, if all of them fit, the riding calls that fit within
+    /// [`RIDE_MAX_ARGS`]. The rest stay for the next batch.
     fn next_batch(&mut self) -> Vec<Call> {
         // (Stable: each kind keeps the order it was queued in.)
         self.to_send.sort_by_key(Call::is_outcome);
         let mut args = 0;
-        let mut fits = |c: &Call| {
-            args += c.args.len();
-            args <= MAX_ARGS
-        };
         let cut = self
             .to_send
             .iter()
-            .position(|c| !fits(c))
+            .position(|c| {
+                args += c.args.len();
+                args > MAX_ARGS
+            })
             .unwrap_or(self.to_send.len())
             .max(1);
         let mut batch: Vec<Call> = self.to_send.drain(..cut).collect();
-        if self.to_send.is_empty() {
+        if self.to_send.is_empty() && args <= MAX_ARGS {
             let boarding = self
                 .riding
                 .iter()
-                .position(|c| !fits(c))
+                .position(|c| {
+                    args += c.args.len();
+                    args > RIDE_MAX_ARGS
+                })
                 .unwrap_or(self.riding.len());
             batch.extend(self.riding.drain(..boarding));
         }
@@ -456,8 +467,8 @@ mod tests {
     }
 
     /// Riders board a batch only when every call to send fits, and only
-    /// as many as fit: the others ride on. A call larger than a batch goes
-    /// alone.
+    /// as many as fit within RIDE_MAX_ARGS, past MAX_ARGS: the others
+    /// ride on. A call larger than a batch goes alone.
     #[test]
     fn riders_board_where_there_is_room() {
         let mut waiting = Waiting::default();
@@ -467,15 +478,24 @@ mod tests {
         assert_eq!(shape(&waiting.next_batch()), [50, -100, -100]);
         assert!(waiting.riding.is_empty());
 
-        waiting.take(call(&COMPLETE_JOBS, 150, true));
-        waiting.take(call(&COMPLETE_JOBS, 150, true));
+        // A light load's window of outcomes: past MAX_ARGS, within
+        // RIDE_MAX_ARGS.
+        for _ in 0..16 {
+            waiting.take(call(&COMPLETE_JOBS, 36, true));
+        }
+        waiting.take(call(&CLAIM_READY, 72, false));
+        assert_eq!(waiting.next_batch().len(), 17, "every rider boards");
+
+        let half = RIDE_MAX_ARGS / 2;
+        waiting.take(call(&COMPLETE_JOBS, half, true));
+        waiting.take(call(&COMPLETE_JOBS, half, true));
         waiting.take(call(&CLAIM_READY, 50, false));
-        assert_eq!(shape(&waiting.next_batch()), [50, -150]);
+        assert_eq!(shape(&waiting.next_batch()), [50, -(half as i64)]);
         assert_eq!(waiting.riding.len(), 1, "one rides on");
 
         waiting.take(call(&CLAIM_READY, MAX_ARGS + 1, false));
         waiting.take(call(&CLAIM_READY, 10, false));
         assert_eq!(shape(&waiting.next_batch()), [MAX_ARGS as i64 + 1]);
-        assert_eq!(shape(&waiting.next_batch()), [10, -150]);
+        assert_eq!(shape(&waiting.next_batch()), [10, -(half as i64)]);
     }
 }
