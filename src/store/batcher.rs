@@ -49,11 +49,12 @@ const GATHER_YIELDS: usize = 3;
 /// (27,300-29,000 jobs/s): the outcomes queued meanwhile make larger calls.
 const IN_FLIGHT: usize = 1;
 /// Most arguments (all calls' ARGV together) of the calls to send one
-/// batch carries; a call larger than that goes alone. Measured under a 200,000-job bulk with
-/// another tenant's trickle (`tenants_fair`): at 2,048 a batch held Redis
-/// for milliseconds and the trickle's claims waited 20-50 ms behind
-/// batches of outcomes; at 256 they wait a few, and Redis spent less per
-/// job (why was not profiled; see docs/performance.md, Tenants).
+/// batch carries; a call larger than that goes alone. Measured under a
+/// 200,000-job bulk with another tenant's trickle (`tenants_fair`): at
+/// 2,048 a batch held Redis for milliseconds and the trickle's claims
+/// waited 20-50 ms behind batches of outcomes; at 256 they wait a few, and
+/// Redis spent less per job (why was not profiled; see
+/// docs/performance.md, Tenants).
 const MAX_ARGS: usize = 256;
 /// Most arguments a batch carries once riding calls have boarded. Riders
 /// are outcome calls of a light load (a full outcome batch does not ride),
