@@ -61,7 +61,7 @@ async fn default_redis_server_has_no_persistence() {
 async fn redis_counters_move_with_scripts_and_wakes() {
     let redis = RedisServer::start();
     let mut conn = redis.conn().await;
-    let usec = redis.script_usec().await.unwrap();
+    let usec = redis.command_stats().await.unwrap().script_usec;
     let (user, _) = redis.cpu_user_system().await.unwrap();
     let wakes = redis.wakes();
     // A script that keeps Redis busy for milliseconds.
@@ -72,7 +72,7 @@ async fn redis_counters_move_with_scripts_and_wakes() {
         .await
         .unwrap();
     assert_eq!(counted, 3_000_000);
-    let spent = redis.script_usec().await.unwrap() - usec;
+    let spent = redis.command_stats().await.unwrap().script_usec - usec;
     assert!(spent >= 1_000, "script time {spent} us");
     let (user_after, _) = redis.cpu_user_system().await.unwrap();
     assert!(user_after > user, "user CPU {user} -> {user_after}");

@@ -13,7 +13,7 @@ use hookq::store::Store;
 use crate::common::{default_config, job, loaded_store, own_cpu_seconds, percentile, preload};
 use crate::lateness::start_daemons;
 use crate::nginx::Nginx;
-use crate::support::redis::RedisServer;
+use crate::support::redis::{CommandStats, RedisServer};
 use crate::{Figures, Res};
 
 /// SPEC §13's fleet: `daemons` daemons with the default config on one
@@ -159,10 +159,8 @@ pub fn paced_figures(nginx: &Nginx, span_ms: i64, n: usize) -> Res<Figures> {
 /// BullMQ's in `peer_bullmq_steady_200`).
 pub struct FleetCounters {
     redis_cpu: (f64, f64),
-    script_usec: i64,
+    stats: CommandStats,
     wakes: i64,
-    commands: i64,
-    scripts: i64,
     own_cpu: f64,
 }
 
@@ -171,10 +169,8 @@ impl FleetCounters {
     pub async fn read(redis: &RedisServer) -> Res<FleetCounters> {
         Ok(FleetCounters {
             redis_cpu: redis.cpu_user_system().await?,
-            script_usec: redis.script_usec().await?,
+            stats: redis.command_stats().await?,
             wakes: redis.wakes(),
-            commands: redis.command_calls().await?,
-            scripts: redis.script_calls().await?,
             own_cpu: own_cpu_seconds(),
         })
     }
@@ -189,7 +185,7 @@ impl FleetCounters {
     pub async fn per_job_since(self, redis: &RedisServer, n: usize) -> Res<Figures> {
         let per_job = |v: f64| v / n as f64;
         let (user, system) = redis.cpu_user_system().await?;
-        let script_usec = redis.script_usec().await?;
+        let stats = redis.command_stats().await?;
         let wakes = redis.wakes();
         let (user_before, system_before) = self.redis_cpu;
         Ok(HashMap::from([
@@ -203,16 +199,16 @@ impl FleetCounters {
             ),
             (
                 "redis_in_scripts_us_per_job",
-                per_job((script_usec - self.script_usec) as f64),
+                per_job((stats.script_usec - self.stats.script_usec) as f64),
             ),
             ("redis_wakes_per_job", per_job((wakes - self.wakes) as f64)),
             (
                 "redis_commands_per_job",
-                per_job((redis.command_calls().await? - self.commands) as f64),
+                per_job((stats.commands - self.stats.commands) as f64),
             ),
             (
                 "script_calls_per_job",
-                per_job((redis.script_calls().await? - self.scripts) as f64),
+                per_job((stats.scripts - self.stats.scripts) as f64),
             ),
             (
                 "daemons_cpu_us_per_job",

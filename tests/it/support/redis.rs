@@ -231,46 +231,23 @@ impl RedisServer {
         self.calls_of(is_script_stat).await
     }
 
-    /// Commands Redis has served (`INFO commandstats`), those scripts run
-    /// included, except `INFO` itself (which measuring sends).
-    pub async fn command_calls(&self) -> ::redis::RedisResult<i64> {
-        self.calls_of(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:"))
-            .await
-    }
-
     /// The sum of `calls=` over the `INFO commandstats` lines `wanted` keeps.
     pub async fn calls_of(&self, wanted: impl Fn(&str) -> bool) -> ::redis::RedisResult<i64> {
-        self.command_stat_sum("calls", wanted).await
-    }
-
-    /// Microseconds Redis spent inside script commands (`usec=` of `FCALL`,
-    /// `EVALSHA` and `EVAL` in `INFO commandstats`): what the scripts cost,
-    /// as against the event loop, the network and the kernel around them.
-    pub async fn script_usec(&self) -> ::redis::RedisResult<i64> {
-        self.command_stat_sum("usec", is_script_stat).await
-    }
-
-    /// The sum of field `field` (`calls`, `usec`) over the `INFO
-    /// commandstats` lines `wanted` keeps.
-    async fn command_stat_sum(
-        &self,
-        field: &str,
-        wanted: impl Fn(&str) -> bool,
-    ) -> ::redis::RedisResult<i64> {
         let info = self.info("commandstats").await?;
-        let key = format!("{field}=");
-        Ok(info
-            .lines()
-            .filter(|l| wanted(l))
-            .filter_map(|l| {
-                l.split(key.as_str())
-                    .nth(1)?
-                    .split(',')
-                    .next()?
-                    .parse::<i64>()
-                    .ok()
-            })
-            .sum())
+        Ok(command_stat_sum(&info, "calls", wanted))
+    }
+
+    /// One `INFO commandstats` read: the commands served, the script calls
+    /// among them and the time spent inside those (see [`CommandStats`]).
+    pub async fn command_stats(&self) -> ::redis::RedisResult<CommandStats> {
+        let info = self.info("commandstats").await?;
+        Ok(CommandStats {
+            commands: command_stat_sum(&info, "calls", |l| {
+                l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:")
+            }),
+            scripts: command_stat_sum(&info, "calls", is_script_stat),
+            script_usec: command_stat_sum(&info, "usec", is_script_stat),
+        })
     }
 
     /// CPU seconds Redis has used, user and system.
@@ -369,6 +346,36 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Counters of one `INFO commandstats` read ([`RedisServer::command_stats`]).
+pub struct CommandStats {
+    /// Commands served, scripts included, except `INFO` itself (which
+    /// measuring sends).
+    pub commands: i64,
+    /// Script calls (`FCALL`, `EVALSHA`, `EVAL`): hookq's requests are all
+    /// scripts.
+    pub scripts: i64,
+    /// Microseconds spent inside script calls: what the scripts cost, as
+    /// against the event loop, the network and the kernel around them.
+    pub script_usec: i64,
+}
+
+/// The sum of field `field` (`calls`, `usec`) over the lines of `INFO
+/// commandstats` text `info` that `wanted` keeps.
+fn command_stat_sum(info: &str, field: &str, wanted: impl Fn(&str) -> bool) -> i64 {
+    let key = format!("{field}=");
+    info.lines()
+        .filter(|l| wanted(l))
+        .filter_map(|l| {
+            l.split(key.as_str())
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<i64>()
+                .ok()
+        })
+        .sum()
 }
 
 /// Whether an `INFO commandstats` line is a script command's (`FCALL`,
