@@ -245,60 +245,49 @@ async fn steady_scenarios(rig: &Rig<'_>, out: &mut Vec<Scenario>) -> Res<()> {
     let (redis, nginx, runs) = (rig.redis, rig.nginx, rig.opts.runs);
     // 15 s at 200 jobs/s, 10 s at 2,000 (`--quick`: 1 s and 0.25 s).
     let seconds_200 = rig.size(15, 1) as f64;
-    // Beside it, a tuned setting: 4 partitions, so that a round visits
-    // fewer partitions for the same jobs (docs/performance.md).
     let concurrency = rig.opts.peer_concurrency;
-    let paired = rig.opts.peers
-        && rig.opts.wanted("steady_200")
-        && rig.opts.wanted("peer_bullmq_steady_200");
-    let mut theirs = Vec::new();
-    if paired {
+    if rig.opts.peers && rig.opts.wanted("steady_200") && rig.opts.wanted("peer_bullmq_steady_200")
+    {
         // SPEC §16's bar is a ratio of the same run: each of hookq's runs
         // is followed by one of BullMQ's, so that the host's drift from one
         // minute to the next (±30 % here) falls on both alike, and each
         // pair gives a ratio of its own.
-        let mut ours = Vec::new();
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
         for _ in 0..runs {
             let mut hookq = steady(redis, nginx, 1, 200, seconds_200, None).await?;
             let bullmq = peer_bullmq_steady(redis, nginx, 200, seconds_200, concurrency).await?;
-            if let (Some(a), Some(b)) = (
-                hookq.get(REDIS_CPU).copied(),
-                bullmq.get(REDIS_CPU).copied(),
-            ) {
-                if b > 0.0 {
-                    hookq.insert("redis_cpu_pct_of_bullmq", 100.0 * a / b);
-                }
+            let theirs_cpu = bullmq.get(REDIS_CPU).copied().filter(|b| *b > 0.0);
+            if let (Some(a), Some(b)) = (hookq.get(REDIS_CPU).copied(), theirs_cpu) {
+                hookq.insert("redis_cpu_pct_of_bullmq", 100.0 * a / b);
             }
             ours.push(hookq);
             theirs.push(bullmq);
         }
+        let fields = serde_json::Map::new;
+        out.push(Scenario::report_of("steady_200", ours, fields()));
         out.push(Scenario::report_of(
-            "steady_200",
-            ours,
-            serde_json::Map::new(),
+            "peer_bullmq_steady_200",
+            theirs,
+            fields(),
         ));
     } else {
         rig.run(out, "steady_200", runs, move || {
             steady(redis, nginx, 1, 200, seconds_200, None)
         })
         .await?;
+        if rig.opts.peers {
+            rig.run(out, "peer_bullmq_steady_200", runs, move || {
+                peer_bullmq_steady(redis, nginx, 200, seconds_200, concurrency)
+            })
+            .await?;
+        }
     }
+    // Beside it, a tuned setting: 4 partitions, so that a round visits
+    // fewer partitions for the same jobs (docs/performance.md).
     rig.run(out, "steady_200_4_partitions", runs, move || {
         steady(redis, nginx, 1, 200, seconds_200, Some(4))
     })
     .await?;
-    if paired {
-        out.push(Scenario::report_of(
-            "peer_bullmq_steady_200",
-            theirs,
-            serde_json::Map::new(),
-        ));
-    } else if rig.opts.peers {
-        rig.run(out, "peer_bullmq_steady_200", runs, move || {
-            peer_bullmq_steady(redis, nginx, 200, seconds_200, concurrency)
-        })
-        .await?;
-    }
     let seconds_2000 = rig.size(40, 1) as f64 / 4.0;
     // The last one is a tuned setting, shown beside the default: fewer
     // partitions, so fewer claims and outcome calls per round.
