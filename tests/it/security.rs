@@ -952,7 +952,9 @@ async fn outcome_waits_for_its_replica(id: &str, receiver: &Receiver, state: &st
     // A daemon process of its own, so that its metrics are its own.
     let env = [
         ("HOOKQ_REDIS__ACK_REPLICAS", "1"),
-        ("HOOKQ_REDIS__ACK_TIMEOUT", "200ms"),
+        // Room for a live replica's acknowledgement on a loaded machine
+        // (at 200 ms the create once answered 503 in a full run).
+        ("HOOKQ_REDIS__ACK_TIMEOUT", "1s"),
         // A recording is retried until the attempt's lease would expire:
         // a long one leaves time for several tries while the replica is
         // stopped.
