@@ -6,15 +6,16 @@
 //! reply that carries Redis's time. Skewed local clocks therefore cost at most
 //! an extra round trip (waking early), never an early or double delivery.
 //!
-//! The estimate never runs ahead of Redis's clock: Redis's time in a reply
-//! is its millisecond, rounded down, read before the reply left, and the
-//! local clock is read in microseconds when the reply arrives, so each
-//! offset learned is at most the true one. The estimate keeps the largest
-//! of them (the tightest: the reply whose trip was shortest, read nearest
-//! the end of Redis's millisecond), aged by the most two clocks can drift
-//! apart ([`DRIFT_PPM`]), and takes a newer one, however loose, once the
-//! kept one is [`TRUST`] old (a clock stepped back is then followed
-//! again). A reply slowed on its way (a busy daemon, a loaded host) so no
+//! The estimate never runs ahead of Redis's clock (while both clocks run
+//! at the same rate): Redis's time in a reply is its millisecond, rounded
+//! down, read before the reply left, and the local clock is read in
+//! microseconds when the reply arrives, so each offset learned is at most
+//! the true one. The estimate takes the last reply's offset or, when
+//! tighter, the largest of the last second's (the reply whose trip was
+//! shortest, read nearest the end of Redis's millisecond), aged by the most
+//! two clocks can drift apart ([`DRIFT_PPM`]) so that keeping an older one
+//! never takes the estimate past where the last reply puts it and Redis's
+//! clock. A reply slowed on its way (a busy daemon, a loaded host) so no
 //! longer holds every held job back by its delay. A daemon holding a job
 //! claimed ahead can send it once the estimate reads its due millisecond.
 //! The local clock is the monotonic one: a step of the local wall clock
@@ -43,39 +44,46 @@ impl Default for RedisClock {
     }
 }
 
-/// The offset kept: Redis's clock less the local one (µs), and when it was
-/// learned (local µs); `observed` is false until a reply has been seen
-/// (the offset is then the local wall clock's: no skew assumed).
+/// Offsets of Redis's clock less the local one (µs): the last reply's, and
+/// the tightest of the last [`TRUST`] with when it was learned (local µs).
+/// Before any reply, both are the local wall clock's (no skew assumed).
 #[derive(Clone, Copy, Debug)]
 struct Estimate {
-    offset_us: i64,
-    at_us: i64,
-    observed: bool,
+    last_us: i64,
+    best_us: i64,
+    best_at_us: i64,
 }
 
 impl Estimate {
-    /// The offset at local time `now_us`: the kept one less the drift it
-    /// may have gathered since (rounded up: never more than the true one).
+    /// The offset at local time `now_us`: the last reply's, or the tightest
+    /// one less the drift it may have gathered since (rounded up) when that
+    /// is still larger.
     fn offset_at(&self, now_us: i64) -> i64 {
-        if !self.observed {
-            return self.offset_us;
-        }
-        let age = now_us.saturating_sub(self.at_us).max(0);
-        self.offset_us - (age.saturating_mul(DRIFT_PPM) + 999_999) / 1_000_000
+        let age = now_us.saturating_sub(self.best_at_us).max(0);
+        let aged = self.best_us - (age.saturating_mul(DRIFT_PPM) + 999_999) / 1_000_000;
+        aged.max(self.last_us)
     }
 
-    /// Learns `offset_us`, observed at local time `now_us`: kept when it is
-    /// the tighter one (or the kept one is [`TRUST`] old, or none was seen).
+    /// How long after local time `now_us` the estimate reads `target_us`
+    /// (0 when it does already): by the last reply's offset, or sooner by
+    /// the tightest one, which gains DRIFT_PPM less than a µs a µs.
+    fn wait_for(&self, target_us: i64, now_us: i64) -> i64 {
+        let by_last = target_us.saturating_sub(now_us.saturating_add(self.last_us));
+        let behind = target_us.saturating_sub(now_us.saturating_add(self.offset_at(now_us)));
+        let by_best = behind.saturating_add(
+            (behind.max(0).saturating_mul(DRIFT_PPM) + 999_999 - DRIFT_PPM)
+                / (1_000_000 - DRIFT_PPM),
+        );
+        by_last.min(by_best).max(0)
+    }
+
+    /// Learns `offset_us`, observed at local time `now_us`: the last one,
+    /// and the tightest when it is (or the kept one is [`TRUST`] old).
     fn observe(&mut self, offset_us: i64, now_us: i64) {
-        if !self.observed
-            || now_us.saturating_sub(self.at_us) > TRUST
-            || offset_us >= self.offset_at(now_us)
-        {
-            *self = Estimate {
-                offset_us,
-                at_us: now_us,
-                observed: true,
-            };
+        self.last_us = offset_us;
+        if now_us.saturating_sub(self.best_at_us) > TRUST || offset_us >= self.offset_at(now_us) {
+            self.best_us = offset_us;
+            self.best_at_us = now_us;
         }
     }
 }
@@ -111,11 +119,13 @@ impl RedisClock {
     /// A clock assuming no skew until the first observation.
     pub fn new() -> Self {
         let local = local_us();
+        let offset = wall_us() - local;
         RedisClock {
             estimate: Arc::new(Mutex::new(Estimate {
-                offset_us: wall_us() - local,
-                at_us: local,
-                observed: false,
+                last_us: offset,
+                best_us: offset,
+                // (Older than TRUST: the first reply replaces it.)
+                best_at_us: local - TRUST - 1,
             })),
         }
     }
@@ -146,18 +156,16 @@ impl RedisClock {
     }
 
     /// The local instant at which the estimate of Redis's clock will read
-    /// `redis_ms` (the estimate ages as it goes: it gains DRIFT_PPM less
-    /// than a microsecond a local microsecond).
+    /// `redis_ms` (by the offsets known now).
     pub(crate) fn instant_at(&self, redis_ms: i64) -> Instant {
+        let local = local_us();
+        let wait = self
+            .estimate()
+            .wait_for(redis_ms.saturating_mul(1000), local);
         // Capped at a day: callers sleep far less, and Instant + a huge
         // Duration would overflow.
-        let behind = redis_ms
-            .saturating_mul(1000)
-            .saturating_sub(self.now_us())
-            .clamp(0, 86_400_000_000);
-        let ahead = (behind + (behind * DRIFT_PPM + 999_999 - DRIFT_PPM) / (1_000_000 - DRIFT_PPM))
-            .min(86_400_000_000);
-        Instant::now() + Duration::from_micros(ahead as u64)
+        let wait = wait.min(86_400_000_000) as u64;
+        Instant::now() + Duration::from_micros(wait)
     }
 }
 
@@ -207,12 +215,17 @@ mod tests {
         }
     }
 
+    /// An estimate that has seen no reply (as `RedisClock::new` makes one).
+    fn fresh() -> Estimate {
+        Estimate {
+            last_us: 0,
+            best_us: 0,
+            best_at_us: -TRUST - 1,
+        }
+    }
+
     fn observed(offset_us: i64, at_us: i64) -> Estimate {
-        let mut e = Estimate {
-            offset_us: 0,
-            at_us: 0,
-            observed: false,
-        };
+        let mut e = fresh();
         e.observe(offset_us, at_us);
         e
     }
@@ -231,35 +244,62 @@ mod tests {
     }
 
     /// The kept offset ages by the most the clocks may drift (1 us a ms,
-    /// rounded up), and a newer one replaces it once it is TRUST old.
+    /// rounded up), never below the last reply's (which does not age: a
+    /// long idle wait lags no more than it did), and a newer one replaces
+    /// it once it is TRUST old.
     #[test]
-    fn a_kept_offset_ages_and_expires() {
-        let e = observed(5_000, 0);
-        assert_eq!(e.offset_at(0), 5_000);
-        assert_eq!(e.offset_at(1), 4_999);
-        assert_eq!(e.offset_at(500_000), 4_500);
+    fn a_kept_offset_ages_down_to_the_last_and_expires() {
         let mut e = observed(5_000, 0);
-        e.observe(1_000, TRUST + 1);
+        assert_eq!(e.offset_at(500_000), 5_000, "the last reply's, unaged");
+        e.observe(4_000, 10);
+        assert_eq!(e.offset_at(10), 4_999, "aged, rounded up");
+        assert_eq!(e.offset_at(500_000), 4_500);
+        assert_eq!(e.offset_at(60_000_000), 4_000, "down to the last");
+        e.observe(1_000, TRUST + 100);
         assert_eq!(
-            e.offset_at(TRUST + 1),
+            e.offset_at(TRUST + 100),
             1_000,
             "a stepped-back Redis is followed"
         );
     }
 
-    /// Redis's clock runs slower or faster than the local one by up to
-    /// DRIFT_PPM, and replies take 0 to 3 ms to arrive: the estimate kept
-    /// from them never reads past Redis's millisecond.
+    /// The wait for a reading ends when the estimate reads it, not before
+    /// (a second wake) and not later: by the last reply's offset, or by
+    /// the kept one, which gains a little less than the local clock.
     #[test]
-    fn the_estimate_never_runs_ahead_under_drift() {
+    fn the_wait_ends_when_the_estimate_reads_the_time() {
+        let mut e = observed(5_000, 0);
+        e.observe(3_000, 100_000);
+        for (target, now) in [
+            (150_000, 100_000),
+            (2_000_000, 100_000),
+            (40_000_000, 100_000),
+        ] {
+            let wait = e.wait_for(target, now);
+            let at = now + wait;
+            assert!(
+                estimate_us(at, e.offset_at(at)) >= target,
+                "{target}: early by its own reading"
+            );
+            assert!(
+                estimate_us(at - 1, e.offset_at(at - 1)) < target,
+                "{target}: {wait} us is late"
+            );
+        }
+        assert_eq!(e.wait_for(0, 100_000), 0, "the past is now");
+    }
+
+    /// Redis's clock runs slower or faster than the local one by up to
+    /// DRIFT_PPM, and replies take 0 to 3 ms to arrive: keeping a tighter
+    /// older offset never takes the estimate past both Redis's clock and
+    /// where the last reply alone puts it (which, at equal rates, is never
+    /// past Redis's: see above).
+    #[test]
+    fn a_kept_offset_never_runs_ahead_under_drift() {
         for ppm in [-DRIFT_PPM, -300, 0, 300, DRIFT_PPM] {
             // Redis's clock (epoch us) at local time `l` (us).
             let redis_us = |l: i64| 1_764_000_000_000_000 + l + l * ppm / 1_000_000;
-            let mut e = Estimate {
-                offset_us: 0,
-                at_us: 0,
-                observed: false,
-            };
+            let mut e = fresh();
             let mut local = 0_i64;
             for step in 0..4_000_i64 {
                 // A reply every 0.7 to 31 ms, its trip 0 to 3 ms.
@@ -271,11 +311,11 @@ mod tests {
                 );
                 for later in [0, 1, 999, 20_000, 900_000] {
                     let at = local + later;
-                    let estimate_ms = estimate_us(at, e.offset_at(at)).div_euclid(1000);
-                    let redis_ms = redis_us(at).div_euclid(1000);
+                    let estimate = estimate_us(at, e.offset_at(at));
+                    let bound = redis_us(at).max(estimate_us(at, e.last_us));
                     assert!(
-                        estimate_ms <= redis_ms,
-                        "drift {ppm} ppm, step {step}, {later} us on: estimate {estimate_ms}, Redis {redis_ms}"
+                        estimate <= bound,
+                        "drift {ppm} ppm, step {step}, {later} us on: estimate {estimate}, bound {bound}"
                     );
                 }
             }
@@ -306,11 +346,10 @@ mod tests {
         let target = clock.now_ms() + 500;
         let at = clock.instant_at(target);
         let end = Instant::now();
-        // At most 500 ms after the call, and the 0.5 ms the estimate ages
-        // meanwhile (1 us a ms); at least 500 ms after it started, less
-        // what elapsed during it (and 2 ms of whole-ms rounding).
+        // At most 500 ms after the call; at least 500 ms after it started,
+        // less what elapsed during it (and 2 ms of whole-ms rounding).
         assert!(
-            at <= end + Duration::from_micros(500_501),
+            at <= end + Duration::from_millis(500),
             "{:?} after the call",
             at - end
         );
