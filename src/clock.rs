@@ -32,6 +32,11 @@ const DRIFT_PPM: i64 = 1_000;
 /// How long the tightest offset is kept against looser newer ones (µs).
 const TRUST: i64 = 1_000_000;
 
+/// The longest wait [`RedisClock::instant_at`] gives (a day, in µs):
+/// callers sleep far less, and an Instant a huge Duration on would
+/// overflow.
+const MAX_WAIT: i64 = 86_400_000_000;
+
 /// Shared estimate of Redis's clock less the local (monotonic) one.
 #[derive(Clone)]
 pub struct RedisClock {
@@ -60,21 +65,26 @@ impl Estimate {
     /// is still larger.
     fn offset_at(&self, now_us: i64) -> i64 {
         let age = now_us.saturating_sub(self.best_at_us).max(0);
-        let aged = self.best_us - (age.saturating_mul(DRIFT_PPM) + 999_999) / 1_000_000;
+        let aged = self
+            .best_us
+            .saturating_sub(age.saturating_mul(DRIFT_PPM).saturating_add(999_999) / 1_000_000);
         aged.max(self.last_us)
     }
 
     /// How long after local time `now_us` the estimate reads `target_us`
     /// (0 when it does already): by the last reply's offset, or sooner by
     /// the tightest one, which gains DRIFT_PPM less than a µs a µs.
+    /// Capped at [`MAX_WAIT`] (a reading may be "never": `i64::MAX`).
     fn wait_for(&self, target_us: i64, now_us: i64) -> i64 {
-        let by_last = target_us.saturating_sub(now_us.saturating_add(self.last_us));
-        let behind = target_us.saturating_sub(now_us.saturating_add(self.offset_at(now_us)));
-        let by_best = behind.saturating_add(
-            (behind.max(0).saturating_mul(DRIFT_PPM) + 999_999 - DRIFT_PPM)
-                / (1_000_000 - DRIFT_PPM),
-        );
-        by_last.min(by_best).max(0)
+        let behind = |offset: i64| {
+            target_us
+                .saturating_sub(now_us.saturating_add(offset))
+                .clamp(0, MAX_WAIT)
+        };
+        let by_last = behind(self.last_us);
+        let behind = behind(self.offset_at(now_us));
+        let by_best = behind + (behind * DRIFT_PPM + 999_999 - DRIFT_PPM) / (1_000_000 - DRIFT_PPM);
+        by_last.min(by_best).min(MAX_WAIT)
     }
 
     /// Learns `offset_us`, observed at local time `now_us`: the last one,
@@ -162,10 +172,7 @@ impl RedisClock {
         let wait = self
             .estimate()
             .wait_for(redis_ms.saturating_mul(1000), local);
-        // Capped at a day: callers sleep far less, and Instant + a huge
-        // Duration would overflow.
-        let wait = wait.min(86_400_000_000) as u64;
-        Instant::now() + Duration::from_micros(wait)
+        Instant::now() + Duration::from_micros(wait as u64)
     }
 }
 
@@ -287,6 +294,7 @@ mod tests {
             );
         }
         assert_eq!(e.wait_for(0, 100_000), 0, "the past is now");
+        assert_eq!(e.wait_for(i64::MAX, 100_000), MAX_WAIT, "never is a day");
     }
 
     /// Redis's clock runs slower or faster than the local one by up to
