@@ -60,6 +60,17 @@ struct Estimate {
 }
 
 impl Estimate {
+    /// An estimate that has seen no reply at local time `now_us`: Redis's
+    /// clock taken to be `offset_us` from the local one (the first reply
+    /// replaces it, as it is older than [`TRUST`]).
+    fn assuming(offset_us: i64, now_us: i64) -> Estimate {
+        Estimate {
+            last_us: offset_us,
+            best_us: offset_us,
+            best_at_us: now_us - TRUST - 1,
+        }
+    }
+
     /// The offset at local time `now_us`: the last reply's, or the tightest
     /// one less the drift it may have gathered since (rounded up) when that
     /// is still larger.
@@ -76,13 +87,13 @@ impl Estimate {
     /// the tightest one, which gains DRIFT_PPM less than a µs a µs.
     /// Capped at [`MAX_WAIT`] (a reading may be "never": `i64::MAX`).
     fn wait_for(&self, target_us: i64, now_us: i64) -> i64 {
-        let behind = |offset: i64| {
+        let behind_by = |offset: i64| {
             target_us
                 .saturating_sub(now_us.saturating_add(offset))
                 .clamp(0, MAX_WAIT)
         };
-        let by_last = behind(self.last_us);
-        let behind = behind(self.offset_at(now_us));
+        let by_last = behind_by(self.last_us);
+        let behind = behind_by(self.offset_at(now_us));
         let by_best = behind + (behind * DRIFT_PPM + 999_999 - DRIFT_PPM) / (1_000_000 - DRIFT_PPM);
         by_last.min(by_best).min(MAX_WAIT)
     }
@@ -129,14 +140,8 @@ impl RedisClock {
     /// A clock assuming no skew until the first observation.
     pub fn new() -> Self {
         let local = local_us();
-        let offset = wall_us() - local;
         RedisClock {
-            estimate: Arc::new(Mutex::new(Estimate {
-                last_us: offset,
-                best_us: offset,
-                // (Older than TRUST: the first reply replaces it.)
-                best_at_us: local - TRUST - 1,
-            })),
+            estimate: Arc::new(Mutex::new(Estimate::assuming(wall_us() - local, local))),
         }
     }
 
@@ -222,17 +227,8 @@ mod tests {
         }
     }
 
-    /// An estimate that has seen no reply (as `RedisClock::new` makes one).
-    fn fresh() -> Estimate {
-        Estimate {
-            last_us: 0,
-            best_us: 0,
-            best_at_us: -TRUST - 1,
-        }
-    }
-
     fn observed(offset_us: i64, at_us: i64) -> Estimate {
-        let mut e = fresh();
+        let mut e = Estimate::assuming(0, 0);
         e.observe(offset_us, at_us);
         e
     }
@@ -307,7 +303,7 @@ mod tests {
         for ppm in [-DRIFT_PPM, -300, 0, 300, DRIFT_PPM] {
             // Redis's clock (epoch us) at local time `l` (us).
             let redis_us = |l: i64| 1_764_000_000_000_000 + l + l * ppm / 1_000_000;
-            let mut e = fresh();
+            let mut e = Estimate::assuming(0, 0);
             let mut local = 0_i64;
             for step in 0..4_000_i64 {
                 // A reply every 0.7 to 31 ms, its trip 0 to 3 ms.
