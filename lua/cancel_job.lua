@@ -47,7 +47,7 @@
     TRYAGAIN, with nothing changed, while the partition's slot is migrating.
 ]]
 local rcall = redis.call
-local prefix = partition_prefix(KEYS[2], 'due')
+local prefix = partition_prefix(KEYS[3], 'inflight')
 local at = {h = KEYS[1], id = ARGV[1]}
 local r = rec_get(at)
 local now = now_ms()

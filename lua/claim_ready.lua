@@ -45,9 +45,14 @@
             two arguments:
     ARGV[8] its weight
   Output:
-    {now, more, moved, next_due, horizon, id1, attempt1, due1, record1, id2, ...}:
+    {now, more, moved, next_due, horizon, started_in, id1, attempt1, due1, record1,
+    partition1, id2, ...}:
     `record` is the job's record as read (the header, then the spec JSON:
     the store takes the spec from it, so Redis copies no spec out of it);
+    `partition` the partition the job lives in when the promotion took it
+    from the shared timers of a single Redis (see the prelude), else -1
+    (this one); `started_in` the partitions whose ready list the promotion
+    started (a table, empty without a promotion: see promote_due);
     `more` is 1 when N ids were taken (the list may hold more), 0 when the
     list ran dry; `moved`, `next_due` and `horizon` as promote_due answers
     them, or -1 and -2 without a promotion.
@@ -61,7 +66,7 @@ local want = arg_number(ARGV[1])
 -- Jobs due by the horizon are claimed (held by the daemon to their time).
 local horizon = now + arg_number(ARGV[5])
 
-local out = {now, 0, -1, -2, horizon}
+local out = {now, 0, -1, -2, horizon, EMPTY}
 local promote = arg_number(ARGV[4])
 -- One EXISTS tells whether the tenants set or the default list exists
 -- (neither, a steady load's usual case, means no list to claim from), and
@@ -87,9 +92,11 @@ if promote > 0 then
   local keep = 0
   if want > 0 and (lists_empty or (tenants == 0 and rcall('LLEN', KEYS[1]) == 0)) then keep = want end
   local moved, next_due
-  moved, next_due, started, kept = promote_due_jobs(KEYS[3], KEYS[1], KEYS[4], promote, now,
-    horizon, keep, index_absent, wheel_absent)
+  local started_in
+  moved, next_due, started, kept, started_in = promote_due_jobs(KEYS[3], KEYS[1], KEYS[4], promote,
+    now, horizon, keep, index_absent, wheel_absent)
   if not moved then return try_again() end
+  out[6] = started_in
   -- A tenant's list it started joined the tenants set.
   if started then tenants = rcall('SCARD', KEYS[5]) end
   out[3], out[4] = moved, next_due
@@ -124,13 +131,27 @@ end
 if #ids == want or tenants > TENANTS_PER_CLAIM then out[2] = 1 end
 
 -- Read pass: every job record before the first write (see the prelude).
-local records, hashes = {}, {}
-for i, id in ipairs(ids) do
-  local h = job_hash(prefix, id)
-  hashes[i] = h
-  local v = rcall('HGET', h, id)
-  if not v and slot_moving_once(KEYS[1]) then return try_again() end
-  records[i] = v or false
+-- Jobs kept from the shared timers of a single Redis (see the prelude)
+-- live in their own partitions: `homes` has each one's partition and
+-- its prefix.
+local records, hashes, homes = {}, {}, nil
+if kept and not IN_CLUSTER then
+  homes = {}
+  local ns = namespace_prefix(prefix)
+  for i, id in ipairs(ids) do
+    local q, home, h, v = home_of(ns, id)
+    homes[i] = {q = q, prefix = home}
+    hashes[i] = h
+    records[i] = v
+  end
+else
+  for i, id in ipairs(ids) do
+    local h = job_hash(prefix, id)
+    hashes[i] = h
+    local v = rcall('HGET', h, id)
+    if not v and slot_moving_once(KEYS[1]) then return try_again() end
+    records[i] = v or false
+  end
 end
 -- A job with a lease is in flight already (its id came to a list twice).
 -- (Not the jobs kept from the promotion: no job with a lease is in a due
@@ -144,8 +165,12 @@ for _, l in ipairs(lists) do
   if l.tenant and l.dry then rcall('SREM', KEYS[5], l.tenant) end
 end
 
--- (An id can repeat only among several.)
+-- (An id can repeat only among several.) Leases go to each job's
+-- partition's in-flight set: `leases` by its prefix (`lease_order` the
+-- prefixes in the order first seen), or the claim's own.
 local leases, taken = {}, #ids > 1 and {}
+local by_home, lease_order = nil, nil
+if homes then by_home, lease_order = {}, {} end
 for i, id in ipairs(ids) do
   local v = records[i]
   local state, att, due, lease
@@ -158,13 +183,27 @@ for i, id in ipairs(ids) do
     local attempt = att + 1
     if lease == 0 then lease = arg_number(ARGV[3]) end
     -- (A job claimed ahead is attempted at its due time.)
-    leases[#leases + 1] = string.format('%d', math.max(now, due) + lease)
-    leases[#leases + 1] = id
+    local into, partition = leases, -1
+    if homes then
+      local home = homes[i]
+      into, partition = by_home[home.prefix], home.q
+      if not into then
+        into = {}
+        by_home[home.prefix] = into
+        lease_order[#lease_order + 1] = home.prefix
+      end
+    end
+    into[#into + 1] = string.format('%d', math.max(now, due) + lease)
+    into[#into + 1] = id
     out[#out + 1] = id
     out[#out + 1] = attempt
     out[#out + 1] = due
     out[#out + 1] = v
+    out[#out + 1] = partition
   end
 end
 if #leases > 0 then rcall('ZADD', KEYS[2], unpack(leases)) end
+if lease_order then
+  for _, home in ipairs(lease_order) do rcall('ZADD', home .. 'inflight', unpack(by_home[home])) end
+end
 return out

@@ -164,7 +164,7 @@ end
 -- due sets this may create are safe to write.)
 local seq = 0
 if scheduled > 0 then seq = rcall('INCRBY', KEYS[3], scheduled) - scheduled end
-local wake_before = scheduled > 0 and next_wake(prefix, KEYS[1])
+local wake_before = scheduled > 0 and next_wake(KEYS[1])
 local wake = nil
 local to_due, ready = due_batch(), {}
 local to_wheel, in_wheel = wheel_batch(), 0
@@ -208,7 +208,7 @@ for _, order in ipairs(line_order) do
   rcall('RPUSH', prefix .. 'order:' .. order, unpack(lines[order]))
 end
 if held > 0 then rcall('HINCRBY', prefix .. 'stats', 'held', held) end
-local opens = wheel_batch_push(prefix, to_wheel)
+local opens = wheel_batch_push(timers_prefix(KEYS[1]), to_wheel)
 if opens and (not wake or opens < wake) then wake = opens end
 wheel_count(prefix, in_wheel)
 due_batch_push(KEYS[1], to_due)

@@ -47,7 +47,7 @@ r.att = tonumber(ARGV[2])
 
 local now = now_ms()
 local delay = tonumber(ARGV[4])
-local prefix = partition_prefix(KEYS[4], 'due')
+local prefix = partition_prefix(KEYS[2], 'inflight')
 -- A retry far ahead goes to a wheel bucket, a key this script builds: not
 -- while the partition's slot is moving (see the prelude).
 if delay >= 0 and IN_CLUSTER and wheel_slot(now + delay, now) and slot_moving(KEYS[4]) then
@@ -69,7 +69,7 @@ history_push(KEYS[3], ARGV[3])
 rcall('HINCRBY', KEYS[7], 'failed_attempts', 1)
 
 if delay >= 0 then
-  local before = next_wake(prefix, KEYS[4])
+  local before = next_wake(KEYS[4])
   r.due, r.seq, r.ut = now + delay, rcall('INCR', KEYS[5]), now
   local wake = schedule(prefix, KEYS[4], ARGV[1], r, now)
   if r.state == 'w' then wheel_count(prefix, 1) end

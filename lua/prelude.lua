@@ -409,6 +409,9 @@ end
 -- earliest due time of partition p; `r<p>` p's ready list stopped being
 -- empty.
 local function wake_due(channel, p, due)
+  -- (On a single Redis every partition's due jobs are partition 0's to
+  -- promote: see "Shared timers" below.)
+  if not IN_CLUSTER then p = 0 end
   redis.call('PUBLISH', channel .. ':' .. p, 'd' .. p .. ':' .. string.format('%d', due))
 end
 local function wake_ready(channel, p)
@@ -619,6 +622,95 @@ local function partition_prefix(key, name)
   return string.sub(key, 1, -#name - 1)
 end
 
+--[[
+  Shared timers. On a single Redis (not IN_CLUSTER) the store names
+  partition 0's due sets and wheel for every partition (src/store/keys.rs):
+  every job waits for its time there, whatever its partition, so that a
+  round of the carrier is one promotion and one claim however many
+  partitions its jobs live in (a due set per partition cost a claim per
+  partition with a job due, docs/performance.md). Everything else (records,
+  ready lists, leases, summaries, stats) stays in the job's own partition:
+  what takes ids out of the shared sets finds each one's partition, the
+  FNV-1a of its id modulo PARTITIONS (defined above this prelude, as the
+  store's partition_of), or, for a job placed by its ordering key, the one
+  the pointer there names. In a cluster each partition keeps its own (a
+  script stays on one slot).
+]]
+
+-- The prefix of the timing structures of due set `due_key` (its tenants'
+-- sets, their index, the wheel and its buckets): `<ns>:{0}:` on a single
+-- Redis, the partition's own in a cluster.
+local function timers_prefix(due_key)
+  return partition_prefix(due_key, 'due')
+end
+
+-- The partition of job `id` by its id alone (the store's partition_of).
+local function id_partition(id)
+  local h = 2166136261
+  for i = 1, #id do
+    h = bit.bxor(h, string.byte(id, i)) % 4294967296
+    -- h * 16777619 modulo 2^32, exact in a double: 16777619 = 2^24 + 403.
+    h = (h * 403 + (h % 256) * 16777216) % 4294967296
+  end
+  return h % PARTITIONS
+end
+
+-- Partition prefixes `<ns>:{q}:` by namespace prefix `<ns>:` and
+-- partition, each made at its first use (as JOB_HASH_NAMES).
+local PARTITION_PREFIXES = {}
+
+-- The namespace prefix `<ns>:` of a partition's prefix `<ns>:{p}:`.
+local function namespace_prefix(prefix)
+  return string.match(prefix, '^(.*){%d+}:$')
+end
+
+-- `<ns>:{q}:` from the namespace prefix `<ns>:`.
+local function prefix_of_partition(ns, q)
+  local by_q = PARTITION_PREFIXES[ns]
+  if not by_q then
+    by_q = {}
+    PARTITION_PREFIXES[ns] = by_q
+  end
+  local prefix = by_q[q]
+  if not prefix then
+    prefix = ns .. '{' .. q .. '}:'
+    by_q[q] = prefix
+  end
+  return prefix
+end
+
+-- The partition a live-record value points to, or nil when it is not a
+-- pointer.
+local function pointer_of(v)
+  if v and #v < REC_HEADER and string.sub(v, 1, 1) == '@' then return tonumber(string.sub(v, 2)) end
+  return nil
+end
+
+-- The default tenant's due set of the partition with prefix `prefix`.
+local function due_key_of(prefix)
+  if IN_CLUSTER then return prefix .. 'due' end
+  return prefix_of_partition(namespace_prefix(prefix), 0) .. 'due'
+end
+
+-- Where job `id`, taken from the shared timers, lives: its partition, that
+-- partition's prefix, its live record hash and the record's value (false
+-- when there is none), following the pointer of a placed job. `ns` is the
+-- namespace prefix.
+local function home_of(ns, id)
+  local q = id_partition(id)
+  local prefix = prefix_of_partition(ns, q)
+  local h = job_hash(prefix, id)
+  local v = redis.call('HGET', h, id)
+  local to = pointer_of(v)
+  if to then
+    q = to
+    prefix = prefix_of_partition(ns, q)
+    h = job_hash(prefix, id)
+    v = redis.call('HGET', h, id)
+  end
+  return q, prefix, h, v or false
+end
+
 -- Where a scheduled job due at `due` waits at time `now`: its bucket's
 -- name `<level>:<start>` and opening time, or nil for the due set.
 local function wheel_slot(due, now)
@@ -679,9 +771,9 @@ end
 
 -- The earliest time the partition has work: the due set's head or the
 -- wheel's next bucket to open; nil when there is neither.
-local function next_wake(prefix, due_key)
+local function next_wake(due_key)
   local a = due_head(due_key)
-  local b = score_at_rank(prefix .. 'wheel', 0)
+  local b = score_at_rank(timers_prefix(due_key) .. 'wheel', 0)
   if a and b then return math.min(a, b) end
   return a or b
 end
@@ -704,7 +796,7 @@ local function schedule(prefix, due_key, id, r, now)
   if slot then
     r.state = 'w'
     rec_put(at, r)
-    if wheel_push(prefix, slot, opens, {id}) then return opens end
+    if wheel_push(timers_prefix(due_key), slot, opens, {id}) then return opens end
     return nil
   end
   r.state = 's'
@@ -1219,9 +1311,11 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
   end
   if #buckets > 0 and IN_CLUSTER and slot_moving(due_key) then return nil end
   -- (Nothing to open, the usual case: no table is made for it.)
-  local prefix = nil
+  -- (On a single Redis, the namespace's prefix: the records of the jobs
+  -- the shared timers hold live in their own partitions.)
+  local ns = not IN_CLUSTER and namespace_prefix(timers_prefix(due_key))
   if #buckets > 0 then
-    prefix = partition_prefix(due_key, 'due')
+    local prefix = timers_prefix(due_key)
     local budget = batch
     local opening = {}
     for _, slot in ipairs(buckets) do
@@ -1231,11 +1325,16 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
       budget = budget - #ids
       opening[#opening + 1] = {slot, bucket, ids}
     end
-    local to_due, moved_on, left_wheel = due_batch(), wheel_batch(), 0
+    -- Records leaving the wheel, counted by their partition's prefix.
+    local to_due, moved_on, left_wheel, homes = due_batch(), wheel_batch(), {}, {}
     for _, o in ipairs(opening) do
       local slot, bucket, ids = o[1], o[2], o[3]
       for _, id in ipairs(ids) do
-        local at = live(prefix, id)
+        local at, home = live(prefix, id), prefix
+        if ns then
+          local _, home_prefix, h = home_of(ns, id)
+          at, home = {h = h, id = id}, home_prefix
+        end
         local r = rec_get(at)
         if r and r.state == 'w' then
           -- (By the horizon: never into a bucket that is already due to open.)
@@ -1245,7 +1344,8 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
           else
             rec_set_state(at, r, 's', now)
             due_batch_add(to_due, due_key, id, r.due, r.seq)
-            left_wheel = left_wheel + 1
+            if not left_wheel[home] then homes[#homes + 1] = home end
+            left_wheel[home] = (left_wheel[home] or 0) + 1
           end
         end
       end
@@ -1253,7 +1353,7 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
       if redis.call('EXISTS', bucket) == 0 then redis.call('ZREM', wheel_key, slot) end
     end
     wheel_batch_push(prefix, moved_on)
-    wheel_count(prefix, -left_wheel)
+    for _, home in ipairs(homes) do wheel_count(home, -left_wheel[home]) end
     due_batch_push(due_key, to_due)
   end
 
@@ -1327,12 +1427,41 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
     due_drop_first(due_key, moved_default)
   end
   -- No wake message: the daemon promoting is the one that claims from this
-  -- partition (see src/fleet.rs), and tells its claim loop itself.
-  local started = #ids > 0 and ready_push(ready_key, ids)
+  -- partition (see src/fleet.rs), and tells its claim loop itself. From
+  -- the shared timers each id goes to its own partition's ready list, and
+  -- the partitions whose list started are answered (`started_in`), so
+  -- that the daemon wakes their claim loops, its own or another's.
+  local started, started_in = false, EMPTY
+  if #ids > 0 and not ns then
+    started = ready_push(ready_key, ids)
+  elseif #ids > 0 then
+    local own = string.sub(ready_key, 1, -6)
+    local by_home, order = {}, {}
+    for _, id in ipairs(ids) do
+      local q, home = home_of(ns, id)
+      local list = by_home[home]
+      if not list then
+        list = {q = q}
+        by_home[home] = list
+        order[#order + 1] = home
+      end
+      list[#list + 1] = id
+    end
+    started_in = {}
+    for _, home in ipairs(order) do
+      local list = by_home[home]
+      local q = list.q
+      list.q = nil
+      if ready_push(home .. 'ready', list) then
+        started_in[#started_in + 1] = q
+        if home == own then started = true end
+      end
+    end
+  end
 
   local next_due
   if #buckets > 0 then
-    next_due = next_wake(prefix, due_key)
+    next_due = next_wake(due_key)
   else
     -- The default set's head was read above; the tenants' sets' earliest
     -- is the index's head (read again when a tenant's set moved).
@@ -1342,7 +1471,7 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
     if b and (not next_due or b < next_due) then next_due = b end
     if not next_due or (wheel_head and wheel_head < next_due) then next_due = wheel_head end
   end
-  return #ids + #kept, next_due or -1, started, kept
+  return #ids + #kept, next_due or -1, started, kept, started_in
 end
 
 --[[
@@ -1430,8 +1559,8 @@ local function order_leave(prefix, plan, id, now, channel, p)
         if ready_push(prefix .. 'ready', {next_id}) then wake_ready(channel, p) end
         return next_id
       end
-      local due_key = prefix .. 'due'
-      local before = next_wake(prefix, due_key)
+      local due_key = due_key_of(prefix)
+      local before = next_wake(due_key)
       r.seq = redis.call('INCR', prefix .. 'seq')
       local wake = schedule(prefix, due_key, next_id, r, now)
       if r.state == 'w' then wheel_count(prefix, 1) end
@@ -1456,12 +1585,6 @@ end
   the job still exists there (the daemon drops the pointers of jobs gone).
 ]]
 
--- The partition a live-record value points to, or nil when it is not a
--- pointer.
-local function pointer_of(v)
-  if v and #v < REC_HEADER and string.sub(v, 1, 1) == '@' then return tonumber(string.sub(v, 2)) end
-  return nil
-end
 
 -- A schedule's `meta` field (see put_schedule.lua) as a table, or nil.
 local function schedule_meta(text)

@@ -35,7 +35,7 @@ if not r then return {NOT_FOUND} end
 local now = now_ms()
 -- (A scheduled record whose time has come is ready: promoted, or about to be.)
 -- (A job claimed ahead of its due time is in flight: its lease says so.)
-local inflight = partition_prefix(KEYS[2], 'due') .. 'inflight'
+local inflight = partition_prefix(KEYS[3], 'ready') .. 'inflight'
 if (r.state ~= 's' and r.state ~= 'w' and r.state ~= 'p' and r.state ~= 'o') or rec_ready(r, now)
     or rec_in_flight(r, inflight, ARGV[1]) then
   return {WRONG_STATE, live_state_name(r, now, inflight, ARGV[1])}
@@ -50,7 +50,7 @@ elseif ARGV[3] ~= '' then
 else
   due = now + tonumber(ARGV[4])
 end
-local prefix = partition_prefix(KEYS[2], 'due')
+local prefix = partition_prefix(KEYS[3], 'ready')
 -- A job due far ahead goes to a wheel bucket, a key this script builds: not
 -- while the partition's slot is moving (see the prelude).
 if IN_CLUSTER and due > now and wheel_slot(due, now) and slot_moving(KEYS[2]) then
@@ -85,7 +85,7 @@ elseif due <= now then
   if ready_push(KEYS[3], {ARGV[1]}) then wake_ready(ARGV[7], ARGV[8]) end
 else
   state = 'scheduled'
-  local before = next_wake(prefix, KEYS[2])
+  local before = next_wake(KEYS[2])
   r.seq, r.spec = rcall('INCR', KEYS[4]), ARGV[2]
   local wake = schedule(prefix, KEYS[2], ARGV[1], r, now)
   if r.state == 'w' then wheel_delta = wheel_delta + 1 end

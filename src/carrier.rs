@@ -89,6 +89,21 @@ fn paced(wake: i64, due: i64, last_round: i64, ahead: i64) -> i64 {
     point.min(due - (ahead - pace))
 }
 
+/// Wakes the claim loops of partitions whose ready lists a promotion from
+/// shared timers started (`started`, the promoting partition left out):
+/// this daemon's at once, those another daemon carries by a message.
+pub(crate) async fn wake_started(store: &Store, signals: &Signals, fleet: &Fleet, started: &[u16]) {
+    let mut elsewhere = Vec::new();
+    for &q in started {
+        if fleet.owns(q) {
+            signals.list_started(q);
+        } else {
+            elsewhere.push(q);
+        }
+    }
+    store.announce_started(&elsewhere).await;
+}
+
 /// Sentinel for "nothing known to be due".
 const NEVER: i64 = i64::MAX;
 
@@ -101,6 +116,10 @@ struct Timetable {
     next_due: Vec<i64>,
     next_lease: Vec<i64>,
     owned: Vec<bool>,
+    /// Whether each partition has timers of its own (due sets, wheel): all
+    /// of them in a cluster, partition 0 alone with shared timers (see
+    /// [`crate::store::Keys::timer_partition`]); one without is never due.
+    timers: Vec<bool>,
     came_early: Vec<bool>,
     /// `delivery.claim_ahead` in ms: a partition is promoted this long
     /// before its next due time.
@@ -111,13 +130,15 @@ struct Timetable {
 
 impl Timetable {
     /// A timetable for `partitions` partitions, none of them carried yet,
-    /// promoting `ahead` ms before due times.
-    fn new(partitions: u16, ahead: i64) -> Self {
+    /// those of `timers` with timers of their own, promoting `ahead` ms
+    /// before due times.
+    fn new(partitions: u16, timers: std::ops::Range<u16>, ahead: i64) -> Self {
         let n = partitions as usize;
         Timetable {
             next_due: vec![0; n],
             next_lease: vec![0; n],
             owned: vec![false; n],
+            timers: (0..partitions).map(|p| timers.contains(&p)).collect(),
             came_early: vec![false; n],
             ahead,
             last_round: 0,
@@ -130,7 +151,7 @@ impl Timetable {
     fn set_owned(&mut self, p: u16, owns: bool) {
         let i = p as usize;
         if owns && !self.owned[i] {
-            self.next_due[i] = 0;
+            self.next_due[i] = if self.timers[i] { 0 } else { NEVER };
             self.next_lease[i] = 0;
             self.came_early[i] = false;
         } else if !owns {
@@ -144,7 +165,7 @@ impl Timetable {
     /// than the one known (`early`: the hint's promotion came early for it).
     fn take_hint(&mut self, p: u16, hint: i64, early: bool) {
         let i = p as usize;
-        if self.owned[i] && hint < self.next_due[i] {
+        if self.owned[i] && self.timers[i] && hint < self.next_due[i] {
             self.next_due[i] = hint;
             self.came_early[i] = early;
         }
@@ -223,9 +244,14 @@ impl Timetable {
         self.last_round = now;
     }
 
-    /// Forgets every known due time, so that each due set is read again.
+    /// Forgets every known due time of a carried partition with timers, so
+    /// that each due set is read again.
     fn reread_due(&mut self) {
-        self.next_due.iter_mut().for_each(|d| *d = 0);
+        for p in 0..self.next_due.len() {
+            if self.owned[p] && self.timers[p] {
+                self.next_due[p] = 0;
+            }
+        }
     }
 }
 
@@ -299,7 +325,12 @@ impl Carrier {
 
     /// Runs until `token` is cancelled.
     pub async fn run(self, token: CancellationToken) {
-        let mut times = Timetable::new(self.store.keys().partitions(), self.store.claim_ahead_ms());
+        let keys = self.store.keys();
+        let mut times = Timetable::new(
+            keys.partitions(),
+            keys.timer_partitions(),
+            self.store.claim_ahead_ms(),
+        );
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_millis(1600));
         loop {
             self.read_fleet_and_hints(&mut times);
@@ -347,12 +378,15 @@ impl Carrier {
 
     /// Brings `times` up to date with the partitions the fleet deals this
     /// daemon and the due-time hints the signals carry.
+    /// (A hint for a partition without timers of its own is one for the
+    /// partition whose timers it uses.)
     fn read_fleet_and_hints(&self, times: &mut Timetable) {
-        for p in 0..self.store.keys().partitions() {
+        let keys = self.store.keys();
+        for p in 0..keys.partitions() {
             times.set_owned(p, self.fleet.owns(p));
             let early = self.signals.take_came_early(p);
             if let Some(hint) = self.signals.take_due_hint(p) {
-                times.take_hint(p, hint, early);
+                times.take_hint(keys.timer_partition(p), hint, early);
             }
         }
     }
@@ -378,15 +412,18 @@ impl Carrier {
     async fn promote(&self, times: &mut Timetable, partitions: &[u16]) -> Round {
         let store = &self.store;
         let promote = |p| store.promote(p, PROMOTE_BATCH);
-        call_each(partitions, promote, "promotion failed", |p, promotion| {
+        let mut started_elsewhere = Vec::new();
+        let round = call_each(partitions, promote, "promotion failed", |p, promotion| {
             self.clock.observe(promotion.now);
             if promotion.started {
                 // A tenant's jobs the busy claim loop has not seen: claim
                 // them now, without waiting for a chunk of room.
                 self.signals.list_started(p);
-            } else if promotion.moved > 0 {
+            } else if promotion.moved > 0 && promotion.started_in.is_empty() {
                 self.signals.ready(p);
             }
+            // (From shared timers, other partitions' lists too.)
+            started_elsewhere.extend(promotion.started_in.iter().filter(|&&q| q != p));
             if promotion.moved > 0 {
                 metrics::counter!("hookq_promoted_total").increment(promotion.moved as u64);
             }
@@ -395,7 +432,9 @@ impl Carrier {
             self.signals.set_backlog(p, promotion.more_due());
             promotion.more_due()
         })
-        .await
+        .await;
+        wake_started(&self.store, &self.signals, &self.fleet, &started_elsewhere).await;
+        round
     }
 
     /// Takes back a batch of expired leases on each of `partitions`, wakes
@@ -473,7 +512,7 @@ mod tests {
     /// wake time agrees with the partitions due.
     #[test]
     fn a_partition_learnt_after_a_round_waits_for_the_next_unless_late() {
-        let mut times = Timetable::new(3, 50);
+        let mut times = Timetable::new(3, 0..3, 50);
         for p in 0..3 {
             times.set_owned(p, true);
             times.set_next_due(p, None, false);
@@ -503,7 +542,7 @@ mod tests {
     /// each.
     #[test]
     fn a_round_takes_along_the_partitions_it_can_claim_already() {
-        let mut times = Timetable::new(4, 50);
+        let mut times = Timetable::new(4, 0..4, 50);
         for p in 0..4 {
             times.set_owned(p, true);
         }
@@ -530,7 +569,7 @@ mod tests {
     #[test]
     fn daemons_meet_on_the_grid() {
         let daemon = |last_round: i64, due: i64| {
-            let mut times = Timetable::new(1, 50);
+            let mut times = Timetable::new(1, 0..1, 50);
             times.set_owned(0, true);
             times.next_lease = vec![NEVER];
             times.promoted_at(last_round);

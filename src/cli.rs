@@ -415,13 +415,15 @@ async fn migrate(config: &Config, json: bool) -> Result<ExitCode, CliError> {
             "schema": crate::store::schema::SCHEMA_VERSION,
             "converted": report.converted,
             "already_converted": report.skipped,
+            "timers_moved": report.timers_moved,
         }))?;
     } else {
         println!(
-            "layout {}: {} records converted, {} were already",
+            "layout {}: {} records converted, {} were already; {} scheduled jobs moved to the shared timers",
             crate::store::schema::SCHEMA_VERSION,
             report.converted,
-            report.skipped
+            report.skipped,
+            report.timers_moved
         );
     }
     Ok(ExitCode::SUCCESS)

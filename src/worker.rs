@@ -331,7 +331,7 @@ impl WorkerPool {
             };
             self.clock.observe(claimed.now);
             if let Some(promotion) = claimed.promotion {
-                self.report_promotion(p, promotion);
+                self.report_promotion(p, promotion).await;
             }
             let more = claimed.more;
             self.dispatch(claimed.jobs, permits, token);
@@ -351,7 +351,7 @@ impl WorkerPool {
         chunk: u32,
         token: &CancellationToken,
     ) -> Option<Vec<OwnedSemaphorePermit>> {
-        let batch = self.config.delivery.claim_batch;
+        let batch = self.claim_max(p);
         // Room for a chunk of jobs at a time: claiming for every
         // single permit freed would cost a script call per job
         // whenever the budget is full (a slow or rate-limited host).
@@ -392,6 +392,20 @@ impl WorkerPool {
             }
         }
         Some(split_permits(room))
+    }
+
+    /// Most jobs one claim of partition `p` takes: `delivery.claim_batch`,
+    /// or, for the partition whose shared timers hold every partition's
+    /// jobs (a single Redis), that for each partition up to a promotion's
+    /// batch, so that a round's due jobs are claimed in one call.
+    fn claim_max(&self, p: u16) -> usize {
+        let batch = self.config.delivery.claim_batch;
+        let keys = self.store.keys();
+        if keys.shared_timers() && keys.timer_partitions().contains(&p) {
+            (batch * usize::from(keys.partitions())).min(PROMOTE_BATCH.max(batch))
+        } else {
+            batch
+        }
     }
 
     /// After a failed claim: counts and logs it, has the carrier read the due
@@ -504,14 +518,23 @@ impl WorkerPool {
     }
 
     /// Tells the carrier what a promotion this loop made left: the next due
-    /// time (now, after a full batch), and whether it came before it.
-    fn report_promotion(&self, p: u16, promotion: Promotion) {
+    /// time (now, after a full batch), and whether it came before it; and
+    /// wakes the claim loops of the other partitions whose ready list it
+    /// started (shared timers), here or in the daemon carrying them.
+    async fn report_promotion(&self, p: u16, promotion: Promotion) {
         if promotion.moved > 0 {
             metrics::counter!("hookq_promoted_total").increment(promotion.moved as u64);
         }
         let (next, early) = crate::carrier::after_promotion(&promotion);
         self.signals.set_backlog(p, promotion.more_due());
         self.signals.promoted(p, next, early);
+        let others: Vec<u16> = promotion
+            .started_in
+            .iter()
+            .copied()
+            .filter(|&q| q != p)
+            .collect();
+        crate::carrier::wake_started(&self.store, &self.signals, &self.fleet, &others).await;
     }
 
     /// Queues a job on its host's lane, starting the lane's runner when it

@@ -60,7 +60,7 @@ pub struct ClaimBatch {
 }
 
 /// Result of one promotion call on a partition.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Promotion {
     /// Jobs moved to the ready list.
     pub moved: usize,
@@ -74,6 +74,11 @@ pub struct Promotion {
     pub started: bool,
     /// Redis time plus the claim ahead: jobs due by it counted as due.
     pub horizon: i64,
+    /// With shared timers (a single Redis), the partitions whose ready list
+    /// the promotion started, its own included (each id goes to its own
+    /// partition's list): their claim loops, here or in another daemon,
+    /// must be woken.
+    pub started_in: Vec<u16>,
 }
 
 impl Promotion {
@@ -135,6 +140,25 @@ impl Store {
         .await
     }
 
+    /// Tells the daemons carrying partitions `started` that a promotion from
+    /// shared timers started their ready lists (`r<q>` on each one's wake
+    /// channel, as a script does). Best effort, logged: a claim loop looks
+    /// at its list every [`crate::worker::IDLE_RECHECK`] anyway.
+    pub(crate) async fn announce_started(&self, started: &[u16]) {
+        if started.is_empty() {
+            return;
+        }
+        let mut pipe = redis::pipe();
+        for &q in started {
+            pipe.publish(self.keys.partition_wake_channel(q), format!("r{q}"))
+                .ignore();
+        }
+        let mut conn = self.conn.clone();
+        if let Err(err) = pipe.query_async::<()>(&mut conn).await {
+            tracing::warn!(cause = %err, partitions = ?started, "cannot announce started ready lists");
+        }
+    }
+
     /// Claims up to `max` ready jobs of partition `p`, each under a lease.
     pub async fn claim(&self, p: u16, max: usize) -> StoreResult<ClaimBatch> {
         self.claim_promoting(p, max, 0).await
@@ -178,7 +202,7 @@ impl Store {
             .jobs
             .into_iter()
             .map(|job| Claimed {
-                partition: p,
+                partition: job.partition.unwrap_or(p),
                 lease: Lease {
                     // (As claim_ready.lua sets it: a lease of 0 is the
                     // daemon's default.)

@@ -161,7 +161,11 @@ impl Store {
     /// A store over an existing connection.
     pub(crate) fn with_conn(conn: RedisConn, config: &Config) -> Store {
         let in_cluster = matches!(conn, RedisConn::Cluster(_));
-        let keys = Keys::new(&config.redis.namespace, config.redis.partitions);
+        let keys = if in_cluster {
+            Keys::in_cluster(&config.redis.namespace, config.redis.partitions)
+        } else {
+            Keys::new(&config.redis.namespace, config.redis.partitions)
+        };
         let channel = keys.wake_channel();
         Store {
             conn,
@@ -170,6 +174,7 @@ impl Store {
             scripts: Arc::new(Scripts::new(
                 in_cluster,
                 config.redis.wheel_bucket.as_millis() as u64,
+                config.redis.partitions,
             )),
             settings: Settings {
                 retention_ms: config.retention.finished.as_millis() as u64,

@@ -4,6 +4,12 @@
 //! `p` share the hash tag `{p}`, so each Lua script (which only touches one
 //! partition) runs on one Redis Cluster slot, while the partitions spread over
 //! the cluster's shards. A job's partition is a stable hash of its id.
+//!
+//! The timers (due sets and the timing wheel) are the exception on a single
+//! Redis: every partition's are partition 0's ("shared timers", see
+//! `lua/prelude.lua`), so that a round of promotion is one call whatever
+//! the partitions its jobs live in. In a cluster each partition keeps its
+//! own.
 
 /// Record hashes per partition (the prelude's `JOB_SHARDS`).
 pub const JOB_SHARDS: u32 = 64;
@@ -23,20 +29,64 @@ pub(crate) fn job_shard_of(id: &str) -> u32 {
 pub struct Keys {
     namespace: String,
     partitions: u16,
+    /// Whether every partition's timers are partition 0's (a single Redis).
+    shared_timers: bool,
 }
 
 impl Keys {
-    /// Key names under `namespace`, spread over `partitions` partitions.
+    /// Key names under `namespace` on a single Redis, spread over
+    /// `partitions` partitions, with shared timers.
     pub fn new(namespace: &str, partitions: u16) -> Self {
         Keys {
             namespace: namespace.to_string(),
             partitions: partitions.max(1),
+            shared_timers: true,
         }
+    }
+
+    /// Key names under `namespace` on a Redis Cluster: each partition has
+    /// timers of its own (a script stays on one slot).
+    pub fn in_cluster(namespace: &str, partitions: u16) -> Self {
+        Keys {
+            shared_timers: false,
+            ..Keys::new(namespace, partitions)
+        }
+    }
+
+    /// The namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
     }
 
     /// Number of partitions.
     pub fn partitions(&self) -> u16 {
         self.partitions
+    }
+
+    /// Whether every partition's timers are partition 0's (a single Redis).
+    pub fn shared_timers(&self) -> bool {
+        self.shared_timers
+    }
+
+    /// The partition whose timers (due sets, wheel) hold partition `p`'s
+    /// scheduled jobs: 0 with shared timers, else `p` itself.
+    pub fn timer_partition(&self, p: u16) -> u16 {
+        if self.shared_timers {
+            0
+        } else {
+            p
+        }
+    }
+
+    /// The partitions that have timers of their own: partition 0 alone
+    /// with shared timers, else every one. (Readers of the due sets and
+    /// the wheel read each once.)
+    pub fn timer_partitions(&self) -> std::ops::Range<u16> {
+        if self.shared_timers {
+            0..1
+        } else {
+            0..self.partitions
+        }
     }
 
     /// The partition holding job `id` (FNV-1a of the id, modulo partitions).
@@ -140,30 +190,31 @@ impl Keys {
 
     /// ZSET `<ns>:{p}:due`: the default tenant's scheduled jobs, score = due
     /// epoch ms, member = 12 hex digits of enqueue sequence followed by the
-    /// id.
+    /// id. (`p` is [`Keys::timer_partition`]: `{0}` for every partition
+    /// with shared timers.)
     pub fn due(&self, p: u16) -> String {
-        format!("{}due", self.prefix(p))
+        format!("{}due", self.prefix(self.timer_partition(p)))
     }
 
     /// ZSET `<ns>:{p}:due:<tenant>`: the scheduled jobs of a tenant other
     /// than `default`, like [`Keys::due`].
     pub fn tenant_due(&self, p: u16, tenant: &str) -> String {
-        format!("{}due:{tenant}", self.prefix(p))
+        format!("{}due:{tenant}", self.prefix(self.timer_partition(p)))
     }
 
     /// ZSET `<ns>:{p}:due-tenants`: the tenants other than `default` whose
     /// due set in partition `p` may hold jobs, scored at most by its
-    /// earliest due time (see `lua/prelude.lua`).
+    /// earliest due time (see `lua/prelude.lua`), like [`Keys::due`].
     pub fn due_tenants(&self, p: u16) -> String {
-        format!("{}due-tenants", self.prefix(p))
+        format!("{}due-tenants", self.prefix(self.timer_partition(p)))
     }
 
     /// ZSET `<ns>:{p}:wheel`: the timing wheel's buckets of partition `p`,
     /// member `<level>:<start ms>`, score = when the bucket opens. Each
     /// bucket is a LIST `<ns>:{p}:wheel:<level>:<start ms>` of ids of jobs
-    /// due far ahead (see `lua/prelude.lua`).
+    /// due far ahead (see `lua/prelude.lua`). Like [`Keys::due`].
     pub fn wheel(&self, p: u16) -> String {
-        format!("{}wheel", self.prefix(p))
+        format!("{}wheel", self.prefix(self.timer_partition(p)))
     }
 
     /// LIST `<ns>:{p}:ready`: ids of due jobs waiting for a worker, oldest first.
@@ -284,7 +335,7 @@ impl Keys {
     }
 
     /// STRING `<ns>:schema`: the layout version of this namespace's data
-    /// (`4`; `<from>>4` while a migration runs or after one was interrupted).
+    /// (`5`; `<from>>5` while a migration runs or after one was interrupted).
     pub(crate) fn schema(&self) -> String {
         format!("{}:schema", self.namespace)
     }
@@ -322,7 +373,7 @@ mod tests {
 
     #[test]
     fn keys_carry_the_partition_hash_tag() {
-        let k = Keys::new("hq", 16);
+        let k = Keys::in_cluster("hq", 16);
         let p = k.partition_of("order-1");
         assert!(p < 16);
         let tag = format!("{{{p}}}");
@@ -343,6 +394,24 @@ mod tests {
         }
         assert_eq!(k.job(3, "x"), "hq:{3}:job:x");
         assert!(k.job(p, "order-1").starts_with(&k.job_prefix(p)));
+    }
+
+    /// On a single Redis every partition's timers are partition 0's; the
+    /// rest stays the partition's own.
+    #[test]
+    fn a_single_redis_shares_partition_zeros_timers() {
+        let k = Keys::new("hq", 16);
+        assert_eq!(k.due(5), "hq:{0}:due");
+        assert_eq!(k.tenant_due(5, "acme"), "hq:{0}:due:acme");
+        assert_eq!(k.due_tenants(5), "hq:{0}:due-tenants");
+        assert_eq!(k.wheel(5), "hq:{0}:wheel");
+        assert_eq!(k.ready(5), "hq:{5}:ready");
+        assert_eq!(k.inflight(5), "hq:{5}:inflight");
+        assert_eq!(k.timer_partitions(), 0..1);
+        let c = Keys::in_cluster("hq", 16);
+        assert_eq!(c.due(5), "hq:{5}:due");
+        assert_eq!(c.wheel(5), "hq:{5}:wheel");
+        assert_eq!(c.timer_partitions(), 0..16);
     }
 
     #[test]

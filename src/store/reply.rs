@@ -117,7 +117,8 @@ impl FromRedisValue for State {
     }
 }
 
-/// `promote_due`: `{moved, next due or -1, now, started, horizon}`.
+/// `promote_due`: `{moved, next due or -1, now, started, horizon,
+/// {started in...}}`.
 impl Promotion {
     /// Takes the reply apart (see the type's doc for its shape).
     fn decode(v: Value) -> RedisResult<Promotion> {
@@ -130,6 +131,7 @@ impl Promotion {
                 now: f.next("now")?,
                 started: f.next::<i64>("started")? == 1,
                 horizon: f.next("horizon")?,
+                started_in: f.next("started in")?,
             })
         })
     }
@@ -298,11 +300,15 @@ pub(super) struct ClaimedJob {
     pub max_attempts: u16,
     /// When the job was created, epoch ms.
     pub created: i64,
+    /// The partition it lives in, when not the claim's own (a job the
+    /// promotion took from shared timers).
+    pub partition: Option<u16>,
 }
 
-/// `claim_ready`: `{now, more, moved or -1, next due or -1, horizon, id1,
-/// attempt1, due1, record1, id2, ...}` (`moved` is -1 when no promotion
-/// was asked for; a record is the value as read, its header then its spec).
+/// `claim_ready`: `{now, more, moved or -1, next due or -1, horizon,
+/// {started in...}, id1, attempt1, due1, record1, partition1 or -1, id2,
+/// ...}` (`moved` is -1 when no promotion was asked for; a record is the
+/// value as read, its header then its spec; -1: the claim's partition).
 #[derive(Debug)]
 pub(super) struct ClaimReply {
     /// Redis time, epoch ms.
@@ -324,6 +330,7 @@ impl ClaimReply {
             let moved: i64 = f.next("moved")?;
             let next_due: i64 = f.next("next due")?;
             let horizon: i64 = f.next("horizon")?;
+            let started_in: Vec<u16> = f.next("started in")?;
             let mut jobs = Vec::new();
             while !f.is_empty() {
                 let id = f.next("id")?;
@@ -332,7 +339,9 @@ impl ClaimReply {
                 let record: Vec<u8> = f.next("record")?;
                 let (lease_ms, max_attempts, created) = super::record::lease_fields(&record)
                     .ok_or_else(|| malformed("claim_ready: a record shorter than its header"))?;
+                let partition: i64 = f.next("partition")?;
                 jobs.push(ClaimedJob {
+                    partition: u16::try_from(partition).ok(),
                     id,
                     attempt,
                     due,
@@ -351,6 +360,7 @@ impl ClaimReply {
                     now,
                     started: false,
                     horizon,
+                    started_in,
                 }),
                 jobs,
             })
@@ -421,7 +431,14 @@ mod tests {
     /// A `claim_ready` reply: `{now, more, moved, next due, horizon}`, then
     /// the claimed jobs' fields.
     fn claim_reply(head: [i64; 5], jobs: Vec<Value>) -> Value {
-        array(head.into_iter().map(Value::Int).chain(jobs).collect())
+        let started_in = array(Vec::new());
+        array(
+            head.into_iter()
+                .map(Value::Int)
+                .chain(std::iter::once(started_in))
+                .chain(jobs)
+                .collect(),
+        )
     }
 
     #[test]
@@ -432,17 +449,20 @@ mod tests {
             Value::Int(7),
             Value::Int(1),
             Value::Int(57),
+            array(vec![Value::Int(4), Value::Int(0)]),
         ]);
         let promotion = Promotion::from_redis_value(&fine).expect("well formed");
         assert_eq!(
             (promotion.moved, promotion.next_due, promotion.started),
             (3, None, true)
         );
+        assert_eq!(promotion.started_in, vec![4, 0]);
         let short = array(vec![
             Value::Int(3),
             Value::Int(-1),
             Value::Int(7),
             Value::Int(1),
+            Value::Int(57),
         ]);
         assert!(Promotion::from_redis_value(&short).is_err());
         let long = array(vec![
@@ -451,6 +471,7 @@ mod tests {
             Value::Int(7),
             Value::Int(0),
             Value::Int(57),
+            array(Vec::new()),
             Value::Int(0),
         ]);
         assert!(Promotion::from_redis_value(&long).is_err());
@@ -491,6 +512,7 @@ mod tests {
             Value::Int(-1),
             Value::Int(-1),
             Value::Int(5050),
+            array(Vec::new()),
             text("a"),
             Value::Int(2),
             Value::Int(4000),
@@ -511,6 +533,7 @@ mod tests {
                 ]
                 .concat(),
             ),
+            Value::Int(-1),
         ]);
         let claim = ClaimReply::from_redis_value(&claim).expect("well formed");
         assert_eq!((claim.now, claim.more, claim.jobs.len()), (5000, true, 1));

@@ -16,22 +16,33 @@
 //! layouts 1 and 2 in place, one batch per script call, and takes layout 3
 //! as it is (its records, and its claims' `i` state, read the same). Each
 //! batch is atomic and converted records are skipped, so a migration that
-//! was killed is finished by running it again; the version says `<from>>4`
+//! was killed is finished by running it again; the version says `<from>>5`
 //! until the last batch is done.
+//!
+//! Layout 5 keeps layout 4's records; on a single Redis every partition's
+//! scheduled jobs wait in partition 0's due sets and wheel (the shared
+//! timers, see [`super::Keys`]), so the migration also moves each other
+//! partition's into them (`lua/merge_timers.lua`, a batch per call). A
+//! daemon of layout 4 would not see them there. In a cluster, layout 5
+//! is layout 4.
 
-use super::{arg, scripts, Store, StoreError, StoreResult};
+use super::{arg, scripts, Keys, Store, StoreError, StoreResult};
 
 /// The layout this hookq reads and writes.
-pub(crate) const SCHEMA_VERSION: &str = "4";
-/// Versions a migration starts from: layouts 1, 2 and 3, and migrations
-/// that were interrupted (`1>2` was written by the hookq of layout 2, `1>3`
-/// and `2>3` by that of layout 3).
-const MIGRATES_FROM: &[&str] = &["1", "2", "3", "1>2", "1>3", "2>3", "1>4", "2>4", "3>4"];
+pub(crate) const SCHEMA_VERSION: &str = "5";
+/// Versions a migration starts from: layouts 1 to 4, and migrations that
+/// were interrupted (`1>2` was written by the hookq of layout 2, `1>3` and
+/// `2>3` by that of layout 3, `<n>>4` by that of layout 4).
+const MIGRATES_FROM: &[&str] = &[
+    "1", "2", "3", "4", "1>2", "1>3", "2>3", "1>4", "2>4", "3>4", "1>5", "2>5", "3>5", "4>5",
+];
 /// Layouts whose records this hookq reads as they are (a migration from
-/// one only writes the version).
-const READS_AS_IS: &[&str] = &["3"];
+/// one converts no record).
+const READS_AS_IS: &[&str] = &["3", "4"];
 /// Job records converted per script call.
 const MIGRATE_BATCH: usize = 200;
+/// Timer entries moved per script call.
+const MERGE_BATCH: usize = 1000;
 
 /// What a migration did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -40,6 +51,9 @@ pub(crate) struct MigrateReport {
     pub converted: u64,
     /// Records that were in the new layout already (an earlier, interrupted run).
     pub skipped: u64,
+    /// Scheduled jobs (due-set members and wheel ids) moved into the shared
+    /// timers, and index entries cleared on the way.
+    pub timers_moved: u64,
 }
 
 impl Store {
@@ -177,6 +191,7 @@ impl Store {
             if !READS_AS_IS.contains(&start) {
                 self.migrate_partition(p, &mut report).await?;
             }
+            self.merge_timers(p, &mut report).await?;
             progress(p, report);
         }
         self.set_schema_version(SCHEMA_VERSION).await?;
@@ -215,7 +230,7 @@ impl Store {
             Some(other) => Err(StoreError::reply(
                 "migrate",
                 format!(
-                    "layout `{other}` is unknown to this hookq (it migrates 1, 2 and 3 to {SCHEMA_VERSION})"
+                    "layout `{other}` is unknown to this hookq (it migrates 1 to 4 to {SCHEMA_VERSION})"
                 ),
             )),
         }
@@ -230,6 +245,35 @@ impl Store {
             .query_async(&mut conn)
             .await?;
         Ok(())
+    }
+
+    /// Moves partition `p`'s own due sets and wheel into the shared timers
+    /// (a single Redis; nothing in a cluster or for partition 0, whose
+    /// timers are the shared ones), a batch of [`MERGE_BATCH`] per call;
+    /// adds what moved to `report`.
+    async fn merge_timers(&self, p: u16, report: &mut MigrateReport) -> StoreResult<()> {
+        if self.keys.timer_partition(p) == p {
+            return Ok(());
+        }
+        let own = Keys::in_cluster(self.keys.namespace(), self.keys.partitions());
+        loop {
+            let moved: u64 = self
+                .invoke(
+                    &scripts::MERGE_TIMERS,
+                    &[
+                        &own.due(p),
+                        &own.wheel(p),
+                        &self.keys.due(p),
+                        &self.keys.wheel(p),
+                    ],
+                    &[arg(&MERGE_BATCH)],
+                )
+                .await?;
+            if moved == 0 {
+                return Ok(());
+            }
+            report.timers_moved += moved;
+        }
     }
 
     /// Converts every job record of partition `p`, scanning its keys and

@@ -182,6 +182,9 @@ pub(crate) const MIGRATE_JOBS: ScriptDef = script!("migrate_jobs", 1, 2, repeat 
 /// `migrate_records`: convert job records of one partition from layout 2 to
 /// layout 3, one ARGV per job.
 pub(crate) const MIGRATE_RECORDS: ScriptDef = script!("migrate_records", 1, 1, repeat 1);
+/// `merge_timers`: move a batch of one partition's due sets and wheel into
+/// the shared timers of a single Redis (layout 5).
+pub(crate) const MERGE_TIMERS: ScriptDef = script!("merge_timers", 4, 1);
 
 /// Every script, for loading at start-up and for the header check.
 pub(crate) const ALL: &[&ScriptDef] = &[
@@ -216,6 +219,7 @@ pub(crate) const ALL: &[&ScriptDef] = &[
     &HOST_DRAIN,
     &MIGRATE_JOBS,
     &MIGRATE_RECORDS,
+    &MERGE_TIMERS,
 ];
 
 /// Shared Lua helpers prepended to every script (`slot_moving`, `try_again`:
@@ -431,8 +435,20 @@ pub(crate) const BATCHED: [&ScriptDef; 3] = [&PROMOTE_DUE, &CLAIM_READY, &COMPLE
 /// `lua/batch.lua`: the batch function's Lua (`run_batch`).
 const BATCH: &str = include_str!("../../lua/batch.lua");
 
-/// The Lua library as Redis Functions: `local IN_CLUSTER`, `local
-/// WHEEL_BUCKET`, the whole prelude once, then every script of [`ALL`]
+/// The constants defined above the prelude, from the store's config:
+/// `IN_CLUSTER` (the scripts guard against slot migrations; on a single
+/// Redis the timers are shared), `WHEEL_BUCKET` (the timing wheel's finest
+/// width, ms) and `PARTITIONS` (the partition count, for a job's partition
+/// by its id).
+fn constants(in_cluster: bool, wheel_bucket_ms: u64, partitions: u16) -> String {
+    format!(
+        "local IN_CLUSTER = {in_cluster}\nlocal WHEEL_BUCKET = {wheel_bucket_ms}\n\
+         local PARTITIONS = {}\n",
+        partitions.max(1)
+    )
+}
+
+/// The Lua library as Redis Functions: the [`constants`], the whole prelude once, then every script of [`ALL`]
 /// registered as a function whose callback is the script's text (its
 /// `KEYS` and `ARGV` are the callback's arguments).
 pub(crate) struct Library {
@@ -452,14 +468,14 @@ pub(crate) struct Library {
 impl Library {
     /// Builds the library for a cluster or a single Redis (as
     /// [`Scripts::new`]).
-    fn new(in_cluster: bool, wheel_bucket_ms: u64) -> Library {
+    fn new(in_cluster: bool, wheel_bucket_ms: u64, partitions: u16) -> Library {
         const NAME: &str = "@LIBRARY@";
         let (declare_globals, bind_globals) = globals_as_locals();
         // What every function runs first.
         let prologue = format!("{bind_globals}{}", per_call_state(PRELUDE));
         let mut body = format!(
-            "local IN_CLUSTER = {in_cluster}\nlocal WHEEL_BUCKET = {wheel_bucket_ms}\n\
-             {LOAD_TIME_IPAIRS}{declare_globals}{}\n",
+            "{}{LOAD_TIME_IPAIRS}{declare_globals}{}\n",
+            constants(in_cluster, wheel_bucket_ms, partitions),
             at_load_time(PRELUDE)
         );
         for def in ALL {
@@ -544,20 +560,21 @@ impl Scripts {
     /// timing wheel's finest buckets `wheel_bucket_ms` wide: the
     /// [`Library`], and each script after the [`PRELUDE`] definitions it
     /// uses for `EVALSHA`.
-    pub(crate) fn new(in_cluster: bool, wheel_bucket_ms: u64) -> Self {
+    pub(crate) fn new(in_cluster: bool, wheel_bucket_ms: u64, partitions: u16) -> Self {
         let prelude = Prelude::parse(PRELUDE);
+        let constants = constants(in_cluster, wheel_bucket_ms, partitions);
         Scripts {
             compiled: ALL
                 .iter()
                 .map(|d| {
                     Script::new(&format!(
-                        "local IN_CLUSTER = {in_cluster}\nlocal WHEEL_BUCKET = {wheel_bucket_ms}\n{}\n{}",
+                        "{constants}{}\n{}",
                         prelude.needed_by(d.source),
                         d.source
                     ))
                 })
                 .collect(),
-            library: Library::new(in_cluster, wheel_bucket_ms),
+            library: Library::new(in_cluster, wheel_bucket_ms, partitions),
             runner: AtomicU8::new(Runner::Unknown as u8),
         }
     }
@@ -628,7 +645,7 @@ mod tests {
     /// script run in its place.
     #[test]
     fn a_script_not_listed_is_refused_by_name() {
-        let scripts = Scripts::new(false, 65_536);
+        let scripts = Scripts::new(false, 65_536, 16);
         assert!(scripts.get(&ENQUEUE_JOBS).is_ok());
         let stray = ScriptDef {
             name: "not_listed",
@@ -652,7 +669,7 @@ mod tests {
         assert_eq!(resets, "moving_checked = false\n");
         let (_, bind_globals) = globals_as_locals();
         let prologue = format!("{bind_globals}{resets}");
-        let library = Library::new(false, 65_536);
+        let library = Library::new(false, 65_536, 16);
         assert!(library
             .code
             .starts_with(&format!("#!lua name={}\n", library.name)));
@@ -673,15 +690,18 @@ mod tests {
         assert!(library.code[at..].contains(&format!(
             "function(KEYS, ARGV)\n{bind_globals}return run_batch"
         )));
-        let scripts = Scripts::new(false, 65_536);
+        let scripts = Scripts::new(false, 65_536, 16);
         assert_eq!(
             scripts.function(&CLAIM_READY).ok(),
             Some(format!("{}_claim_ready", library.name).as_str())
         );
-        for other in [Library::new(true, 65_536), Library::new(false, 1_024)] {
+        for other in [
+            Library::new(true, 65_536, 16),
+            Library::new(false, 1_024, 16),
+        ] {
             assert_ne!(other.name, library.name);
         }
-        assert_eq!(Library::new(false, 65_536).name, library.name);
+        assert_eq!(Library::new(false, 65_536, 16).name, library.name);
     }
 
     /// Highest `NAME[n]` index mentioned in the script's `--[[ ... ]]` header.

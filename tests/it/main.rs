@@ -36,6 +36,7 @@ mod schedules;
 mod security;
 mod telemetry;
 mod tenants;
+mod timers;
 
 use std::time::Duration;
 

@@ -185,7 +185,7 @@ async fn a_daemon_refuses_data_of_another_layout_naming_migrate() {
     let mut conn = fresh.conn().await;
     assert_eq!(schema(&mut conn).await, None);
     let daemon = start_daemon(&test_config(&fresh)).await;
-    assert_eq!(schema(&mut conn).await.as_deref(), Some("4"));
+    assert_eq!(schema(&mut conn).await.as_deref(), Some("5"));
     // While a daemon runs (subscribed to the wake channel), the migration
     // refuses to start.
     wait_until(
@@ -215,7 +215,8 @@ async fn a_daemon_refuses_data_of_another_layout_naming_migrate() {
     // A Redis with layout-1 data (no schema key): a scheduled job in the due
     // set with its sequence counter, a ready job, a delivered one.
     let old = RedisServer::start();
-    let keys = Keys::new(NS, 4);
+    // (Layout 1 kept each partition's timers in the partition.)
+    let keys = Keys::in_cluster(NS, 4);
     let now = now_ms();
     let url = "http://127.0.0.1:9/hook";
     let mut scheduled = L1Job::new(
@@ -444,6 +445,8 @@ async fn migrate_converts_layout_1_in_place_and_resumes_after_kill_9() {
     let redis = RedisServer::start();
     let receiver = Receiver::ok().await;
     let keys = Keys::new(NS, PARTITIONS);
+    // Layout 1 kept each partition's due set in the partition.
+    let own_timers = Keys::in_cluster(NS, PARTITIONS);
     let mut conn = redis.conn().await;
     let now = now_ms();
     let far_due = now + 7 * 24 * 3_600_000;
@@ -612,7 +615,7 @@ async fn migrate_converts_layout_1_in_place_and_resumes_after_kill_9() {
         }
         for (p, members) in due {
             let items: Vec<(i64, String)> = members;
-            pipe.zadd_multiple(keys.due(p), &items).ignore();
+            pipe.zadd_multiple(own_timers.due(p), &items).ignore();
         }
         let () = pipe.query_async(&mut conn).await.expect("seed layout 1");
     }
@@ -640,13 +643,13 @@ async fn migrate_converts_layout_1_in_place_and_resumes_after_kill_9() {
     let version = schema(&mut conn).await;
     assert_ne!(
         version.as_deref(),
-        Some("4"),
+        Some("5"),
         "hookq migrate finished before it was killed (the kill came too late to test a \
          resume); stderr: {lines:?}"
     );
     assert_eq!(
         version.as_deref(),
-        Some("1>4"),
+        Some("1>5"),
         "schema after a killed migration"
     );
     let halfway = job_key_types(&mut conn).await;
@@ -683,14 +686,14 @@ async fn migrate_converts_layout_1_in_place_and_resumes_after_kill_9() {
         );
     }
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
-    assert_eq!(report["schema"], "4", "{report}");
+    assert_eq!(report["schema"], "5", "{report}");
     let converted = report["converted"].as_u64().expect("converted");
     let already = report["already_converted"].as_u64().expect("already");
     assert!(
         already > 0 && converted > 0 && converted < jobs.len() as u64 + 1,
         "the second run should resume, not start over: {report}"
     );
-    assert_eq!(schema(&mut conn).await.as_deref(), Some("4"));
+    assert_eq!(schema(&mut conn).await.as_deref(), Some("5"));
 
     // Finished jobs are kept as record strings, live ones moved into the
     // record hashes; the bare hash is gone.
@@ -751,10 +754,11 @@ async fn migrate_converts_layout_1_in_place_and_resumes_after_kill_9() {
 
     // Headers: scheduled jobs keep their due-set sequence, and every one of
     // them still has its due-set member; parked jobs got a parking sequence.
-    let mut due_members: HashSet<String> = HashSet::new();
-    for p in 0..PARTITIONS {
-        let members: Vec<String> = conn.zrange(keys.due(p), 0, -1).await.expect("ZRANGE due");
-        due_members.extend(members);
+    // (In the shared timers now: partition 0's due set, the others' gone.)
+    let due_members: HashSet<String> = conn.zrange(keys.due(0), 0, -1).await.expect("ZRANGE due");
+    for p in 1..PARTITIONS {
+        let left: bool = conn.exists(own_timers.due(p)).await.expect("EXISTS");
+        assert!(!left, "partition {p}'s own due set is left");
     }
     let scheduled: Vec<&L1Job> = jobs
         .iter()
@@ -932,7 +936,11 @@ async fn migrate_converts_layout_2_records() {
     let spec = format!(r#"{{"url":"{}","delay_ms":1500}}"#, receiver.url("/l2"));
     let _: () = redis::pipe()
         .set(keys.job(p, sched), layout2_record(b's', due, 1, now, &spec))
-        .zadd(keys.due(p), format!("{:012x}{sched}", 1), due)
+        .zadd(
+            Keys::in_cluster(NS, partitions).due(p),
+            format!("{:012x}{sched}", 1),
+            due,
+        )
         .set(keys.seq(p), 1)
         .query_async(&mut conn)
         .await
@@ -957,7 +965,7 @@ async fn migrate_converts_layout_2_records() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(schema(&mut conn).await.as_deref(), Some("4"));
+    assert_eq!(schema(&mut conn).await.as_deref(), Some("5"));
     let (live, left): (bool, bool) = redis::pipe()
         .hexists(keys.live_records(p, sched), sched)
         .exists(keys.job(p, sched))
@@ -1035,15 +1043,199 @@ async fn layout_3_migrates_by_its_version_and_its_claims_read_the_same() {
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
     assert_eq!(
         (&report["schema"], &report["converted"]),
-        (&serde_json::json!("4"), &serde_json::json!(0)),
+        (&serde_json::json!("5"), &serde_json::json!(0)),
         "{report}"
     );
-    assert_eq!(schema(&mut conn).await.as_deref(), Some("4"));
+    assert_eq!(schema(&mut conn).await.as_deref(), Some("5"));
     let view = store.get(id).await.expect("get").expect("record");
     assert_eq!((view.state, view.attempts), (State::Inflight, 1));
 
     let daemon = start_daemon(&config).await;
     let got = receiver.wait_for_count(1, Duration::from_secs(15)).await;
     assert_eq!(got[0].header("hookq-attempt"), Some("2"), "{:?}", got[0]);
+    daemon.stop().await.expect("clean stop");
+}
+
+/// Layout 4 kept each partition's timers (due sets, tenants' due sets and
+/// their index, the wheel) in the partition; layout 5 on a single Redis
+/// keeps every partition's in partition 0's. A daemon and a data command
+/// refuse layout 4, naming `hookq migrate`, which moves every due-set
+/// member, index entry and wheel id into the shared timers (a second run
+/// changes nothing); a daemon then delivers the due jobs on time, and the
+/// far ones wait in the shared wheel.
+#[tokio::test]
+async fn layout_4_timers_move_into_the_shared_timers() {
+    const PARTITIONS: u16 = 8;
+    let redis = RedisServer::start();
+    let receiver = Receiver::ok().await;
+    let mut config = test_config(&redis);
+    config.redis.partitions = PARTITIONS;
+    config.validate().expect("valid config");
+    let store = Store::connect(&config).await.expect("store");
+    store.load_scripts().await.expect("scripts");
+    let keys = store.keys().clone();
+    let own = Keys::in_cluster(NS, PARTITIONS);
+
+    // Jobs due in two seconds (the due sets, the default tenant's and
+    // acme's), and a day ahead (the wheel).
+    let due = now_ms() + 2_000;
+    let mut soon = Vec::new();
+    for i in 0..24 {
+        let tenant = (i % 3 == 0).then(|| "acme".to_string());
+        let input = hookq::job::JobInput {
+            id: Some(format!("l4-soon-{i}")),
+            url: Some(receiver.url("/soon")),
+            run_at: Some(hookq::job::RunAt::Millis(due)),
+            tenant: tenant.clone(),
+            ..hookq::job::JobInput::default()
+        };
+        crate::enqueue_direct(&store, &config, input).await;
+        soon.push(format!("l4-soon-{i}"));
+    }
+    for i in 0..16 {
+        let input = hookq::job::JobInput {
+            id: Some(format!("l4-far-{i}")),
+            url: Some(receiver.url("/far")),
+            delay: Some("1d".into()),
+            ..hookq::job::JobInput::default()
+        };
+        crate::enqueue_direct(&store, &config, input).await;
+    }
+
+    // Written back as layout 4 kept them: each member, index entry and
+    // wheel id in its job's own partition.
+    let mut conn = redis.conn().await;
+    let partition_of = |member: &str| keys.partition_of(member);
+    let shared_due: Vec<(String, f64)> = conn
+        .zrange_withscores(keys.due(0), 0, -1)
+        .await
+        .expect("ZRANGE");
+    let acme_due: Vec<(String, f64)> = conn
+        .zrange_withscores(keys.tenant_due(0, "acme"), 0, -1)
+        .await
+        .expect("ZRANGE");
+    let index: Vec<(String, f64)> = conn
+        .zrange_withscores(keys.due_tenants(0), 0, -1)
+        .await
+        .expect("ZRANGE");
+    let buckets: Vec<(String, f64)> = conn
+        .zrange_withscores(keys.wheel(0), 0, -1)
+        .await
+        .expect("ZRANGE");
+    assert_eq!((shared_due.len(), acme_due.len()), (16, 8));
+    assert_eq!(index.len(), 1, "acme in the index: {index:?}");
+    assert!(!buckets.is_empty(), "the far jobs are in the wheel");
+    let mut bucket_ids = Vec::new();
+    for (slot, _) in &buckets {
+        let ids: Vec<String> = conn
+            .lrange(format!("{}:{slot}", keys.wheel(0)), 0, -1)
+            .await
+            .expect("LRANGE");
+        bucket_ids.push(ids);
+    }
+    let mut pipe = redis::pipe();
+    pipe.del(keys.due(0)).ignore();
+    pipe.del(keys.tenant_due(0, "acme")).ignore();
+    pipe.del(keys.due_tenants(0)).ignore();
+    pipe.del(keys.wheel(0)).ignore();
+    for (slot, _) in &buckets {
+        pipe.del(format!("{}:{slot}", keys.wheel(0))).ignore();
+    }
+    for (member, score) in &shared_due {
+        pipe.zadd(own.due(partition_of(&member[12..])), member, *score)
+            .ignore();
+    }
+    for (member, score) in &acme_due {
+        let q = partition_of(&member[12..]);
+        pipe.zadd(own.tenant_due(q, "acme"), member, *score)
+            .ignore()
+            .zadd(own.due_tenants(q), "acme", index[0].1)
+            .ignore();
+    }
+    for ((slot, opens), ids) in buckets.iter().zip(&bucket_ids) {
+        for id in ids {
+            let q = partition_of(id);
+            pipe.rpush(format!("{}:{slot}", own.wheel(q)), id)
+                .ignore()
+                .zadd(own.wheel(q), slot, *opens)
+                .ignore();
+        }
+    }
+    pipe.set(format!("{NS}:schema"), "4").ignore();
+    let () = pipe.query_async(&mut conn).await.expect("write layout 4");
+    let spread: HashSet<u16> = shared_due
+        .iter()
+        .map(|(m, _)| partition_of(&m[12..]))
+        .collect();
+    assert!(spread.len() > 1, "the jobs spread over partitions");
+
+    assert_refused(&redis, "l4-soon-1", "layout 4").await;
+    let out = hookq(&redis, PARTITIONS, &["--json", "migrate"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    assert_eq!(report["schema"], "5", "{report}");
+    let moved = report["timers_moved"].as_u64().expect("timers_moved");
+    assert!(moved >= 24, "members and ids moved: {report}");
+    assert_eq!(schema(&mut conn).await.as_deref(), Some("5"));
+    for p in 1..PARTITIONS {
+        for key in [
+            own.due(p),
+            own.tenant_due(p, "acme"),
+            own.due_tenants(p),
+            own.wheel(p),
+        ] {
+            let left: bool = conn.exists(&key).await.expect("EXISTS");
+            assert!(!left, "{key} is left");
+        }
+    }
+    let back: Vec<(String, f64)> = conn
+        .zrange_withscores(keys.due(0), 0, -1)
+        .await
+        .expect("ZRANGE");
+    assert_eq!(back, shared_due, "the due set, scores and all");
+    let back: Vec<(String, f64)> = conn
+        .zrange_withscores(keys.tenant_due(0, "acme"), 0, -1)
+        .await
+        .expect("ZRANGE");
+    assert_eq!(back, acme_due, "the tenant's due set");
+    let back: Vec<(String, f64)> = conn
+        .zrange_withscores(keys.wheel(0), 0, -1)
+        .await
+        .expect("ZRANGE");
+    assert_eq!(back, buckets, "the wheel's buckets");
+    let mut wheel_ids = HashSet::new();
+    for (slot, _) in &buckets {
+        let ids: Vec<String> = conn
+            .lrange(format!("{}:{slot}", keys.wheel(0)), 0, -1)
+            .await
+            .expect("LRANGE");
+        wheel_ids.extend(ids);
+    }
+    assert_eq!(
+        wheel_ids,
+        bucket_ids.into_iter().flatten().collect::<HashSet<_>>()
+    );
+    let again = hookq(&redis, PARTITIONS, &["--json", "migrate"]);
+    assert!(again.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&again.stdout).expect("JSON report");
+    assert_eq!(report["timers_moved"], 0, "{report}");
+
+    let daemon = start_daemon(&config).await;
+    let got = receiver
+        .wait_for_count(soon.len(), Duration::from_secs(20))
+        .await;
+    for request in &got {
+        assert!(
+            request.received_ms() >= due,
+            "delivered {} ms early",
+            due - request.received_ms()
+        );
+    }
+    let stats = store.stats().await.expect("stats");
+    assert_eq!(stats.scheduled, 16, "the far jobs wait: {stats:?}");
     daemon.stop().await.expect("clean stop");
 }

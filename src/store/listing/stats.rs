@@ -45,7 +45,10 @@ pub struct Stats {
 pub struct PartitionStats {
     /// Partition number.
     pub partition: u16,
-    /// Jobs waiting for their due time, held ones included.
+    /// Jobs waiting for their due time, held ones included. (On a single
+    /// Redis the jobs of every partition's due sets, which are shared,
+    /// count under partition 0; the others count their jobs waiting far
+    /// ahead in the timing wheel and those held.)
     pub scheduled: u64,
     /// Ids in the ready list.
     pub ready: u64,
@@ -97,8 +100,13 @@ impl Store {
                 .zrange(self.keys.due_tenants(p), 0, -1)
                 .query_async(&mut conn)
                 .await?;
+            // Shared timers (a single Redis): every partition's due set is
+            // partition 0's, counted there once.
+            if self.keys.timer_partition(p) != p {
+                due = 0;
+            }
             // Other tenants' due sets (see `lua/prelude.lua`).
-            if !due_tenants.is_empty() {
+            if !due_tenants.is_empty() && self.keys.timer_partition(p) == p {
                 let mut pipe = redis::pipe();
                 for tenant in &due_tenants {
                     pipe.zcard(self.keys.tenant_due(p, tenant));
