@@ -97,7 +97,7 @@ if flying then
 end
 -- (A claimed job has left its due set already: its member is not there.)
 if state == 's' and r.seq > 0 then
-  due_remove(KEYS[2], ARGV[1], r.seq)
+  due_remove(KEYS[2], ARGV[1], r.seq, prefix)
 elseif state == 'w' then
   -- Its id stays in its wheel bucket as a tombstone (see the prelude).
   wheel_count(prefix, -1)

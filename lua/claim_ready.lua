@@ -87,14 +87,14 @@ if not lists_empty then tenants = rcall('SCARD', KEYS[5]) end
 -- Promoted jobs the promotion handed back: with no tenant's list and the
 -- default list empty, the default tenant's jobs just promoted are claimed
 -- without passing through the list (its order is theirs).
-local kept, started = nil, false
+local kept, kept_parts, started = nil, nil, false
 if promote > 0 then
   local keep = 0
   if want > 0 and (lists_empty or (tenants == 0 and rcall('LLEN', KEYS[1]) == 0)) then keep = want end
   local moved, next_due
   local started_in
-  moved, next_due, started, kept, started_in = promote_due_jobs(KEYS[3], KEYS[1], KEYS[4], promote,
-    now, horizon, keep, index_absent, wheel_absent)
+  moved, next_due, started, kept, started_in, kept_parts = promote_due_jobs(KEYS[3], KEYS[1],
+    KEYS[4], promote, now, horizon, keep, index_absent, wheel_absent)
   if not moved then return try_again() end
   out[6] = started_in
   -- A tenant's list it started joined the tenants set.
@@ -132,17 +132,19 @@ if #ids == want or tenants > TENANTS_PER_CLAIM then out[2] = 1 end
 
 -- Read pass: every job record before the first write (see the prelude).
 -- Jobs kept from the shared timers of a single Redis (see the prelude)
--- live in their own partitions: `homes` has each one's partition and
--- its prefix.
+-- live in their own partitions, named by their due members' tags:
+-- `homes` has each one's partition and its prefix.
 local records, hashes, homes = {}, {}, nil
 if kept and not IN_CLUSTER then
   homes = {}
   local ns = namespace_prefix(prefix)
   for i, id in ipairs(ids) do
-    local q, home, h, v = home_of(ns, id)
+    local q = kept_parts[i]
+    local home = prefix_of_partition(ns, q)
+    local h = job_hash(home, id)
     homes[i] = {q = q, prefix = home}
     hashes[i] = h
-    records[i] = v
+    records[i] = rcall('HGET', h, id) or false
   end
 else
   for i, id in ipairs(ids) do

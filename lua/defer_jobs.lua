@@ -48,7 +48,7 @@ for i = 4, #ARGV, 3 do
     rcall('ZREM', KEYS[1], id)
     r.state, r.att, r.due, r.seq, r.ut = 's', token - 1, due, seq, now
     rec_put(live(prefix, id), r)
-    due_batch_add(to_due, KEYS[2], id, due, seq)
+    due_batch_add(to_due, KEYS[2], id, due, seq, prefix)
     if not earliest or due < earliest then earliest = due end
     given = given + 1
   end

@@ -196,7 +196,7 @@ for _, c in ipairs(created) do
       in_wheel = in_wheel + 1
       wheel_batch_add(to_wheel, slot, opens, id)
     else
-      due_batch_add(to_due, KEYS[1], id, due, seq)
+      due_batch_add(to_due, KEYS[1], id, due, seq, prefix)
       if not wake or due < wake then wake = due end
     end
   end

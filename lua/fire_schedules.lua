@@ -145,7 +145,7 @@ if #zadd > 0 then
   for _, z in ipairs(zadd) do
     z[3].seq = base + z[3].seq
     rec_put(live(prefix, z[2]), z[3])
-    due_batch_add(to_due, KEYS[2], z[2], z[1], z[3].seq)
+    due_batch_add(to_due, KEYS[2], z[2], z[1], z[3].seq, prefix)
   end
   due_batch_push(KEYS[2], to_due)
   wake_due(ARGV[2], ARGV[3], zadd[1][1])

@@ -2,19 +2,20 @@
   Move a bounded batch of one partition's timers into the shared timers of
   a single Redis (layout 5, `hookq migrate`; see "Shared timers" in the
   prelude): members of its due sets (the default tenant's, then each
-  tenant's its index names) and ids of its wheel's buckets go to partition
-  0's sets and buckets of the same names, keeping their scores; the shared
-  index and wheel index keep each tenant's and bucket's earliest time. Job
-  records are not touched: where a job waits follows from its state, and
-  the members and ids are the same in every partition.
+  tenant's its index names) and ids of its wheel's buckets go to the
+  shared sets and buckets of the same names, keeping their scores, each
+  member tagged with the partition (see due_tag); the shared index and
+  wheel index keep each tenant's and bucket's earliest time. Job records
+  are not touched: where a job waits follows from its state, its sequence
+  stays, and a wheel bucket holds bare ids.
 
   Input:
     KEYS[1] the partition's due zset     <ns>:{p}:due  (its tenants' sets
             `<ns>:{p}:due:<tenant>` and their index `<ns>:{p}:due-tenants`
             are built from it)
     KEYS[2] the partition's wheel index  <ns>:{p}:wheel
-    KEYS[3] the shared due zset          <ns>:{0}:due  (likewise)
-    KEYS[4] the shared wheel index       <ns>:{0}:wheel
+    KEYS[3] the shared due zset          <ns>:{0}:t:due  (likewise)
+    KEYS[4] the shared wheel index       <ns>:{0}:t:wheel
     ARGV[1] the most members and ids to move
   Output:
     the number of members and ids moved and of index entries cleared (0:
@@ -23,6 +24,7 @@
 local rcall = redis.call
 local left = arg_number(ARGV[1])
 local moved = 0
+local tag = due_tag(partition_prefix(KEYS[1], 'due'))
 
 -- Moves up to `left` members of sorted set `from` into `to`, with their
 -- scores; true when `from` is left empty.
@@ -33,7 +35,7 @@ local function move_members(from, to)
   local scored, members = {}, {}
   for i = 1, #got, 2 do
     scored[#scored + 1] = got[i + 1]
-    scored[#scored + 1] = got[i]
+    scored[#scored + 1] = string.sub(got[i], 1, 12) .. tag .. string.sub(got[i], 13)
     members[#members + 1] = got[i]
   end
   rcall('ZADD', to, unpack(scored))

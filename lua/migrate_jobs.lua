@@ -40,7 +40,7 @@ for i = 3, #ARGV do
         local park = ARGV[2] .. 'park:' .. f.park
         r.state, r.seq = 'p', rcall('INCR', KEYS[1])
         rcall('ZREM', park, id)
-        rcall('ZADD', park, string.format('%d', r.due), due_member(r.seq, id))
+        rcall('ZADD', park, string.format('%d', r.due), due_member(r.seq, id, ''))
         rcall('SADD', ARGV[2] .. 'parked', f.park)
       elseif state == 's' and f.seq then
         r.seq = tonumber(f.seq, 16) or 0

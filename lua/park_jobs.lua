@@ -41,7 +41,7 @@ for i = 3, #ARGV, 2 do
     rcall('ZREM', KEYS[1], id)
     r.state, r.att, r.seq, r.ut = 'p', token - 1, seq, now
     rec_put(live(prefix, id), r)
-    rcall('ZADD', KEYS[2], string.format('%d', r.due), due_member(seq, id))
+    rcall('ZADD', KEYS[2], string.format('%d', r.due), due_member(seq, id, ''))
     parked = parked + 1
   end
 end

@@ -341,8 +341,36 @@ end
 
 -- The due-set (and parking) member of a job: its sequence as 12 hex digits,
 -- then its id, so jobs due in the same millisecond keep their order.
-local function due_member(seq, id)
-  return string.format('%012x', seq) .. id
+-- (`tag` is the job's partition on a single Redis, see due_tag below.)
+local function due_member(seq, id, tag)
+  return string.format('%012x', seq) .. tag .. id
+end
+
+-- On a single Redis a due-set member carries its job's partition, 4 hex
+-- digits after the sequence (its tag), so that what takes it out of the
+-- shared timers (see "Shared timers" below) knows the job's partition
+-- without hashing its id or following a placement pointer; in a cluster
+-- a partition's due sets hold its own jobs, and members have no tag.
+-- Tags by partition prefix, each made at its first use.
+local DUE_TAGS = {}
+
+-- The tag of the jobs of the partition with prefix `<ns>:{p}:`.
+local function due_tag(prefix)
+  if IN_CLUSTER then return '' end
+  local tag = DUE_TAGS[prefix]
+  if not tag then
+    tag = string.format('%04x', tonumber(string.match(prefix, '{(%d+)}:$')))
+    DUE_TAGS[prefix] = tag
+  end
+  return tag
+end
+
+-- Where a due member's id starts (after its sequence and tag).
+local DUE_ID_AT = IN_CLUSTER and 13 or 17
+
+-- The partition of a due member's job, by its tag (a single Redis).
+local function due_member_partition(member)
+  return tonumber(string.sub(member, 13, 16), 16)
 end
 
 -- Adds an attempt record to a job's history, keeping the newest 20.
@@ -529,7 +557,7 @@ local function due_batch()
   return {keys = {}, by_key = {}}
 end
 
-local function due_batch_add(batch, due_key, id, due, seq)
+local function due_batch_add(batch, due_key, id, due, seq, prefix)
   local key, tenant = of_tenant(due_key, id)
   local set = batch.by_key[key]
   if not set then
@@ -538,7 +566,7 @@ local function due_batch_add(batch, due_key, id, due, seq)
     batch.keys[#batch.keys + 1] = key
   end
   set.args[#set.args + 1] = string.format('%d', due)
-  set.args[#set.args + 1] = due_member(seq, id)
+  set.args[#set.args + 1] = due_member(seq, id, due_tag(prefix))
   if due < set.earliest then set.earliest = due end
 end
 
@@ -555,17 +583,19 @@ local function due_batch_push(due_key, batch)
   end
 end
 
--- Adds job `id` (sequence `seq`), due at `due`, to its tenant's due set.
-local function due_add(due_key, id, due, seq)
+-- Adds job `id` (sequence `seq`) of the partition with prefix `prefix`,
+-- due at `due`, to its tenant's due set.
+local function due_add(due_key, id, due, seq, prefix)
   local batch = due_batch()
-  due_batch_add(batch, due_key, id, due, seq)
+  due_batch_add(batch, due_key, id, due, seq, prefix)
   due_batch_push(due_key, batch)
 end
 
--- Takes job `id` (sequence `seq`) out of its tenant's due set.
-local function due_remove(due_key, id, seq)
+-- Takes job `id` (sequence `seq`) of the partition with prefix `prefix`
+-- out of its tenant's due set.
+local function due_remove(due_key, id, seq, prefix)
   local key, tenant = of_tenant(due_key, id)
-  local member = due_member(seq, id)
+  local member = due_member(seq, id, due_tag(prefix))
   redis.call('ZREM', key, member)
   -- (Where the first tenants layout put it.)
   if tenant then redis.call('ZREM', due_key, member) end
@@ -623,23 +653,25 @@ local function partition_prefix(key, name)
 end
 
 --[[
-  Shared timers. On a single Redis (not IN_CLUSTER) the store names
-  partition 0's due sets and wheel for every partition (src/store/keys.rs):
-  every job waits for its time there, whatever its partition, so that a
-  round of the carrier is one promotion and one claim however many
-  partitions its jobs live in (a due set per partition cost a claim per
-  partition with a job due, docs/performance.md). Everything else (records,
-  ready lists, leases, summaries, stats) stays in the job's own partition:
-  what takes ids out of the shared sets finds each one's partition, the
-  FNV-1a of its id modulo PARTITIONS (defined above this prelude, as the
-  store's partition_of), or, for a job placed by its ordering key, the one
-  the pointer there names. In a cluster each partition keeps its own (a
-  script stays on one slot).
+  Shared timers. On a single Redis (not IN_CLUSTER) the store names one
+  set of due sets and one wheel for every partition, under the prefix
+  `<ns>:{0}:t:` (src/store/keys.rs): every job waits for its time there,
+  whatever its partition, so that a round of the carrier is one promotion
+  and one claim however many partitions its jobs live in (a due set per
+  partition cost a claim per partition with a job due,
+  docs/performance.md). Everything else (records, ready lists, leases,
+  summaries, stats) stays in the job's own partition: what takes ids out
+  of the shared timers acts on each one's partition, named by its due
+  member's tag (due_tag above), or, for an id of a wheel bucket (a bare
+  id), the FNV-1a of its id modulo PARTITIONS (defined above this
+  prelude, as the store's partition_of) or, for a job placed by its
+  ordering key, the one the pointer there names. In a cluster each
+  partition keeps its own (a script stays on one slot).
 ]]
 
 -- The prefix of the timing structures of due set `due_key` (its tenants'
--- sets, their index, the wheel and its buckets): `<ns>:{0}:` on a single
--- Redis, the partition's own in a cluster.
+-- sets, their index, the wheel and its buckets): `<ns>:{0}:t:` on a single
+-- Redis, the partition's own `<ns>:{p}:` in a cluster.
 local function timers_prefix(due_key)
   return partition_prefix(due_key, 'due')
 end
@@ -659,9 +691,10 @@ end
 -- partition, each made at its first use (as JOB_HASH_NAMES).
 local PARTITION_PREFIXES = {}
 
--- The namespace prefix `<ns>:` of a partition's prefix `<ns>:{p}:`.
+-- The namespace prefix `<ns>:` of a partition's prefix `<ns>:{p}:` (or of
+-- the shared timers' `<ns>:{0}:t:`).
 local function namespace_prefix(prefix)
-  return string.match(prefix, '^(.*){%d+}:$')
+  return string.match(prefix, '^(.-){%d+}:')
 end
 
 -- `<ns>:{q}:` from the namespace prefix `<ns>:`.
@@ -686,13 +719,14 @@ local function pointer_of(v)
   return nil
 end
 
--- The default tenant's due set of the partition with prefix `prefix`.
+-- The default tenant's due set of the partition with prefix `prefix`: its
+-- own in a cluster, the shared one on a single Redis.
 local function due_key_of(prefix)
   if IN_CLUSTER then return prefix .. 'due' end
-  return prefix_of_partition(namespace_prefix(prefix), 0) .. 'due'
+  return prefix_of_partition(namespace_prefix(prefix), 0) .. 't:due'
 end
 
--- Where job `id`, taken from the shared timers, lives: its partition, that
+-- Where job `id`, taken from a bucket of the shared wheel, lives: its partition, that
 -- partition's prefix, its live record hash and the record's value (false
 -- when there is none), following the pointer of a placed job. `ns` is the
 -- namespace prefix.
@@ -801,7 +835,7 @@ local function schedule(prefix, due_key, id, r, now)
   end
   r.state = 's'
   rec_put(at, r)
-  due_add(due_key, id, r.due, r.seq)
+  due_add(due_key, id, r.due, r.seq, prefix)
   return r.due
 end
 
@@ -1343,7 +1377,7 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
             wheel_batch_add(moved_on, next_slot, opens, id)
           else
             rec_set_state(at, r, 's', now)
-            due_batch_add(to_due, due_key, id, r.due, r.seq)
+            due_batch_add(to_due, due_key, id, r.due, r.seq, home)
             if not left_wheel[home] then homes[#homes + 1] = home end
             left_wheel[home] = (left_wheel[home] or 0) + 1
           end
@@ -1376,13 +1410,18 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
   -- (a steady load's usual case: measured 10,000 instructions less a call
   -- than the tenants' way with one set); else the tenants' sets too (see
   -- due_sets_read).
+  -- (On a single Redis, `parts` has each id's partition, by its tag.)
   local ids, head, sets, moved_default
+  local parts = ns and {} or EMPTY
   if index_head and index_head <= horizon then
     sets = due_sets_read(due_key, index, horizon_arg, batch)
     if not sets then return nil end
     ids = {}
     for _, set in ipairs(sets) do
-      for _, member in ipairs(set.members) do ids[#ids + 1] = string.sub(member, 13) end
+      for _, member in ipairs(set.members) do
+        ids[#ids + 1] = string.sub(member, DUE_ID_AT)
+        if ns then parts[#ids] = due_member_partition(member) end
+      end
     end
     head = sets[1].head
   else
@@ -1390,7 +1429,10 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
       int_text(batch))
     moved_default = #members
     ids = {}
-    for i = 1, moved_default do ids[i] = string.sub(members[i], 13) end
+    for i = 1, moved_default do
+      ids[i] = string.sub(members[i], DUE_ID_AT)
+      if ns then parts[i] = due_member_partition(members[i]) end
+    end
     head = score_at_rank(due_key, moved_default)
   end
   -- With `keep`, and only the default tenant's jobs moving (its set was
@@ -1398,18 +1440,24 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
   -- due_batch_add), up to `keep` of them are handed back to the caller (a
   -- claim, which takes them at once) instead of going through the ready
   -- list; the rest are pushed.
-  local kept = EMPTY
+  -- (On a single Redis with `kept_parts` their partitions, and `parts`
+  -- those of the ids left.)
+  local kept, kept_parts = EMPTY, EMPTY
   if keep > 0 and not sets then
     if #ids <= keep then
       -- (All of them: the list itself, not a copy.)
-      kept, ids = ids, EMPTY
+      kept, ids, kept_parts, parts = ids, EMPTY, parts, EMPTY
     else
-      local rest = {}
-      kept = {}
+      local rest, rest_parts = {}, {}
+      kept, kept_parts = {}, {}
       for i, id in ipairs(ids) do
-        if i <= keep then kept[i] = id else rest[#rest + 1] = id end
+        if i <= keep then
+          kept[i], kept_parts[i] = id, parts[i]
+        else
+          rest[#rest + 1], rest_parts[#rest + 1] = id, parts[i]
+        end
       end
-      ids = rest
+      ids, parts = rest, rest_parts
     end
   end
   -- (With buckets opened, the slot was found still above.)
@@ -1436,23 +1484,21 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
     started = ready_push(ready_key, ids)
   elseif #ids > 0 then
     local own = string.sub(ready_key, 1, -6)
-    local by_home, order = {}, {}
-    for _, id in ipairs(ids) do
-      local q, home = home_of(ns, id)
-      local list = by_home[home]
+    local by_partition, order = {}, {}
+    for i, id in ipairs(ids) do
+      local q = parts[i]
+      local list = by_partition[q]
       if not list then
-        list = {q = q}
-        by_home[home] = list
-        order[#order + 1] = home
+        list = {}
+        by_partition[q] = list
+        order[#order + 1] = q
       end
       list[#list + 1] = id
     end
     started_in = {}
-    for _, home in ipairs(order) do
-      local list = by_home[home]
-      local q = list.q
-      list.q = nil
-      if ready_push(home .. 'ready', list) then
+    for _, q in ipairs(order) do
+      local home = prefix_of_partition(ns, q)
+      if ready_push(home .. 'ready', by_partition[q]) then
         started_in[#started_in + 1] = q
         if home == own then started = true end
       end
@@ -1471,7 +1517,7 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
     if b and (not next_due or b < next_due) then next_due = b end
     if not next_due or (wheel_head and wheel_head < next_due) then next_due = wheel_head end
   end
-  return #ids + #kept, next_due or -1, started, kept, started_in
+  return #ids + #kept, next_due or -1, started, kept, started_in, kept_parts
 end
 
 --[[

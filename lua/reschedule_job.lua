@@ -66,7 +66,7 @@ if due_blocked(KEYS[2], {ARGV[1]}) then return try_again() end
 -- The job leaves where it waits: its due set (its member), the wheel (its
 -- id stays in its bucket as a tombstone), or its host's parking (its entry
 -- no longer matches its sequence and is skipped when the host drains).
-if r.state == 's' and r.seq > 0 then due_remove(KEYS[2], ARGV[1], r.seq) end
+if r.state == 's' and r.seq > 0 then due_remove(KEYS[2], ARGV[1], r.seq, prefix) end
 local wheel_delta = 0
 if r.state == 'w' then wheel_delta = -1 end
 r.max, r.due, r.ut, r.lease = tonumber(ARGV[5]), due, now, tonumber(ARGV[6]) or 0

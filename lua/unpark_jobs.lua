@@ -44,7 +44,7 @@ for i = 1, #head, 2 do
     local seq = rcall('INCR', KEYS[4])
     r.state, r.seq, r.ut = 's', seq, now
     rec_put(live(prefix, id), r)
-    due_batch_add(to_due, KEYS[3], id, r.due, seq)
+    due_batch_add(to_due, KEYS[3], id, r.due, seq, prefix)
     if not earliest or r.due < earliest then earliest = r.due end
     moved = moved + 1
   end

@@ -27,8 +27,19 @@ use crate::fleet::Fleet;
 use crate::store::{Promotion, Store, StoreResult};
 use crate::wake::Signals;
 
-/// Jobs moved per promotion script call.
+/// Jobs moved per promotion script call (per partition's timers: see
+/// [`carrier_batch`]).
 pub const PROMOTE_BATCH: usize = 256;
+
+/// Jobs the carrier moves per promotion call: [`PROMOTE_BATCH`] for each
+/// partition a set of timers serves, so that shared timers (a single
+/// Redis: one set for every partition) move in one call of a mass-due
+/// spike what each partition's own would move, and each partition's claim
+/// loop then finds a batch's worth in its ready list, not a sixteenth.
+fn carrier_batch(keys: &crate::store::Keys) -> usize {
+    let served = usize::from(keys.partitions()) / keys.timer_partitions().len().max(1);
+    PROMOTE_BATCH * served.max(1)
+}
 /// Expired leases taken back per reclaim script call.
 pub(crate) const RECLAIM_BATCH: usize = 256;
 /// Longest sleep without re-reading Redis: a safety net only, timing never
@@ -411,7 +422,8 @@ impl Carrier {
     /// loops and records their next due times.
     async fn promote(&self, times: &mut Timetable, partitions: &[u16]) -> Round {
         let store = &self.store;
-        let promote = |p| store.promote(p, PROMOTE_BATCH);
+        let batch = carrier_batch(store.keys());
+        let promote = |p| store.promote(p, batch);
         let mut started_elsewhere = Vec::new();
         let round = call_each(partitions, promote, "promotion failed", |p, promotion| {
             self.clock.observe(promotion.now);
@@ -505,6 +517,16 @@ impl Carrier {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Shared timers serve every partition, so a promotion of them moves a
+    /// batch for each; a cluster partition's own timers move one batch.
+    #[test]
+    fn a_promotion_of_shared_timers_moves_a_batch_per_partition() {
+        use crate::store::Keys;
+        assert_eq!(carrier_batch(&Keys::new("hq", 16)), 16 * PROMOTE_BATCH);
+        assert_eq!(carrier_batch(&Keys::new("hq", 1)), PROMOTE_BATCH);
+        assert_eq!(carrier_batch(&Keys::in_cluster("hq", 16)), PROMOTE_BATCH);
+    }
 
     /// A partition learnt of just after a round (its due time reported by
     /// a claim of that round) waits for the next round, unless waiting

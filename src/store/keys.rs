@@ -6,7 +6,7 @@
 //! the cluster's shards. A job's partition is a stable hash of its id.
 //!
 //! The timers (due sets and the timing wheel) are the exception on a single
-//! Redis: every partition's are partition 0's ("shared timers", see
+//! Redis: every partition's are one set under `<ns>:{0}:t:` ("shared timers", see
 //! `lua/prelude.lua`), so that a round of promotion is one call whatever
 //! the partitions its jobs live in. In a cluster each partition keeps its
 //! own.
@@ -188,25 +188,35 @@ impl Keys {
         format!("{}hist:", self.prefix(p))
     }
 
-    /// ZSET `<ns>:{p}:due`: the default tenant's scheduled jobs, score = due
-    /// epoch ms, member = 12 hex digits of enqueue sequence followed by the
-    /// id. (`p` is [`Keys::timer_partition`]: `{0}` for every partition
-    /// with shared timers.)
+    /// The prefix of partition `p`'s timers: `<ns>:{p}:`, or with shared
+    /// timers `<ns>:{0}:t:` for every partition.
+    fn timers_prefix(&self, p: u16) -> String {
+        if self.shared_timers {
+            format!("{}t:", self.prefix(0))
+        } else {
+            self.prefix(p)
+        }
+    }
+
+    /// ZSET `<ns>:{p}:due` (shared timers: `<ns>:{0}:t:due`): the default
+    /// tenant's scheduled jobs, score = due epoch ms, member = 12 hex
+    /// digits of enqueue sequence, with shared timers 4 hex digits of the
+    /// job's partition (its tag), then the id.
     pub fn due(&self, p: u16) -> String {
-        format!("{}due", self.prefix(self.timer_partition(p)))
+        format!("{}due", self.timers_prefix(p))
     }
 
     /// ZSET `<ns>:{p}:due:<tenant>`: the scheduled jobs of a tenant other
     /// than `default`, like [`Keys::due`].
     pub fn tenant_due(&self, p: u16, tenant: &str) -> String {
-        format!("{}due:{tenant}", self.prefix(self.timer_partition(p)))
+        format!("{}due:{tenant}", self.timers_prefix(p))
     }
 
     /// ZSET `<ns>:{p}:due-tenants`: the tenants other than `default` whose
     /// due set in partition `p` may hold jobs, scored at most by its
     /// earliest due time (see `lua/prelude.lua`), like [`Keys::due`].
     pub fn due_tenants(&self, p: u16) -> String {
-        format!("{}due-tenants", self.prefix(self.timer_partition(p)))
+        format!("{}due-tenants", self.timers_prefix(p))
     }
 
     /// ZSET `<ns>:{p}:wheel`: the timing wheel's buckets of partition `p`,
@@ -214,7 +224,18 @@ impl Keys {
     /// bucket is a LIST `<ns>:{p}:wheel:<level>:<start ms>` of ids of jobs
     /// due far ahead (see `lua/prelude.lua`). Like [`Keys::due`].
     pub fn wheel(&self, p: u16) -> String {
-        format!("{}wheel", self.prefix(self.timer_partition(p)))
+        format!("{}wheel", self.timers_prefix(p))
+    }
+
+    /// A due member's text: 12 hex digits of `seq`, the tag of partition
+    /// `p` with shared timers, then `id` (as `due_member` in
+    /// `lua/prelude.lua`).
+    pub fn due_member(&self, p: u16, seq: u64, id: &str) -> String {
+        if self.shared_timers {
+            format!("{seq:012x}{p:04x}{id}")
+        } else {
+            format!("{seq:012x}{id}")
+        }
     }
 
     /// LIST `<ns>:{p}:ready`: ids of due jobs waiting for a worker, oldest first.
@@ -401,10 +422,11 @@ mod tests {
     #[test]
     fn a_single_redis_shares_partition_zeros_timers() {
         let k = Keys::new("hq", 16);
-        assert_eq!(k.due(5), "hq:{0}:due");
-        assert_eq!(k.tenant_due(5, "acme"), "hq:{0}:due:acme");
-        assert_eq!(k.due_tenants(5), "hq:{0}:due-tenants");
-        assert_eq!(k.wheel(5), "hq:{0}:wheel");
+        assert_eq!(k.due(5), "hq:{0}:t:due");
+        assert_eq!(k.tenant_due(5, "acme"), "hq:{0}:t:due:acme");
+        assert_eq!(k.due_tenants(5), "hq:{0}:t:due-tenants");
+        assert_eq!(k.wheel(5), "hq:{0}:t:wheel");
+        assert_eq!(k.due_member(5, 26, "x"), "00000000001a0005x");
         assert_eq!(k.ready(5), "hq:{5}:ready");
         assert_eq!(k.inflight(5), "hq:{5}:inflight");
         assert_eq!(k.timer_partitions(), 0..1);

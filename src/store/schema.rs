@@ -20,11 +20,11 @@
 //! until the last batch is done.
 //!
 //! Layout 5 keeps layout 4's records; on a single Redis every partition's
-//! scheduled jobs wait in partition 0's due sets and wheel (the shared
-//! timers, see [`super::Keys`]), so the migration also moves each other
-//! partition's into them (`lua/merge_timers.lua`, a batch per call). A
-//! daemon of layout 4 would not see them there. In a cluster, layout 5
-//! is layout 4.
+//! scheduled jobs wait in one set of due sets and one wheel (the shared
+//! timers, see [`super::Keys`]), each due member tagged with its job's
+//! partition, so the migration also moves each partition's own into them
+//! (`lua/merge_timers.lua`, a batch per call). A daemon of layout 4 would
+//! not see them there. In a cluster, layout 5 is layout 4.
 
 use super::{arg, scripts, Keys, Store, StoreError, StoreResult};
 
@@ -248,11 +248,11 @@ impl Store {
     }
 
     /// Moves partition `p`'s own due sets and wheel into the shared timers
-    /// (a single Redis; nothing in a cluster or for partition 0, whose
-    /// timers are the shared ones), a batch of [`MERGE_BATCH`] per call;
-    /// adds what moved to `report`.
+    /// (a single Redis; nothing in a cluster, where each partition keeps
+    /// its own), a batch of [`MERGE_BATCH`] per call; adds what moved to
+    /// `report`.
     async fn merge_timers(&self, p: u16, report: &mut MigrateReport) -> StoreResult<()> {
-        if self.keys.timer_partition(p) == p {
+        if !self.keys.shared_timers() {
             return Ok(());
         }
         let own = Keys::in_cluster(self.keys.namespace(), self.keys.partitions());

@@ -287,11 +287,10 @@ async fn redis_at_maxmemory_answers_503_and_resumes() {
             continue;
         }
         scheduled += 1;
-        let seq = format!("{:012x}", header.seq);
         let p: u16 = p.parse().expect("partition");
         let score: Option<f64> = redis::cmd("ZSCORE")
             .arg(ns_keys.due(p))
-            .arg(format!("{seq}{id}"))
+            .arg(ns_keys.due_member(p, header.seq, id))
             .query_async(&mut conn)
             .await
             .expect("ZSCORE");

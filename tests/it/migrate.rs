@@ -754,9 +754,9 @@ async fn migrate_converts_layout_1_in_place_and_resumes_after_kill_9() {
 
     // Headers: scheduled jobs keep their due-set sequence, and every one of
     // them still has its due-set member; parked jobs got a parking sequence.
-    // (In the shared timers now: partition 0's due set, the others' gone.)
+    // (In the shared timers now; every partition's own due set gone.)
     let due_members: HashSet<String> = conn.zrange(keys.due(0), 0, -1).await.expect("ZRANGE due");
-    for p in 1..PARTITIONS {
+    for p in 0..PARTITIONS {
         let left: bool = conn.exists(own_timers.due(p)).await.expect("EXISTS");
         assert!(!left, "partition {p}'s own due set is left");
     }
@@ -780,7 +780,7 @@ async fn migrate_converts_layout_1_in_place_and_resumes_after_kill_9() {
             assert!(!h.parked, "{} reads as parked", job.id);
             assert_eq!(h.seq, seq, "{}: due-set sequence", job.id);
             assert!(
-                due_members.contains(&format!("{seq:012x}{}", job.id)),
+                due_members.contains(&keys.due_member(keys.partition_of(&job.id), seq, &job.id)),
                 "{} has no due-set member",
                 job.id
             );
@@ -1141,13 +1141,20 @@ async fn layout_4_timers_move_into_the_shared_timers() {
     for (slot, _) in &buckets {
         pipe.del(format!("{}:{slot}", keys.wheel(0))).ignore();
     }
+    // (A shared member is the sequence, the partition's tag (4 hex
+    // digits) and the id; layout 4's had no tag.)
+    let untagged = |member: &str| format!("{}{}", &member[..12], &member[16..]);
     for (member, score) in &shared_due {
-        pipe.zadd(own.due(partition_of(&member[12..])), member, *score)
-            .ignore();
+        pipe.zadd(
+            own.due(partition_of(&member[16..])),
+            untagged(member),
+            *score,
+        )
+        .ignore();
     }
     for (member, score) in &acme_due {
-        let q = partition_of(&member[12..]);
-        pipe.zadd(own.tenant_due(q, "acme"), member, *score)
+        let q = partition_of(&member[16..]);
+        pipe.zadd(own.tenant_due(q, "acme"), untagged(member), *score)
             .ignore()
             .zadd(own.due_tenants(q), "acme", index[0].1)
             .ignore();
@@ -1165,7 +1172,7 @@ async fn layout_4_timers_move_into_the_shared_timers() {
     let () = pipe.query_async(&mut conn).await.expect("write layout 4");
     let spread: HashSet<u16> = shared_due
         .iter()
-        .map(|(m, _)| partition_of(&m[12..]))
+        .map(|(m, _)| partition_of(&m[16..]))
         .collect();
     assert!(spread.len() > 1, "the jobs spread over partitions");
 
@@ -1181,7 +1188,7 @@ async fn layout_4_timers_move_into_the_shared_timers() {
     let moved = report["timers_moved"].as_u64().expect("timers_moved");
     assert!(moved >= 24, "members and ids moved: {report}");
     assert_eq!(schema(&mut conn).await.as_deref(), Some("5"));
-    for p in 1..PARTITIONS {
+    for p in 0..PARTITIONS {
         for key in [
             own.due(p),
             own.tenant_due(p, "acme"),

@@ -73,7 +73,7 @@ async fn one_promotion_sends_every_partitions_jobs_to_their_own_lists() {
 
     let mut conn = redis.conn().await;
     let own_due = hookq::store::Keys::in_cluster(&config.redis.namespace, PARTITIONS);
-    for p in 1..PARTITIONS {
+    for p in 0..PARTITIONS {
         let exists: bool = redis::cmd("EXISTS")
             .arg(own_due.due(p))
             .query_async(&mut conn)
