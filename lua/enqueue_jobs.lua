@@ -194,7 +194,7 @@ for _, c in ipairs(created) do
     if slot then
       r.state = 'w'
       in_wheel = in_wheel + 1
-      wheel_batch_add(to_wheel, slot, opens, id)
+      wheel_batch_add(to_wheel, slot, opens, wheel_entry(prefix, id))
     else
       due_batch_add(to_due, KEYS[1], id, due, seq, prefix)
       if not wake or due < wake then wake = due end

@@ -4,10 +4,10 @@
   prelude): members of its due sets (the default tenant's, then each
   tenant's its index names) and ids of its wheel's buckets go to the
   shared sets and buckets of the same names, keeping their scores, each
-  member tagged with the partition (see due_tag); the shared index and
-  wheel index keep each tenant's and bucket's earliest time. Job records
-  are not touched: where a job waits follows from its state, its sequence
-  stays, and a wheel bucket holds bare ids.
+  member and bucket entry tagged with the partition (see due_tag); the
+  shared index and wheel index keep each tenant's and bucket's earliest
+  time. Job records are not touched: where a job waits follows from its
+  state, and its sequence stays.
 
   Input:
     KEYS[1] the partition's due zset     <ns>:{p}:due  (its tenants' sets
@@ -66,8 +66,10 @@ for i = 1, #buckets, 2 do
   local from = from_prefix .. 'wheel:' .. slot
   local ids = rcall('LRANGE', from, '0', int_text(left - 1))
   if #ids > 0 then
-    for first = 1, #ids, 1000 do
-      rcall('RPUSH', to_prefix .. 'wheel:' .. slot, unpack(ids, first, math.min(first + 999, #ids)))
+    local entries = {}
+    for i, id in ipairs(ids) do entries[i] = tag .. id end
+    for first = 1, #entries, 1000 do
+      rcall('RPUSH', to_prefix .. 'wheel:' .. slot, unpack(entries, first, math.min(first + 999, #entries)))
     end
     rcall('ZADD', KEYS[4], 'LT', opens, slot)
     rcall('LTRIM', from, #ids, -1)

@@ -661,12 +661,12 @@ end
   partition cost a claim per partition with a job due,
   docs/performance.md). Everything else (records, ready lists, leases,
   summaries, stats) stays in the job's own partition: what takes ids out
-  of the shared timers acts on each one's partition, named by its due
-  member's tag (due_tag above), or, for an id of a wheel bucket (a bare
-  id), the FNV-1a of its id modulo PARTITIONS (defined above this
-  prelude, as the store's partition_of) or, for a job placed by its
-  ordering key, the one the pointer there names. In a cluster each
-  partition keeps its own (a script stays on one slot).
+  of the shared timers acts on each one's partition, named by its tag
+  (due_tag above): a due member is `<seq><tag><id>`, a wheel bucket's
+  entry `<tag><id>`. (Not the id's hash: a job placed by its ordering key
+  and a job a schedule fired live in another partition than their id's.)
+  In a cluster each partition keeps its own timers, untagged (a script
+  stays on one slot).
 ]]
 
 -- The prefix of the timing structures of due set `due_key` (its tenants'
@@ -674,17 +674,6 @@ end
 -- Redis, the partition's own `<ns>:{p}:` in a cluster.
 local function timers_prefix(due_key)
   return partition_prefix(due_key, 'due')
-end
-
--- The partition of job `id` by its id alone (the store's partition_of).
-local function id_partition(id)
-  local h = 2166136261
-  for i = 1, #id do
-    h = bit.bxor(h, string.byte(id, i)) % 4294967296
-    -- h * 16777619 modulo 2^32, exact in a double: 16777619 = 2^24 + 403.
-    h = (h * 403 + (h % 256) * 16777216) % 4294967296
-  end
-  return h % PARTITIONS
 end
 
 -- Partition prefixes `<ns>:{q}:` by namespace prefix `<ns>:` and
@@ -726,23 +715,17 @@ local function due_key_of(prefix)
   return prefix_of_partition(namespace_prefix(prefix), 0) .. 't:due'
 end
 
--- Where job `id`, taken from a bucket of the shared wheel, lives: its partition, that
--- partition's prefix, its live record hash and the record's value (false
--- when there is none), following the pointer of a placed job. `ns` is the
--- namespace prefix.
-local function home_of(ns, id)
-  local q = id_partition(id)
-  local prefix = prefix_of_partition(ns, q)
-  local h = job_hash(prefix, id)
-  local v = redis.call('HGET', h, id)
-  local to = pointer_of(v)
-  if to then
-    q = to
-    prefix = prefix_of_partition(ns, q)
-    h = job_hash(prefix, id)
-    v = redis.call('HGET', h, id)
-  end
-  return q, prefix, h, v or false
+-- A wheel bucket's entry for job `id` of the partition with prefix
+-- `prefix`: the id, after its partition's tag on a single Redis.
+local function wheel_entry(prefix, id)
+  return due_tag(prefix) .. id
+end
+
+-- The id of a wheel bucket's entry, and (on a single Redis, `ns` the
+-- namespace prefix) the prefix of its job's partition, by its tag.
+local function wheel_entry_job(ns, entry)
+  if not ns then return entry, nil end
+  return string.sub(entry, 5), prefix_of_partition(ns, tonumber(string.sub(entry, 1, 4), 16))
 end
 
 -- Where a scheduled job due at `due` waits at time `now`: its bucket's
@@ -830,7 +813,7 @@ local function schedule(prefix, due_key, id, r, now)
   if slot then
     r.state = 'w'
     rec_put(at, r)
-    if wheel_push(timers_prefix(due_key), slot, opens, {id}) then return opens end
+    if wheel_push(timers_prefix(due_key), slot, opens, {wheel_entry(prefix, id)}) then return opens end
     return nil
   end
   r.state = 's'
@@ -1363,18 +1346,16 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
     local to_due, moved_on, left_wheel, homes = due_batch(), wheel_batch(), {}, {}
     for _, o in ipairs(opening) do
       local slot, bucket, ids = o[1], o[2], o[3]
-      for _, id in ipairs(ids) do
-        local at, home = live(prefix, id), prefix
-        if ns then
-          local _, home_prefix, h = home_of(ns, id)
-          at, home = {h = h, id = id}, home_prefix
-        end
+      for _, entry in ipairs(ids) do
+        local id, home = wheel_entry_job(ns, entry)
+        home = home or prefix
+        local at = live(home, id)
         local r = rec_get(at)
         if r and r.state == 'w' then
           -- (By the horizon: never into a bucket that is already due to open.)
           local next_slot, opens = wheel_slot(r.due, horizon)
           if next_slot then
-            wheel_batch_add(moved_on, next_slot, opens, id)
+            wheel_batch_add(moved_on, next_slot, opens, entry)
           else
             rec_set_state(at, r, 's', now)
             due_batch_add(to_due, due_key, id, r.due, r.seq, home)

@@ -140,7 +140,7 @@ GUARDS+=(
   "place schedule: a schedule here stays here|lua/place_schedule.lua|if f[1] then return here end||$G::a_schedule_id_has_one_schedule_ordered_or_not"
   "shared timers: each promoted id goes to its own partition's list|lua/prelude.lua|      if ready_push(home .. 'ready', by_partition[q]) then|      if ready_push(ready_key, by_partition[q]) then|timers::one_promotion_sends_every_partitions_jobs_to_their_own_lists"
   "shared timers: a kept job's lease goes to its own partition|lua/claim_ready.lua|  for _, home in ipairs(lease_order) do rcall('ZADD', home .. 'inflight', unpack(by_home[home])) end|  for _, home in ipairs(lease_order) do rcall('ZADD', KEYS[2], unpack(by_home[home])) end|timers::a_daemon_delivers_every_partitions_jobs_from_the_shared_timers"
-  "shared timers: a placed job's pointer is followed|lua/prelude.lua|  local to = pointer_of(v)|  local to = nil|timers::a_daemon_delivers_every_partitions_jobs_from_the_shared_timers"
+  "shared timers: a wheel entry's job is found in its tag's partition|lua/prelude.lua|        home = home or prefix|        home = prefix|timers::a_fired_jobs_retry_waits_in_the_shared_wheel_and_is_sent"
   "ready push: a tenant's jobs wait in its own list|lua/prelude.lua|  if not slash then return key, nil end|  if true then return key, nil end|$F::a_tenants_backlog_does_not_hold_another_tenants_due_jobs"
   "promote: each tenant's due set gives a share|lua/prelude.lua|local DUE_TENANTS_PER_PROMOTION = '64'|local DUE_TENANTS_PER_PROMOTION = '0'|$F::a_tenants_due_backlog_does_not_hold_another_tenants_due_job"
   "promote: an emptied due set leaves the index|lua/prelude.lua|      redis.call('ZREM', index, set.tenant)||$F::a_tenants_due_backlog_does_not_hold_another_tenants_due_job"

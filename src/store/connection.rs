@@ -174,7 +174,6 @@ impl Store {
             scripts: Arc::new(Scripts::new(
                 in_cluster,
                 config.redis.wheel_bucket.as_millis() as u64,
-                config.redis.partitions,
             )),
             settings: Settings {
                 retention_ms: config.retention.finished.as_millis() as u64,

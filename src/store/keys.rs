@@ -227,14 +227,20 @@ impl Keys {
         format!("{}wheel", self.timers_prefix(p))
     }
 
-    /// A due member's text: 12 hex digits of `seq`, the tag of partition
-    /// `p` with shared timers, then `id` (as `due_member` in
-    /// `lua/prelude.lua`).
+    /// A due member's text: 12 hex digits of `seq`, then
+    /// [`Keys::wheel_entry`] (as `due_member` in `lua/prelude.lua`).
     pub fn due_member(&self, p: u16, seq: u64, id: &str) -> String {
+        format!("{seq:012x}{}", self.wheel_entry(p, id))
+    }
+
+    /// A wheel bucket's entry for job `id` of partition `p`: with shared
+    /// timers the partition's tag (4 hex digits) then the id, else the id
+    /// (as `wheel_entry` in `lua/prelude.lua`).
+    pub fn wheel_entry(&self, p: u16, id: &str) -> String {
         if self.shared_timers {
-            format!("{seq:012x}{p:04x}{id}")
+            format!("{p:04x}{id}")
         } else {
-            format!("{seq:012x}{id}")
+            id.to_string()
         }
     }
 

@@ -437,15 +437,10 @@ const BATCH: &str = include_str!("../../lua/batch.lua");
 
 /// The constants defined above the prelude, from the store's config:
 /// `IN_CLUSTER` (the scripts guard against slot migrations; on a single
-/// Redis the timers are shared), `WHEEL_BUCKET` (the timing wheel's finest
-/// width, ms) and `PARTITIONS` (the partition count, for a job's partition
-/// by its id).
-fn constants(in_cluster: bool, wheel_bucket_ms: u64, partitions: u16) -> String {
-    format!(
-        "local IN_CLUSTER = {in_cluster}\nlocal WHEEL_BUCKET = {wheel_bucket_ms}\n\
-         local PARTITIONS = {}\n",
-        partitions.max(1)
-    )
+/// Redis the timers are shared) and `WHEEL_BUCKET` (the timing wheel's
+/// finest width, ms).
+fn constants(in_cluster: bool, wheel_bucket_ms: u64) -> String {
+    format!("local IN_CLUSTER = {in_cluster}\nlocal WHEEL_BUCKET = {wheel_bucket_ms}\n")
 }
 
 /// The Lua library as Redis Functions: the [`constants`], the whole prelude once, then every script of [`ALL`]
@@ -468,14 +463,14 @@ pub(crate) struct Library {
 impl Library {
     /// Builds the library for a cluster or a single Redis (as
     /// [`Scripts::new`]).
-    fn new(in_cluster: bool, wheel_bucket_ms: u64, partitions: u16) -> Library {
+    fn new(in_cluster: bool, wheel_bucket_ms: u64) -> Library {
         const NAME: &str = "@LIBRARY@";
         let (declare_globals, bind_globals) = globals_as_locals();
         // What every function runs first.
         let prologue = format!("{bind_globals}{}", per_call_state(PRELUDE));
         let mut body = format!(
             "{}{LOAD_TIME_IPAIRS}{declare_globals}{}\n",
-            constants(in_cluster, wheel_bucket_ms, partitions),
+            constants(in_cluster, wheel_bucket_ms),
             at_load_time(PRELUDE)
         );
         for def in ALL {
@@ -560,9 +555,9 @@ impl Scripts {
     /// timing wheel's finest buckets `wheel_bucket_ms` wide: the
     /// [`Library`], and each script after the [`PRELUDE`] definitions it
     /// uses for `EVALSHA`.
-    pub(crate) fn new(in_cluster: bool, wheel_bucket_ms: u64, partitions: u16) -> Self {
+    pub(crate) fn new(in_cluster: bool, wheel_bucket_ms: u64) -> Self {
         let prelude = Prelude::parse(PRELUDE);
-        let constants = constants(in_cluster, wheel_bucket_ms, partitions);
+        let constants = constants(in_cluster, wheel_bucket_ms);
         Scripts {
             compiled: ALL
                 .iter()
@@ -574,7 +569,7 @@ impl Scripts {
                     ))
                 })
                 .collect(),
-            library: Library::new(in_cluster, wheel_bucket_ms, partitions),
+            library: Library::new(in_cluster, wheel_bucket_ms),
             runner: AtomicU8::new(Runner::Unknown as u8),
         }
     }
@@ -645,7 +640,7 @@ mod tests {
     /// script run in its place.
     #[test]
     fn a_script_not_listed_is_refused_by_name() {
-        let scripts = Scripts::new(false, 65_536, 16);
+        let scripts = Scripts::new(false, 65_536);
         assert!(scripts.get(&ENQUEUE_JOBS).is_ok());
         let stray = ScriptDef {
             name: "not_listed",
@@ -669,7 +664,7 @@ mod tests {
         assert_eq!(resets, "moving_checked = false\n");
         let (_, bind_globals) = globals_as_locals();
         let prologue = format!("{bind_globals}{resets}");
-        let library = Library::new(false, 65_536, 16);
+        let library = Library::new(false, 65_536);
         assert!(library
             .code
             .starts_with(&format!("#!lua name={}\n", library.name)));
@@ -690,18 +685,15 @@ mod tests {
         assert!(library.code[at..].contains(&format!(
             "function(KEYS, ARGV)\n{bind_globals}return run_batch"
         )));
-        let scripts = Scripts::new(false, 65_536, 16);
+        let scripts = Scripts::new(false, 65_536);
         assert_eq!(
             scripts.function(&CLAIM_READY).ok(),
             Some(format!("{}_claim_ready", library.name).as_str())
         );
-        for other in [
-            Library::new(true, 65_536, 16),
-            Library::new(false, 1_024, 16),
-        ] {
+        for other in [Library::new(true, 65_536), Library::new(false, 1_024)] {
             assert_ne!(other.name, library.name);
         }
-        assert_eq!(Library::new(false, 65_536, 16).name, library.name);
+        assert_eq!(Library::new(false, 65_536).name, library.name);
     }
 
     /// Highest `NAME[n]` index mentioned in the script's `--[[ ... ]]` header.

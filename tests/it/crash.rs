@@ -268,7 +268,11 @@ async fn redis_at_maxmemory_answers_503_and_resumes() {
                 .query_async(&mut conn)
                 .await
                 .expect("LRANGE");
-            wheel_entries.extend(ids);
+            // (An entry is the id after its partition's tag.)
+            wheel_entries.extend(ids.into_iter().map(|entry| {
+                let tag = if ns_keys.shared_timers() { 4 } else { 0 };
+                entry[tag..].to_string()
+            }));
         }
     }
     let (mut scheduled, mut in_wheel) = (0usize, 0usize);

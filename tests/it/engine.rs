@@ -595,7 +595,7 @@ async fn a_job_due_in_a_year_waits_in_the_timing_wheel() {
         .lrange(format!("{}:3:{start}", keys.wheel(p)), 0, -1)
         .await
         .expect("LRANGE");
-    assert_eq!(ids, ["renewal"]);
+    assert_eq!(ids, [keys.wheel_entry(p, "renewal")]);
     assert_eq!(job_state(&base, "renewal").await, "scheduled");
     let (_, stats) = get_json(&format!("{base}/v1/stats")).await;
     assert_eq!(stats["scheduled"], 1, "{stats}");

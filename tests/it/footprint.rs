@@ -79,7 +79,10 @@ async fn far_jobs_cascade_through_the_wheel_and_arrive_once_on_time() {
         .lrange(format!("{}:2:{start}", keys.wheel(p)), 0, -1)
         .await
         .expect("LRANGE");
-    assert!(bucket.contains(&"level-2".to_string()), "{bucket:?}");
+    assert!(
+        bucket.contains(&keys.wheel_entry(p, "level-2")),
+        "{bucket:?}"
+    );
     let (_, stats) = get_json(&format!("{base}/v1/stats")).await;
     assert!(stats["scheduled"].as_u64() >= Some(5), "{stats}");
 

@@ -1159,8 +1159,10 @@ async fn layout_4_timers_move_into_the_shared_timers() {
             .zadd(own.due_tenants(q), "acme", index[0].1)
             .ignore();
     }
-    for ((slot, opens), ids) in buckets.iter().zip(&bucket_ids) {
-        for id in ids {
+    for ((slot, opens), entries) in buckets.iter().zip(&bucket_ids) {
+        for entry in entries {
+            // (A shared entry is the id after its partition's tag.)
+            let id = &entry[4..];
             let q = partition_of(id);
             pipe.rpush(format!("{}:{slot}", own.wheel(q)), id)
                 .ignore()

@@ -11,7 +11,7 @@ use hookq::job::{JobInput, RunAt};
 use hookq::store::Store;
 use serde_json::json;
 
-use crate::support::receiver::Receiver;
+use crate::support::receiver::{Receiver, Recorded, Reply};
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
 use crate::{post_json, start_daemon, test_config};
@@ -187,5 +187,41 @@ async fn a_daemon_delivers_every_partitions_jobs_from_the_shared_timers() {
     })
     .await;
     assert_eq!(receiver.count(), total, "no job delivered twice");
+    daemon.stop().await.expect("stops");
+}
+
+/// A job a schedule fired lives in the schedule's partition, not its id's;
+/// its retry, due far enough ahead to wait in the shared wheel (16 ms
+/// buckets), is found there by its entry's tag and sent.
+#[tokio::test]
+async fn a_fired_jobs_retry_waits_in_the_shared_wheel_and_is_sent() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::start(std::sync::Arc::new(|r: &Recorded| {
+        if r.header("hookq-attempt") == Some("1") {
+            Reply::status(500)
+        } else {
+            Reply::status(204)
+        }
+    }))
+    .await;
+    let mut config = test_config(&redis);
+    config.redis.partitions = PARTITIONS;
+    config.redis.wheel_bucket = Duration::from_millis(16);
+    config.delivery.retry = vec![Duration::from_millis(300)];
+    config.validate().expect("valid config");
+    let daemon = start_daemon(&config).await;
+    let base = daemon.url();
+    let (status, answer) = post_json(
+        &format!("{base}/v1/schedules"),
+        json!({"id": "tick", "every": "2s", "job": {"url": receiver.url("/tick")}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+    // The first fire (in 2 s): attempt 1 fails, attempt 2 follows the
+    // retry, before the second fire.
+    let got = receiver.wait_for_count(2, Duration::from_secs(30)).await;
+    assert_eq!(got[0].header("hookq-attempt"), Some("1"));
+    assert_eq!(got[1].header("hookq-attempt"), Some("2"));
+    assert_eq!(got[0].header("webhook-id"), got[1].header("webhook-id"));
     daemon.stop().await.expect("stops");
 }
