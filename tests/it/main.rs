@@ -62,6 +62,20 @@ pub fn test_config(redis: &RedisServer) -> Config {
     config
 }
 
+/// The test config with `partitions` partitions, and a store on it with
+/// its scripts loaded.
+pub async fn partitioned_store(
+    redis: &RedisServer,
+    partitions: u16,
+) -> (Config, hookq::store::Store) {
+    let mut config = test_config(redis);
+    config.redis.partitions = partitions;
+    config.validate().expect("valid config");
+    let store = hookq::store::Store::connect(&config).await.expect("store");
+    store.load_scripts().await.expect("scripts");
+    (config, store)
+}
+
 /// A size knob for the long variant of a test: the number in environment
 /// variable `name`, or `default` (the short run of the normal suite).
 pub fn env_count(name: &str, default: usize) -> usize {

@@ -1068,11 +1068,7 @@ async fn layout_4_timers_move_into_the_shared_timers() {
     const PARTITIONS: u16 = 8;
     let redis = RedisServer::start();
     let receiver = Receiver::ok().await;
-    let mut config = test_config(&redis);
-    config.redis.partitions = PARTITIONS;
-    config.validate().expect("valid config");
-    let store = Store::connect(&config).await.expect("store");
-    store.load_scripts().await.expect("scripts");
+    let (config, store) = crate::partitioned_store(&redis, PARTITIONS).await;
     let keys = store.keys().clone();
     let own = Keys::in_cluster(NS, PARTITIONS);
 

@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use hookq::job::{JobInput, RunAt};
-use hookq::store::Store;
 use serde_json::json;
 
 use crate::support::receiver::{Receiver, Recorded, Reply};
@@ -36,11 +35,7 @@ const PARTITIONS: u16 = 16;
 #[tokio::test]
 async fn one_promotion_sends_every_partitions_jobs_to_their_own_lists() {
     let redis = RedisServer::start();
-    let mut config = test_config(&redis);
-    config.redis.partitions = PARTITIONS;
-    config.validate().expect("valid config");
-    let store = Store::connect(&config).await.expect("store");
-    store.load_scripts().await.expect("scripts");
+    let (config, store) = crate::partitioned_store(&redis, PARTITIONS).await;
     let keys = store.keys().clone();
 
     let due = store.redis_time_ms().await.expect("time") + 300;
