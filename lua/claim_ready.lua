@@ -132,28 +132,17 @@ if #ids == want or tenants > TENANTS_PER_CLAIM then out[2] = 1 end
 
 -- Read pass: every job record before the first write (see the prelude).
 -- Jobs kept from the shared timers of a single Redis (see the prelude)
--- live in their own partitions, named by their due members' tags:
--- `homes` has each one's partition and its prefix.
-local records, hashes, homes = {}, {}, nil
-if kept and not IN_CLUSTER then
-  homes = {}
-  local ns = namespace_prefix(prefix)
-  for i, id in ipairs(ids) do
-    local q = kept_parts[i]
-    local home = prefix_of_partition(ns, q)
-    local h = job_hash(home, id)
-    homes[i] = {q = q, prefix = home}
-    hashes[i] = h
-    records[i] = rcall('HGET', h, id) or false
-  end
-else
-  for i, id in ipairs(ids) do
-    local h = job_hash(prefix, id)
-    hashes[i] = h
-    local v = rcall('HGET', h, id)
-    if not v and slot_moving_once(KEYS[1]) then return try_again() end
-    records[i] = v or false
-  end
+-- live in their own partitions, named by their due members' tags
+-- (`parts`; `ns` is the namespace's prefix).
+local records, hashes = {}, {}
+local parts, ns = nil, nil
+if kept and not IN_CLUSTER then parts, ns = kept_parts, namespace_prefix(prefix) end
+for i, id in ipairs(ids) do
+  local h = job_hash(parts and prefix_of_partition(ns, parts[i]) or prefix, id)
+  hashes[i] = h
+  local v = rcall('HGET', h, id)
+  if not v and slot_moving_once(KEYS[1]) then return try_again() end
+  records[i] = v or false
 end
 -- A job with a lease is in flight already (its id came to a list twice).
 -- (Not the jobs kept from the promotion: no job with a lease is in a due
@@ -168,11 +157,11 @@ for _, l in ipairs(lists) do
 end
 
 -- (An id can repeat only among several.) Leases go to each job's
--- partition's in-flight set: `leases` by its prefix (`lease_order` the
--- prefixes in the order first seen), or the claim's own.
+-- partition's in-flight set: `leases` for the claim's own, or, with
+-- `parts`, `by_part` by partition (`part_order` in the order first seen).
 local leases, taken = {}, #ids > 1 and {}
-local by_home, lease_order = nil, nil
-if homes then by_home, lease_order = {}, {} end
+local by_part, part_order = nil, nil
+if parts then by_part, part_order = {}, {} end
 for i, id in ipairs(ids) do
   local v = records[i]
   local state, att, due, lease
@@ -186,13 +175,13 @@ for i, id in ipairs(ids) do
     if lease == 0 then lease = arg_number(ARGV[3]) end
     -- (A job claimed ahead is attempted at its due time.)
     local into, partition = leases, -1
-    if homes then
-      local home = homes[i]
-      into, partition = by_home[home.prefix], home.q
+    if parts then
+      partition = parts[i]
+      into = by_part[partition]
       if not into then
         into = {}
-        by_home[home.prefix] = into
-        lease_order[#lease_order + 1] = home.prefix
+        by_part[partition] = into
+        part_order[#part_order + 1] = partition
       end
     end
     into[#into + 1] = string.format('%d', math.max(now, due) + lease)
@@ -205,7 +194,7 @@ for i, id in ipairs(ids) do
   end
 end
 if #leases > 0 then rcall('ZADD', KEYS[2], unpack(leases)) end
-if lease_order then
-  for _, home in ipairs(lease_order) do rcall('ZADD', home .. 'inflight', unpack(by_home[home])) end
+if part_order then
+  for _, q in ipairs(part_order) do rcall('ZADD', prefix_of_partition(ns, q) .. 'inflight', unpack(by_part[q])) end
 end
 return out

@@ -100,12 +100,19 @@ fn paced(wake: i64, due: i64, last_round: i64, ahead: i64) -> i64 {
     point.min(due - (ahead - pace))
 }
 
-/// Wakes the claim loops of partitions whose ready lists a promotion from
-/// shared timers started (`started`, the promoting partition left out):
-/// this daemon's at once, those another daemon carries by a message.
-pub(crate) async fn wake_started(store: &Store, signals: &Signals, fleet: &Fleet, started: &[u16]) {
+/// Wakes the claim loops of the partitions other than `promoting` whose
+/// ready lists its promotion from shared timers started (`started_in`):
+/// this daemon's at once, those another daemon carries by a message. (The
+/// promoting partition's own loop the caller wakes or is.)
+pub(crate) async fn wake_started(
+    store: &Store,
+    signals: &Signals,
+    fleet: &Fleet,
+    promoting: u16,
+    started_in: &[u16],
+) {
     let mut elsewhere = Vec::new();
-    for &q in started {
+    for &q in started_in.iter().filter(|&&q| q != promoting) {
         if fleet.owns(q) {
             signals.list_started(q);
         } else {
@@ -424,7 +431,7 @@ impl Carrier {
         let store = &self.store;
         let batch = carrier_batch(store.keys());
         let promote = |p| store.promote(p, batch);
-        let mut started_elsewhere = Vec::new();
+        let mut started = Vec::new();
         let round = call_each(partitions, promote, "promotion failed", |p, promotion| {
             self.clock.observe(promotion.now);
             if promotion.started {
@@ -435,7 +442,9 @@ impl Carrier {
                 self.signals.ready(p);
             }
             // (From shared timers, other partitions' lists too.)
-            started_elsewhere.extend(promotion.started_in.iter().filter(|&&q| q != p));
+            if !promotion.started_in.is_empty() {
+                started.push((p, promotion.started_in.clone()));
+            }
             if promotion.moved > 0 {
                 metrics::counter!("hookq_promoted_total").increment(promotion.moved as u64);
             }
@@ -445,7 +454,9 @@ impl Carrier {
             promotion.more_due()
         })
         .await;
-        wake_started(&self.store, &self.signals, &self.fleet, &started_elsewhere).await;
+        for (p, started_in) in started {
+            wake_started(&self.store, &self.signals, &self.fleet, p, &started_in).await;
+        }
         round
     }
 

@@ -104,6 +104,18 @@ fn claim_chunk(config: &Config) -> u32 {
     (held / 16).clamp(1, batch) as u32
 }
 
+/// Most jobs one claim of partition `p` takes: `claim_batch`, or, for the
+/// partition whose shared timers hold every partition's jobs (a single
+/// Redis), that for each partition up to a promotion's batch, so that a
+/// round's due jobs are claimed in one call.
+fn claim_max(claim_batch: usize, keys: &crate::store::Keys, p: u16) -> usize {
+    if keys.shared_timers() && keys.timer_partitions().contains(&p) {
+        (claim_batch * usize::from(keys.partitions())).min(PROMOTE_BATCH.max(claim_batch))
+    } else {
+        claim_batch
+    }
+}
+
 /// `room` as one permit per job.
 fn split_permits(mut room: OwnedSemaphorePermit) -> Vec<OwnedSemaphorePermit> {
     let n = room.num_permits();
@@ -394,18 +406,9 @@ impl WorkerPool {
         Some(split_permits(room))
     }
 
-    /// Most jobs one claim of partition `p` takes: `delivery.claim_batch`,
-    /// or, for the partition whose shared timers hold every partition's
-    /// jobs (a single Redis), that for each partition up to a promotion's
-    /// batch, so that a round's due jobs are claimed in one call.
+    /// Most jobs one claim of partition `p` takes (see [`claim_max`]).
     fn claim_max(&self, p: u16) -> usize {
-        let batch = self.config.delivery.claim_batch;
-        let keys = self.store.keys();
-        if keys.shared_timers() && keys.timer_partitions().contains(&p) {
-            (batch * usize::from(keys.partitions())).min(PROMOTE_BATCH.max(batch))
-        } else {
-            batch
-        }
+        claim_max(self.config.delivery.claim_batch, self.store.keys(), p)
     }
 
     /// After a failed claim: counts and logs it, has the carrier read the due
@@ -528,13 +531,14 @@ impl WorkerPool {
         let (next, early) = crate::carrier::after_promotion(&promotion);
         self.signals.set_backlog(p, promotion.more_due());
         self.signals.promoted(p, next, early);
-        let others: Vec<u16> = promotion
-            .started_in
-            .iter()
-            .copied()
-            .filter(|&q| q != p)
-            .collect();
-        crate::carrier::wake_started(&self.store, &self.signals, &self.fleet, &others).await;
+        crate::carrier::wake_started(
+            &self.store,
+            &self.signals,
+            &self.fleet,
+            p,
+            &promotion.started_in,
+        )
+        .await;
     }
 
     /// Queues a job on its host's lane, starting the lane's runner when it
@@ -787,6 +791,20 @@ impl WorkerPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The loop of the partition whose shared timers serve every partition
+    /// claims a promotion's batch (a round's due jobs in one call); the
+    /// others, and every loop in a cluster, `claim_batch`.
+    #[test]
+    fn the_shared_timers_loop_claims_a_rounds_batch() {
+        use crate::store::Keys;
+        let single = Keys::new("hq", 16);
+        assert_eq!(claim_max(64, &single, 0), PROMOTE_BATCH);
+        assert_eq!(claim_max(64, &single, 3), 64);
+        assert_eq!(claim_max(500, &single, 0), 500);
+        assert_eq!(claim_max(8, &Keys::new("hq", 4), 0), 32);
+        assert_eq!(claim_max(64, &Keys::in_cluster("hq", 16), 0), 64);
+    }
 
     /// A label keeps its first `max` values and counts the rest as `other`.
     #[test]

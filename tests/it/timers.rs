@@ -7,21 +7,13 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use hookq::job::{JobInput, RunAt};
+use hookq::job::{now_ms, JobInput, RunAt};
 use serde_json::json;
 
 use crate::support::receiver::{Receiver, Recorded, Reply};
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
 use crate::{post_json, start_daemon, test_config};
-
-/// The local clock, epoch ms (Redis runs on this machine: the same clock).
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("after 1970")
-        .as_millis() as i64
-}
 
 /// Partitions of these tests: more than the suite's usual 4, so that the
 /// jobs of one promotion fall in many.
@@ -122,6 +114,7 @@ async fn a_daemon_delivers_every_partitions_jobs_from_the_shared_timers() {
     let daemon = start_daemon(&config).await;
     let base = daemon.url();
 
+    // (Redis runs on this machine: its clock is the local one.)
     let start = now_ms();
     let mut due_of: HashMap<String, i64> = HashMap::new();
     for i in 0..120u64 {
