@@ -24,8 +24,20 @@
   not read, only deleted (with `retention.keep_bodies`, it is read to be
   kept).
 
+  Several partitions in one call (a single Redis): a unit of six
+  arguments whose id is "" starts the next partition's jobs (its job and
+  history key prefixes and its number; its in-flight set and stats hash
+  are built from the job prefix, as the claim builds its leases' sets). At
+  a steady load a window's outcomes of every partition then cost one call
+  instead of one per partition, and the DEL of their histories and the
+  ledger's HINCRBY are made once (docs/performance.md). A partition's
+  fencing, record, summaries and stats stay its own; the ledger, summed
+  over the partitions by its readers, counts the whole call in the first
+  partition's. In a cluster a call holds one partition (its keys on one
+  slot).
+
   Input:
-    KEYS[1] inflight zset   <ns>:{p}:inflight
+    KEYS[1] inflight zset   <ns>:{p}:inflight  (the first partition's)
     KEYS[2] stats hash      <ns>:{p}:stats
     ARGV[1] job key prefix      <ns>:{p}:job:   (same hash tag; the live record
             hashes, kept records, summaries and the ledger `<ns>:{p}:ledger`,
@@ -47,10 +59,13 @@
             store computes the same to read summaries; 4 bytes,
             big-endian): sent, as it costs the daemon less than Lua
             (~4,900 instructions a job); keep: ""
+            A unit starting the next partition (single Redis) is "", its
+            job key prefix, its history key prefix, its number, "", "".
   Output:
-    {r1, r2, ...} one per job, in order: DONE recorded, UNCHANGED stale (the
-    lease was taken over or the job was cancelled; nothing changed for that
-    job). (The codes of the prelude.)
+    {r1, r2, ...} one per job (the units that start a partition have
+    none), in order: DONE recorded, UNCHANGED stale (the lease was taken
+    over or the job was cancelled; nothing changed for that job). (The
+    codes of the prelude.)
     TRYAGAIN, with nothing changed, while the partition's slot is migrating.
 ]]
 local rcall = redis.call
@@ -58,93 +73,119 @@ local now = now_ms()
 local retention = tonumber(ARGV[3])
 local keep = ARGV[4] == 'keep'
 
--- Read pass: every key to be written, before the first write (see the
--- prelude). A history list may rightly be absent (a first attempt).
-local prefix = partition_prefix(ARGV[1], 'job:')
-local ids = {}
-for i = 7, #ARGV, 6 do ids[#ids + 1] = ARGV[i] end
-if #ids == 0 then return {} end
-local leases = rcall('ZMSCORE', KEYS[1], unpack(ids))
--- A summary's finish time, the same for every job of the call.
-local finished = struct.pack('>I6', now)
--- Per job, by its place j in the call (ARGV index 6j + 1; sequential,
--- so the tables stay arrays): its record hash, whether it is current
--- (false when stale; with keep, its whole record), its summary's field
--- values, and the plan of leaving its ordering list (only for a job that
--- has one).
-local hashes, current, pieces = {}, {}, {}
--- The recorded jobs, and (summary) their ids' hashes.
-local done, done_hashes = {}, {}
-local fields = 0
-local lines = {}
-for j, id in ipairs(ids) do
-  local i = 6 * j + 1
-  local h = job_hash(prefix, id)
-  hashes[j] = h
-  -- (Scores read as Redis formats them; a number compared only when the
-  -- texts differ.)
-  local lease, token = leases[j], ARGV[i + 1]
-  local r = lease and (lease == token or tonumber(lease) == tonumber(token))
-  if r and keep then r = rec_of(rcall('HGET', h, id)) or false end
-  -- (A current job's record is here, unless its key has not arrived.)
-  if IN_CLUSTER and r and (rcall('EXISTS', h) == 0 or rcall('EXISTS', ARGV[2] .. id) == 0)
-      and slot_moving_once(KEYS[1]) then
-    return try_again()
-  end
-  current[j], pieces[j] = r, false
-  if r then
-    done[#done + 1] = id
-    if not keep then
-      done_hashes[#done] = struct.unpack('>I4', ARGV[i + 5])
-      local earlier = EMPTY
-      if struct.unpack('>I2', ARGV[i + 2]) > 1 then
-        earlier = summary_entries(rcall('LRANGE', ARGV[2] .. id, 0, -1), 1, now)
-      end
-      pieces[j] = summary_pieces('d' .. ARGV[i + 2] .. finished .. ARGV[i + 3], earlier, false)
-      fields = fields + summary_field_count(pieces[j])
-    end
-    if ARGV[i + 4] ~= '' then
-      lines[j] = order_plan(prefix, order_line(id, ARGV[i + 4]))
-      if not lines[j] then return try_again() end
-    end
+-- The call's partitions, each with its prefixes, keys and jobs: `ids`,
+-- and `at`, each job's first argument's index in ARGV.
+local parts = {}
+local part = {prefix = partition_prefix(ARGV[1], 'job:'), hist = ARGV[2], p = ARGV[6],
+  inflight = KEYS[1], stats = KEYS[2], ids = {}, at = {}}
+parts[1] = part
+for i = 7, #ARGV, 6 do
+  if ARGV[i] ~= '' then
+    part.ids[#part.ids + 1] = ARGV[i]
+    part.at[#part.at + 1] = i
+  elseif IN_CLUSTER then
+    return redis.error_reply('ERR complete_jobs: one partition a call in a cluster')
+  else
+    local prefix = partition_prefix(ARGV[i + 1], 'job:')
+    part = {prefix = prefix, hist = ARGV[i + 2], p = ARGV[i + 3], inflight = prefix .. 'inflight',
+      stats = prefix .. 'stats', ids = {}, at = {}}
+    parts[#parts + 1] = part
   end
 end
-if #done > 0 and not ledger_here(prefix) then return try_again() end
-local plan = nil
-if not keep and #done > 0 then
-  plan = summaries_plan(prefix, done, now, retention, fields, done_hashes)
-  if not plan then return try_again() end
+-- A summary's finish time, the same for every job of the call.
+local finished = struct.pack('>I6', now)
+
+-- Read pass: every key to be written, before the first write (see the
+-- prelude). A history list may rightly be absent (a first attempt).
+-- Per job, by its place k in the call (counted over the partitions in
+-- order, so the tables stay arrays): its record hash, whether it is
+-- current (false when stale; with keep, its whole record), its summary's
+-- field values, and the plan of leaving its ordering list (only for a job
+-- that has one). Per partition: its recorded jobs (`done`), their ids'
+-- hashes (summary) and summaries' field count, and its summaries' plan.
+local hashes, current, pieces, lines = {}, {}, {}, {}
+local recorded, k = 0, 0
+for _, q in ipairs(parts) do
+  local prefix, ids = q.prefix, q.ids
+  local leases = #ids > 0 and rcall('ZMSCORE', q.inflight, unpack(ids)) or EMPTY
+  local done, done_hashes, fields = {}, {}, 0
+  for j, id in ipairs(ids) do
+    local i = q.at[j]
+    k = k + 1
+    local h = job_hash(prefix, id)
+    hashes[k] = h
+    -- (Scores read as Redis formats them; a number compared only when the
+    -- texts differ.)
+    local lease, token = leases[j], ARGV[i + 1]
+    local r = lease and (lease == token or tonumber(lease) == tonumber(token))
+    if r and keep then r = rec_of(rcall('HGET', h, id)) or false end
+    -- (A current job's record is here, unless its key has not arrived.)
+    if IN_CLUSTER and r and (rcall('EXISTS', h) == 0 or rcall('EXISTS', q.hist .. id) == 0)
+        and slot_moving_once(q.inflight) then
+      return try_again()
+    end
+    current[k], pieces[k] = r, false
+    if r then
+      done[#done + 1] = id
+      if not keep then
+        done_hashes[#done] = struct.unpack('>I4', ARGV[i + 5])
+        local earlier = EMPTY
+        if struct.unpack('>I2', ARGV[i + 2]) > 1 then
+          earlier = summary_entries(rcall('LRANGE', q.hist .. id, 0, -1), 1, now)
+        end
+        pieces[k] = summary_pieces('d' .. ARGV[i + 2] .. finished .. ARGV[i + 3], earlier, false)
+        fields = fields + summary_field_count(pieces[k])
+      end
+      if ARGV[i + 4] ~= '' then
+        lines[k] = order_plan(prefix, order_line(id, ARGV[i + 4]))
+        if not lines[k] then return try_again() end
+      end
+    end
+  end
+  q.done = done
+  recorded = recorded + #done
+  if #done > 0 and not ledger_here(prefix) then return try_again() end
+  if not keep and #done > 0 then
+    q.plan = summaries_plan(prefix, done, now, retention, fields, done_hashes)
+    if not q.plan then return try_again() end
+  end
 end
 
 local out = {}
-local gone, summaries = {}, {}
-for j, id in ipairs(ids) do
-  local i = 6 * j + 1
-  local r = current[j]
-  if r and keep then
-    local hist = ARGV[2] .. id
-    -- (Current: its lease was held, so its attempt is in flight.)
-    r.state, r.att, r.ut = 'd', rec_flight_attempt(r), now
-    rec_keep(prefix, id, r, retention)
-    history_push(hist, ARGV[i + 3])
-    rcall('PEXPIRE', hist, retention)
-  elseif r then
-    rec_delete_in(hashes[j], id)
-    gone[#gone + 1] = ARGV[2] .. id
-    summaries[#summaries + 1] = pieces[j]
+local gone = {}
+local tally = ledger_tally()
+k = 0
+for _, q in ipairs(parts) do
+  local prefix, summaries = q.prefix, {}
+  for j, id in ipairs(q.ids) do
+    local i = q.at[j]
+    k = k + 1
+    local r = current[k]
+    if r and keep then
+      local hist = q.hist .. id
+      -- (Current: its lease was held, so its attempt is in flight.)
+      r.state, r.att, r.ut = 'd', rec_flight_attempt(r), now
+      rec_keep(prefix, id, r, retention)
+      history_push(hist, ARGV[i + 3])
+      rcall('PEXPIRE', hist, retention)
+    elseif r then
+      rec_delete_in(hashes[k], id)
+      gone[#gone + 1] = q.hist .. id
+      summaries[#summaries + 1] = pieces[k]
+    end
+    if lines[k] then order_leave(prefix, lines[k], id, now, ARGV[5], q.p) end
+    out[#out + 1] = r and DONE or UNCHANGED
   end
-  if lines[j] then order_leave(prefix, lines[j], id, now, ARGV[5], ARGV[6]) end
-  out[j] = r and DONE or UNCHANGED
-end
-if #done > 0 then
-  if #gone > 0 then
-    rcall('DEL', unpack(gone))
-    summaries_write(prefix, plan, done, summaries, now)
+  local done = q.done
+  if #done > 0 then
+    if #summaries > 0 then summaries_write(prefix, q.plan, done, summaries, now) end
+    rcall('ZREM', q.inflight, unpack(done))
+    rcall('HINCRBY', q.stats, 'delivered', int_text(#done))
+    for _, id in ipairs(done) do ledger_count(tally, id) end
   end
-  rcall('ZREM', KEYS[1], unpack(done))
-  rcall('HINCRBY', KEYS[2], 'delivered', int_text(#done))
-  local tally = ledger_tally()
-  for _, id in ipairs(done) do ledger_count(tally, id) end
-  ledger_add(prefix, 'delivered', tally)
 end
+-- (Histories of every partition at once: the keys of a single Redis, or
+-- of the one partition of a cluster's call.)
+if #gone > 0 then rcall('DEL', unpack(gone)) end
+if recorded > 0 then ledger_add(parts[1].prefix, 'delivered', tally) end
 return out

@@ -226,9 +226,11 @@ def jobs_of(script, args, reply, per_outcome):
     `per_outcome` arguments a recorded job)."""
     argv = args[1 + int(args[0]) :]
     if script == b"claim_ready" and isinstance(reply, list):
-        return (len(reply) - 5) // 4
+        # {now, more, moved, next_due, horizon, started_in, then five a job}
+        return (len(reply) - 6) // 5
     if script == b"complete_jobs":
-        return (len(argv) - 6) // per_outcome
+        # (A unit whose id is empty starts another partition's jobs.)
+        return sum(1 for i in range(6, len(argv), per_outcome) if argv[i] != b"")
     return 0
 
 

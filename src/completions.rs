@@ -3,9 +3,10 @@
 //! A busy daemon finishes thousands of attempts a second. Instead of one
 //! `complete_jobs` call per attempt, attempt tasks hand their outcome to a
 //! single flusher task and wait for the answer; the flusher takes everything
-//! queued so far, groups it by partition and records each group with one
-//! script call (the groups of different partitions go out together on the
-//! multiplexed connection). A batch gathers after its first job for up to
+//! queued so far, groups it by partition and records it with one script
+//! call: on a single Redis one call for every partition's jobs (up to
+//! [`MAX_TOGETHER`] jobs a call), in a cluster one call a partition (they
+//! go out together on the multiplexed connection). A batch gathers after its first job for up to
 //! [`WINDOW`] (none when `delivery.claim_ahead` is 0: each batch goes at
 //! once). After four fifths of it ([`rides_after`]), it goes in the same wake
 //! as the next claims: on a single Redis it rides with the next batch of
@@ -28,7 +29,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::store::{Claimed, Delivery, Lease, Store, StoreError, StoreResult};
+use crate::store::{Claimed, Delivery, Lease, Outcome, Store, StoreError, StoreResult};
 use crate::wake::Signals;
 
 /// Longest a delivery's outcome waits for its batch (by default; see
@@ -50,6 +51,12 @@ pub(crate) fn window_for(claim_ahead: Duration, lease_margin: Duration) -> Durat
 
 /// Most jobs recorded by one script call (bounds the script's run time).
 const MAX_BATCH: usize = 256;
+
+/// Most jobs one call records when it holds several partitions' (a
+/// single Redis): its arguments (six a job, six more a partition) then fit
+/// a batch with riders (`store::batcher`'s 1,024), so a steady load's
+/// window of outcomes rides with a claim round as one call.
+const MAX_TOGETHER: usize = 150;
 
 /// Most jobs one batch gathers, over every partition: a batch is recorded
 /// with one call per partition, so a batch cut at one call's [`MAX_BATCH`]
@@ -171,32 +178,73 @@ async fn flush(
                 .or_default()
                 .push(pending);
         }
-        let mut calls = Vec::new();
-        for (p, mut jobs) in by_partition {
-            while jobs.len() > MAX_BATCH {
-                let rest = jobs.split_off(MAX_BATCH);
-                calls.push(record(&store, p, jobs, ride_until));
-                jobs = rest;
-            }
-            calls.push(record(&store, p, jobs, ride_until));
-        }
+        let together = store.completes_partitions_together();
+        let calls: Vec<_> = calls_of(by_partition, together)
+            .into_iter()
+            .map(|call| record(&store, call, ride_until))
+            .collect();
         futures_util::future::join_all(calls).await;
     }
 }
 
-async fn record(
-    store: &Store,
-    p: u16,
-    jobs: Vec<Pending>,
-    ride_until: Option<tokio::time::Instant>,
-) {
-    let items: Vec<(&str, u32, Lease, &Delivery)> = jobs
+/// One `complete_jobs` call's jobs, by partition.
+type Call<T> = Vec<(u16, Vec<T>)>;
+
+/// The calls that record a batch's jobs (`by_partition`): one per
+/// partition, or, when one call may hold several partitions (`together`,
+/// a single Redis), whole partitions packed in order into calls of up to
+/// [`MAX_TOGETHER`] jobs. A partition's jobs are not split between calls
+/// unless they are more than a call holds ([`MAX_BATCH`] a call then): each
+/// partition a call holds costs it a few commands of its own (fencing,
+/// summaries' bucket, counters), so a burst's batch, ~64 jobs a partition,
+/// goes as two partitions a call rather than every partition in every call.
+fn calls_of<T>(by_partition: BTreeMap<u16, Vec<T>>, together: bool) -> Vec<Call<T>> {
+    let mut calls: Vec<Call<T>> = Vec::new();
+    let mut room = 0;
+    for (p, mut jobs) in by_partition {
+        if !together || jobs.len() > MAX_TOGETHER {
+            while jobs.len() > MAX_BATCH {
+                let rest = jobs.split_off(MAX_BATCH);
+                calls.push(vec![(p, jobs)]);
+                jobs = rest;
+            }
+            calls.push(vec![(p, jobs)]);
+            room = 0;
+            continue;
+        }
+        match calls.last_mut() {
+            Some(call) if jobs.len() <= room => {
+                room -= jobs.len();
+                call.push((p, jobs));
+            }
+            _ => {
+                room = MAX_TOGETHER - jobs.len();
+                calls.push(vec![(p, jobs)]);
+            }
+        }
+    }
+    calls
+}
+
+async fn record(store: &Store, call: Call<Pending>, ride_until: Option<tokio::time::Instant>) {
+    let items: Vec<Vec<Outcome<'_>>> = call
         .iter()
-        .map(|j| (j.id.as_str(), j.attempt, j.lease, &j.delivery))
+        .map(|(_, jobs)| {
+            jobs.iter()
+                .map(|j| (j.id.as_str(), j.attempt, j.lease, &j.delivery))
+                .collect()
+        })
         .collect();
-    match store.complete_many(p, &items, ride_until).await {
+    let groups: Vec<(u16, &[Outcome<'_>])> = call
+        .iter()
+        .zip(&items)
+        .map(|((p, _), outcomes)| (*p, outcomes.as_slice()))
+        .collect();
+    let answer = store.complete_partitions(&groups, ride_until).await;
+    let jobs = call.into_iter().flat_map(|(_, jobs)| jobs);
+    match answer {
         Ok(done) => {
-            for (job, recorded) in jobs.into_iter().zip(done) {
+            for (job, recorded) in jobs.zip(done) {
                 let _ = job.reply.send(Ok(recorded));
             }
         }
@@ -212,6 +260,54 @@ async fn record(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_single_redis_records_every_partitions_jobs_in_as_few_calls_as_fit() {
+        let batch = |sizes: &[(u16, usize)]| -> BTreeMap<u16, Vec<usize>> {
+            sizes.iter().map(|&(p, n)| (p, (0..n).collect())).collect()
+        };
+        let shape = |calls: Vec<Call<usize>>| -> Vec<Vec<(u16, usize)>> {
+            calls
+                .into_iter()
+                .map(|call| call.into_iter().map(|(p, jobs)| (p, jobs.len())).collect())
+                .collect()
+        };
+        // A steady load's window: one call for every partition.
+        let window = batch(&[(0, 5), (3, 4), (15, 6)]);
+        assert_eq!(
+            shape(calls_of(window.clone(), true)),
+            vec![vec![(0, 5), (3, 4), (15, 6)]]
+        );
+        // A cluster: one call a partition.
+        assert_eq!(
+            shape(calls_of(window, false)),
+            vec![vec![(0, 5)], vec![(3, 4)], vec![(15, 6)]]
+        );
+        // A burst's batch: whole partitions, as many as a call holds.
+        let burst: Vec<(u16, usize)> = (0..16).map(|p| (p, 64)).collect();
+        let calls = shape(calls_of(batch(&burst), true));
+        assert_eq!(calls.len(), 8);
+        assert!(calls.iter().all(|c| c.len() == 2), "{calls:?}");
+        assert_eq!(calls[7], vec![(14, 64), (15, 64)]);
+        // A partition with more than a call holds goes alone, cut at
+        // MAX_BATCH, and the next ones start a call of their own.
+        let big = calls_of(batch(&[(1, 10), (2, MAX_BATCH + 1), (3, 5)]), true);
+        assert_eq!(
+            shape(big),
+            vec![
+                vec![(1, 10)],
+                vec![(2, MAX_BATCH)],
+                vec![(2, 1)],
+                vec![(3, 5)]
+            ]
+        );
+        let split = calls_of(batch(&[(2, MAX_BATCH + 1)]), true);
+        assert_eq!(split[1][0].1, vec![MAX_BATCH], "in order");
+        assert_eq!(
+            shape(calls_of(batch(&[(4, MAX_BATCH + 1)]), false)),
+            vec![vec![(4, MAX_BATCH)], vec![(4, 1)]]
+        );
+    }
 
     #[test]
     fn a_batch_fills_every_partitions_call_before_it_is_full() {

@@ -46,6 +46,10 @@ pub struct Lease {
     pub created: i64,
 }
 
+/// One 2xx attempt to record: the job's id, its attempt number, its lease
+/// and what its delivery keeps ([`Store::complete_many`]).
+pub type Outcome<'a> = (&'a str, u32, Lease, &'a Delivery);
+
 /// Result of one claim call on a partition.
 #[derive(Debug, Clone)]
 pub struct ClaimBatch {
@@ -251,43 +255,60 @@ impl Store {
     pub async fn complete_many(
         &self,
         p: u16,
-        jobs: &[(&str, u32, Lease, &Delivery)],
+        jobs: &[Outcome<'_>],
         ride_until: Option<tokio::time::Instant>,
     ) -> StoreResult<Vec<bool>> {
-        let mut args = Vec::with_capacity(6 + 6 * jobs.len());
-        args.push(arg(&self.keys.job_prefix(p)));
-        args.push(arg(&self.keys.history_prefix(p)));
+        self.complete_partitions(&[(p, jobs)], ride_until).await
+    }
+
+    /// Whether one `complete_jobs` call may record several partitions'
+    /// attempts ([`Store::complete_partitions`]): on a single Redis, not
+    /// in a cluster (a script stays on one slot).
+    pub fn completes_partitions_together(&self) -> bool {
+        self.keys.shared_timers()
+    }
+
+    /// [`Store::complete_many`] for the attempts of several partitions
+    /// (each with its jobs) in one script call, when
+    /// [`Store::completes_partitions_together`]; the answers in the order
+    /// of the partitions and their jobs.
+    pub async fn complete_partitions(
+        &self,
+        groups: &[(u16, &[Outcome<'_>])],
+        ride_until: Option<tokio::time::Instant>,
+    ) -> StoreResult<Vec<bool>> {
+        let Some((first, _)) = groups.first() else {
+            return Ok(Vec::new());
+        };
+        if groups.len() > 1 && !self.completes_partitions_together() {
+            return Err(StoreError::reply(
+                "complete_jobs",
+                "several partitions in one call of a cluster",
+            ));
+        }
+        let jobs: usize = groups.iter().map(|(_, jobs)| jobs.len()).sum();
+        let mut args = Vec::with_capacity(6 * (groups.len() + jobs));
+        args.push(arg(&self.keys.job_prefix(*first)));
+        args.push(arg(&self.keys.history_prefix(*first)));
         args.push(arg(&self.settings.retention_ms));
         args.push(arg(&self.finish_mode()));
         args.push(arg(&*self.channel));
-        args.push(arg(&p));
-        for (id, attempt, lease, delivery) in jobs {
-            args.push(arg(id));
-            args.push(arg(&lease.deadline));
-            args.push(if self.settings.keep_bodies {
-                Vec::new()
-            } else {
-                summary::summary_counters(*attempt, lease.max_attempts, lease.created).to_vec()
-            });
-            args.push(match (&delivery.kept, self.settings.keep_bodies) {
-                (Kept::Whole(record), true) => arg(record),
-                (Kept::Summarized(tail), false) => tail.clone(),
-                _ => {
-                    return Err(StoreError::reply(
-                        "complete_jobs",
-                        "a delivery prepared for the other retention mode",
-                    ))
-                }
-            });
-            args.push(arg(&delivery.order.as_deref().unwrap_or_default()));
-            // The summary's shard hash, which costs Lua ~4,900 instructions.
-            args.push(if self.settings.keep_bodies {
-                Vec::new()
-            } else {
-                summary::id_hash(id).to_be_bytes().to_vec()
-            });
+        args.push(arg(first));
+        for (n, (p, outcomes)) in groups.iter().enumerate() {
+            if n > 0 {
+                // The unit that starts the next partition's jobs.
+                args.push(Vec::new());
+                args.push(arg(&self.keys.job_prefix(*p)));
+                args.push(arg(&self.keys.history_prefix(*p)));
+                args.push(arg(p));
+                args.push(Vec::new());
+                args.push(Vec::new());
+            }
+            for outcome in outcomes.iter() {
+                self.push_outcome(&mut args, outcome)?;
+            }
         }
-        let keys = [&*self.keys.inflight(p), &*self.keys.stats(p)];
+        let keys = [&*self.keys.inflight(*first), &*self.keys.stats(*first)];
         let done: Vec<Code> = if self.acked.is_some() {
             self.invoke_acked(&scripts::COMPLETE_JOBS, &keys, &args)
                 .await?
@@ -295,13 +316,46 @@ impl Store {
             self.invoke_batched(&scripts::COMPLETE_JOBS, &keys, args, ride_until)
                 .await?
         };
-        if done.len() != jobs.len() {
+        if done.len() != jobs {
             return Err(StoreError::reply(
                 "complete_jobs",
-                format!("{} results for {} jobs", done.len(), jobs.len()),
+                format!("{} results for {jobs} jobs", done.len()),
             ));
         }
         Ok(done.into_iter().map(|code| code == Code::Done).collect())
+    }
+
+    /// The six `complete_jobs` arguments of one 2xx attempt.
+    fn push_outcome(
+        &self,
+        args: &mut Vec<Vec<u8>>,
+        (id, attempt, lease, delivery): &Outcome<'_>,
+    ) -> StoreResult<()> {
+        args.push(arg(id));
+        args.push(arg(&lease.deadline));
+        args.push(if self.settings.keep_bodies {
+            Vec::new()
+        } else {
+            summary::summary_counters(*attempt, lease.max_attempts, lease.created).to_vec()
+        });
+        args.push(match (&delivery.kept, self.settings.keep_bodies) {
+            (Kept::Whole(record), true) => arg(record),
+            (Kept::Summarized(tail), false) => tail.clone(),
+            _ => {
+                return Err(StoreError::reply(
+                    "complete_jobs",
+                    "a delivery prepared for the other retention mode",
+                ))
+            }
+        });
+        args.push(arg(&delivery.order.as_deref().unwrap_or_default()));
+        // The summary's shard hash, which costs Lua ~4,900 instructions.
+        args.push(if self.settings.keep_bodies {
+            Vec::new()
+        } else {
+            summary::id_hash(id).to_be_bytes().to_vec()
+        });
+        Ok(())
     }
 
     /// Prepares a 2xx attempt of the job with `spec` for [`Store::complete`]:

@@ -37,7 +37,7 @@ pub(crate) mod summary;
 
 use std::sync::Arc;
 
-pub use attempts::{ClaimBatch, Claimed, FailOutcome, Failure, Lease, Promotion, Reclaim};
+pub use attempts::{ClaimBatch, Claimed, FailOutcome, Failure, Lease, Outcome, Promotion, Reclaim};
 pub use changes::{CancelOutcome, ReplayOutcome, Reschedule, RescheduleOutcome};
 pub(crate) use cluster::ClusterConn;
 pub(crate) use connection::{RedisConn, CONNECT_TIMEOUT};

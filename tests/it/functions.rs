@@ -467,3 +467,82 @@ async fn calls_made_while_a_batch_runs_go_together_as_the_next() {
         "the first claim's batch, then the two made while it ran"
     );
 }
+
+/// On a single Redis one `complete_jobs` call records several partitions'
+/// successes, each in its own partition: its record becomes a summary
+/// there, its lease leaves that partition's in-flight set and its
+/// partition counts it; a stale lease among them changes nothing for its
+/// job alone. The ledger, summed over the partitions, counts each once.
+#[tokio::test]
+async fn one_outcome_call_records_several_partitions_each_in_its_own() {
+    let redis = RedisServer::start();
+    let (store, ids) = store_with_a_due_job_in_three_partitions(&redis, "o").await;
+    assert!(store.completes_partitions_together(), "a single Redis");
+    let mut claimed = Vec::new();
+    for p in 0..3u16 {
+        let jobs = store.claim(p, 10).await.expect("claim").jobs;
+        assert_eq!(jobs.len(), 1, "partition {p}'s job");
+        assert_eq!(jobs[0].partition, p);
+        claimed.push(jobs[0].clone());
+    }
+    let deliveries: Vec<_> = claimed
+        .iter()
+        .map(|job| store.delivery_from_json(&job.spec_json, r#"{"status":200}"#))
+        .collect();
+    // Partition 1's outcome carries a lease that is not its job's (a
+    // reclaimed attempt's): stale.
+    let outcomes: Vec<Vec<hookq::store::Outcome<'_>>> = claimed
+        .iter()
+        .zip(&deliveries)
+        .map(|(job, delivery)| {
+            let mut lease = job.lease;
+            if job.partition == 1 {
+                lease.deadline -= 1;
+            }
+            vec![(job.id.as_str(), job.attempt, lease, delivery)]
+        })
+        .collect();
+    let groups: Vec<(u16, &[hookq::store::Outcome<'_>])> = claimed
+        .iter()
+        .zip(&outcomes)
+        .map(|(job, o)| (job.partition, o.as_slice()))
+        .collect();
+    let before = calls(&redis, "fcall").await;
+    let recorded = store
+        .complete_partitions(&groups, None)
+        .await
+        .expect("recorded");
+    assert_eq!(recorded, [true, false, true]);
+    assert_eq!(calls(&redis, "fcall").await - before, 1, "one call");
+
+    let mut conn = redis.conn().await;
+    for (p, id) in ids.iter().enumerate() {
+        let p = p as u16;
+        let record = store.get(id).await.expect("read").expect("known");
+        let leased: Option<f64> = redis::cmd("ZSCORE")
+            .arg(store.keys().inflight(p))
+            .arg(id)
+            .query_async(&mut conn)
+            .await
+            .expect("ZSCORE");
+        if p == 1 {
+            assert_eq!(
+                record.state,
+                hookq::job::State::Inflight,
+                "stale: unchanged"
+            );
+            assert!(leased.is_some(), "its lease stays");
+        } else {
+            assert_eq!(record.state, hookq::job::State::Delivered, "{id}");
+            assert_eq!(record.attempts, 1);
+            assert!(leased.is_none(), "{id}'s lease left partition {p}'s set");
+            let buckets = store.summary_buckets(p).await.expect("buckets");
+            assert!(!buckets.is_empty(), "{id}'s summary is in partition {p}");
+        }
+    }
+    let stats = store.stats().await.expect("stats");
+    let delivered: Vec<u64> = stats.partitions.iter().map(|s| s.delivered).collect();
+    assert_eq!(delivered, [1, 0, 1, 0], "each partition counts its own");
+    let ledger = store.tenant_ledger("default").await.expect("ledger");
+    assert_eq!(ledger.delivered, 2, "the ledger counts each once");
+}
