@@ -134,13 +134,15 @@ if #ids == want or tenants > TENANTS_PER_CLAIM then out[2] = 1 end
 -- Jobs kept from the shared timers of a single Redis (see the prelude)
 -- live in their own partitions, named by their due members' tags
 -- (`parts`; `ns` is the namespace's prefix).
-local records, hashes = {}, {}
+local records = {}
 local parts, ns = nil, nil
 if kept and not IN_CLUSTER then parts, ns = kept_parts, namespace_prefix(prefix) end
+-- The record hash of the i-th id.
+local function hash_of(i, id)
+  return job_hash(parts and prefix_of_partition(ns, parts[i]) or prefix, id)
+end
 for i, id in ipairs(ids) do
-  local h = job_hash(parts and prefix_of_partition(ns, parts[i]) or prefix, id)
-  hashes[i] = h
-  local v = rcall('HGET', h, id)
+  local v = rcall('HGET', hash_of(i, id), id)
   if not v and slot_moving_once(KEYS[1]) then return try_again() end
   records[i] = v or false
 end
@@ -168,24 +170,26 @@ for i, id in ipairs(ids) do
   if v then state, att, due, lease = rec_claim_fields(v) end
   if v and not state then
     -- A bare record (its job was deleted by hand): nothing to deliver.
-    rec_delete_in(hashes[i], id)
+    rec_delete_in(hash_of(i, id), id)
   elseif state and ready_by(state, due, horizon) and not leased[i] and not (taken and taken[id]) then
     if taken then taken[id] = true end
     local attempt = att + 1
     if lease == 0 then lease = arg_number(ARGV[3]) end
     -- (A job claimed ahead is attempted at its due time.)
-    local into, partition = leases, -1
+    local deadline, into, partition = string.format('%d', math.max(now, due) + lease), leases, -1
     if parts then
       partition = parts[i]
       into = by_part[partition]
       if not into then
-        into = {}
-        by_part[partition] = into
+        -- (Made at its size: most partitions get one job a claim.)
+        by_part[partition] = {deadline, id}
         part_order[#part_order + 1] = partition
       end
     end
-    into[#into + 1] = string.format('%d', math.max(now, due) + lease)
-    into[#into + 1] = id
+    if into then
+      into[#into + 1] = deadline
+      into[#into + 1] = id
+    end
     out[#out + 1] = id
     out[#out + 1] = attempt
     out[#out + 1] = due

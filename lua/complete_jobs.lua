@@ -74,21 +74,20 @@ local retention = tonumber(ARGV[3])
 local keep = ARGV[4] == 'keep'
 
 -- The call's partitions, each with its prefixes, keys and jobs: `ids`,
--- and `at`, each job's first argument's index in ARGV.
+-- whose arguments start at ARGV index `from`, six a job.
 local parts = {}
 local part = {prefix = partition_prefix(ARGV[1], 'job:'), hist = ARGV[2], p = ARGV[6],
-  inflight = KEYS[1], stats = KEYS[2], ids = {}, at = {}}
+  inflight = KEYS[1], stats = KEYS[2], ids = {}, from = 7}
 parts[1] = part
 for i = 7, #ARGV, 6 do
   if ARGV[i] ~= '' then
     part.ids[#part.ids + 1] = ARGV[i]
-    part.at[#part.at + 1] = i
   elseif IN_CLUSTER then
     return redis.error_reply('ERR complete_jobs: one partition a call in a cluster')
   else
     local prefix = partition_prefix(ARGV[i + 1], 'job:')
     part = {prefix = prefix, hist = ARGV[i + 2], p = ARGV[i + 3], inflight = prefix .. 'inflight',
-      stats = prefix .. 'stats', ids = {}, at = {}}
+      stats = prefix .. 'stats', ids = {}, from = i + 6}
     parts[#parts + 1] = part
   end
 end
@@ -110,7 +109,7 @@ for _, q in ipairs(parts) do
   local leases = #ids > 0 and rcall('ZMSCORE', q.inflight, unpack(ids)) or EMPTY
   local done, done_hashes, fields = {}, {}, 0
   for j, id in ipairs(ids) do
-    local i = q.at[j]
+    local i = q.from + 6 * (j - 1)
     k = k + 1
     local h = job_hash(prefix, id)
     hashes[k] = h
@@ -158,7 +157,7 @@ k = 0
 for _, q in ipairs(parts) do
   local prefix, summaries = q.prefix, {}
   for j, id in ipairs(q.ids) do
-    local i = q.at[j]
+    local i = q.from + 6 * (j - 1)
     k = k + 1
     local r = current[k]
     if r and keep then
