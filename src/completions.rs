@@ -6,8 +6,8 @@
 //! queued so far, groups it by partition and records it with one script
 //! call: on a single Redis one call for every partition's jobs (up to
 //! [`MAX_TOGETHER`] jobs a call), in a cluster one call a partition (they
-//! go out together on the multiplexed connection). A batch gathers after its first job for up to
-//! [`WINDOW`] (none when `delivery.claim_ahead` is 0: each batch goes at
+//! go out together on the multiplexed connection). A batch gathers after
+//! its first job for up to [`WINDOW`] (none when `delivery.claim_ahead` is 0: each batch goes at
 //! once). After four fifths of it ([`rides_after`]), it goes in the same wake
 //! as the next claims: on a single Redis it rides with the next batch of
 //! calls (see `store::batcher`), elsewhere with the carrier's next round; or
@@ -54,12 +54,14 @@ const MAX_BATCH: usize = 256;
 
 /// Most jobs one call records when it holds several partitions' (a
 /// single Redis): its arguments (six a job, six more a partition) then fit
-/// a batch with riders (`store::batcher`'s 1,024), so a steady load's
-/// window of outcomes rides with a claim round as one call.
+/// a batch with riders (`store::batcher`'s 1,024) with up to 16 partitions,
+/// so a steady load's window of outcomes rides with a claim round as one
+/// call (with more partitions a full call goes alone at its ride's end).
 const MAX_TOGETHER: usize = 150;
 
 /// Most jobs one batch gathers, over every partition: a batch is recorded
-/// with one call per partition, so a batch cut at one call's [`MAX_BATCH`]
+/// with one call per partition (on a single Redis, whole partitions packed
+/// into calls, [`calls_of`]), so a batch cut at one call's [`MAX_BATCH`]
 /// would send a sixteenth of that per partition at 2,000 jobs/s (measured
 /// with a 250 ms window: 16 jobs a call against 32 with this, and 6 % fewer
 /// Redis instructions a job; see docs/performance.md).
