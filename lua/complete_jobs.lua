@@ -103,7 +103,7 @@ local finished = struct.pack('>I6', now)
 -- that has one). Per partition: its recorded jobs (`done`), their ids'
 -- hashes (summary) and summaries' field count, and its summaries' plan.
 local hashes, current, pieces, lines = {}, {}, {}, {}
-local recorded, k = 0, 0
+local k = 0
 for _, q in ipairs(parts) do
   local prefix, ids = q.prefix, q.ids
   local leases = #ids > 0 and rcall('ZMSCORE', q.inflight, unpack(ids)) or EMPTY
@@ -142,7 +142,6 @@ for _, q in ipairs(parts) do
     end
   end
   q.done = done
-  recorded = recorded + #done
   if #done > 0 and not ledger_here(prefix) then return try_again() end
   if not keep and #done > 0 then
     q.plan = summaries_plan(prefix, done, now, retention, fields, done_hashes)
@@ -186,5 +185,6 @@ end
 -- (Histories of every partition at once: the keys of a single Redis, or
 -- of the one partition of a cluster's call.)
 if #gone > 0 then rcall('DEL', unpack(gone)) end
-if recorded > 0 then ledger_add(parts[1].prefix, 'delivered', tally) end
+-- (A tally of no job adds nothing.)
+ledger_add(parts[1].prefix, 'delivered', tally)
 return out

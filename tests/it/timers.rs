@@ -13,7 +13,7 @@ use serde_json::json;
 use crate::support::receiver::{Receiver, Recorded, Reply};
 use crate::support::redis::RedisServer;
 use crate::support::wait_until;
-use crate::{post_json, start_daemon, test_config};
+use crate::{post_created, start_daemon, test_config};
 
 /// Partitions of these tests: more than the suite's usual 4, so that the
 /// jobs of one promotion fall in many.
@@ -123,25 +123,23 @@ async fn a_daemon_delivers_every_partitions_jobs_from_the_shared_timers() {
         // others in the wheel's buckets of two levels.
         let delay = 100 + (i * 20);
         let run_at = start + delay as i64;
-        let (status, answer) = post_json(
+        post_created(
             &format!("{base}/v1/jobs"),
             json!({"id": id, "url": receiver.url("/t"), "run_at": run_at}),
         )
         .await;
-        assert_eq!(status, 201, "{answer}");
         due_of.insert(id, run_at);
     }
     // Ordered jobs: one key's line lives in the key's partition, its ids
     // hash all over.
     let ordered: Vec<String> = (0..12).map(|n| format!("line-{n}")).collect();
     for id in &ordered {
-        let (status, answer) = post_json(
+        post_created(
             &format!("{base}/v1/jobs"),
             json!({"id": id, "url": receiver.url("/o"), "ordering_key": "acct-7",
                 "run_at": start + 400}),
         )
         .await;
-        assert_eq!(status, 201, "{answer}");
     }
 
     let total = due_of.len() + ordered.len();
@@ -199,12 +197,11 @@ async fn a_fired_jobs_retry_waits_in_the_shared_wheel_and_is_sent() {
     config.validate().expect("valid config");
     let daemon = start_daemon(&config).await;
     let base = daemon.url();
-    let (status, answer) = post_json(
+    post_created(
         &format!("{base}/v1/schedules"),
         json!({"id": "tick", "every": "2s", "job": {"url": receiver.url("/tick")}}),
     )
     .await;
-    assert_eq!(status, 201, "{answer}");
     // The first fire (in 2 s): attempt 1 fails, attempt 2 follows the
     // retry, before the second fire.
     let got = receiver.wait_for_count(2, Duration::from_secs(30)).await;
