@@ -138,7 +138,9 @@ async fn two_daemons_share_one_rate_limit() {
     })
     .await;
     create_batch(&bases[0], jobs).await;
-    let requests = receiver.wait_for_count(JOBS, Duration::from_secs(60)).await;
+    // (~4 s of jobs: a deadline of 30 s, so that a broken budget fails in
+    // half a minute; scripts/lua-guards.sh waits for it.)
+    let requests = receiver.wait_for_count(JOBS, Duration::from_secs(30)).await;
     let windows = per_second(&requests);
     eprintln!("{JOBS} jobs at {RATE}/s over two daemons: per second {windows:?}");
     for (second, n) in &windows {

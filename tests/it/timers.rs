@@ -144,7 +144,7 @@ async fn a_daemon_delivers_every_partitions_jobs_from_the_shared_timers() {
 
     let total = due_of.len() + ordered.len();
     let got = receiver
-        .wait_for_count(total, Duration::from_secs(60))
+        .wait_for_count(total, Duration::from_secs(30))
         .await;
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     let mut line = Vec::new();
