@@ -291,9 +291,13 @@ run_tests() { # log test
 
 root="$(pwd)"
 selected=()
+files=()
 for guard in "${GUARDS[@]}"; do
   IFS='|' read -r name file text replacement test <<<"$guard"
-  if [ -z "$only" ] || echo "$name $file" | grep -Eq -- "$only"; then selected+=("$guard"); fi
+  if [ -z "$only" ] || echo "$name $file" | grep -Eq -- "$only"; then
+    selected+=("$guard")
+    files+=("$file")
+  fi
 done
 if [ "${#selected[@]}" -eq 0 ]; then
   echo "no guard matches $only" >&2
@@ -307,41 +311,33 @@ it="$(build)" || { cat "$work/build.err" >&2; exit 1; }
 if [ "$mode" = patch ]; then
   bins=("$it" "$root/target/debug/hookq")
   for bin in "${bins[@]}"; do cp -p "$bin" "$work/bin.$(basename "$bin")"; done
-  files=()
-  for guard in "${selected[@]}"; do
-    IFS='|' read -r name file text replacement test <<<"$guard"
-    files+=("$file")
-  done
   find_copies "${files[@]}"
 fi
 
-declare -A broken
-if [ "$whole" = 0 ] && [ "$suite_passed" = 1 ]; then
-  echo "== the whole suite passed with the scripts intact: each named test exists"
-  "$it" --list 2>/dev/null | sed -n 's/: test$//p' >"$work/tests"
-  declare -A seen
-  for guard in "${selected[@]}"; do
-    IFS='|' read -r name file text replacement test <<<"$guard"
-    [ -n "${seen[$test]:-}" ] && continue
-    seen[$test]=1
-    if ! grep -qxF -- "$test" "$work/tests"; then
-      broken[$test]=1
-      echo "TEST BROKEN $test names no test"
-    fi
-  done
-elif [ "$whole" = 0 ]; then
-  echo "== running each named test once with the scripts intact"
-  declare -A seen
+# Each named test, once: it must pass with the scripts intact (run here,
+# or the whole suite just was: --suite-passed), else it is "broken".
+declare -A broken seen
+if [ "$whole" = 0 ]; then
+  if [ "$suite_passed" = 1 ]; then
+    echo "== the whole suite passed with the scripts intact: each named test exists"
+    "$it" --list 2>/dev/null | sed -n 's/: test$//p' >"$work/tests"
+  else
+    echo "== running each named test once with the scripts intact"
+  fi
   for guard in "${selected[@]}"; do
     IFS='|' read -r name file text replacement test <<<"$guard"
     [ -n "${seen[$test]:-}" ] && continue
     seen[$test]=1
     log="$work/intact.$(echo "$test" | tr -c 'a-z0-9' '_').log"
-    if ! run_tests "$log" "$test" || ! grep -q "^test result: ok. 1 passed" "$log"; then
-      broken[$test]=1
-      echo "TEST BROKEN $test fails with the scripts intact (or names no test):"
-      tail -n 15 "$log" | sed 's/^/    /'
+    if [ "$suite_passed" = 1 ]; then
+      grep -qxF -- "$test" "$work/tests" && continue
+      echo "no test is named so" >"$log"
+    elif run_tests "$log" "$test" && grep -q "^test result: ok. 1 passed" "$log"; then
+      continue
     fi
+    broken[$test]=1
+    echo "TEST BROKEN $test fails with the scripts intact (or names no test):"
+    tail -n 15 "$log" | sed 's/^/    /'
   done
 fi
 

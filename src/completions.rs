@@ -7,15 +7,15 @@
 //! call: on a single Redis one call for every partition's jobs (up to
 //! [`MAX_TOGETHER`] jobs a call), in a cluster one call a partition (they
 //! go out together on the multiplexed connection). A batch gathers after
-//! its first job for up to [`WINDOW`] (none when `delivery.claim_ahead` is 0: each batch goes at
-//! once). After four fifths of it ([`rides_after`]), it goes in the same wake
-//! as the next claims: on a single Redis it rides with the next batch of
-//! calls (see `store::batcher`), elsewhere with the carrier's next round; or
-//! it goes sooner when it is full ([`GATHER_MAX`] jobs, [`MAX_BATCH`] per
-//! partition's call at most), so that at a steady load each partition's
-//! outcomes reach Redis in one call per window rather than one call per
-//! job; under load, jobs also queue up while the previous batch is in
-//! flight.
+//! its first job for up to [`WINDOW`] (none when `delivery.claim_ahead` is
+//! 0: each batch goes at once). After four fifths of it ([`rides_after`]),
+//! it goes in the same wake as the next claims: on a single Redis it rides
+//! with the next batch of calls (see `store::batcher`), elsewhere with the
+//! carrier's next round; or it goes sooner when it is full ([`GATHER_MAX`]
+//! jobs, [`MAX_BATCH`] per partition's call at most), so that at a steady
+//! load each partition's outcomes reach Redis in one call per window rather
+//! than one call per job; under load, jobs also queue up while the previous
+//! batch is in flight.
 //!
 //! An attempt task keeps its lease until its outcome is recorded; its
 //! worker permit and its room in the claim budget are free meanwhile. A
