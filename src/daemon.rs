@@ -164,6 +164,23 @@ async fn load_scripts(store: &Store, token: &CancellationToken) -> ControlFlow<(
     ControlFlow::Continue(())
 }
 
+/// Deletes the Lua libraries of hookq versions and configs that no
+/// connected daemon runs (see `store::libraries`); a failure (`CLIENT
+/// LIST` refused by the ACL, say) leaves them, with a warning.
+async fn delete_stale_libraries(store: &Store) {
+    match store.delete_stale_libraries().await {
+        Ok(deleted) if deleted.is_empty() => {}
+        Ok(deleted) => tracing::info!(
+            libraries = %deleted.join(", "),
+            "deleted the Lua libraries no connected daemon uses (earlier versions or configs)"
+        ),
+        Err(err) => tracing::warn!(
+            cause = %err,
+            "cannot look for Lua libraries of earlier versions; any there are left (FUNCTION LIST shows them)"
+        ),
+    }
+}
+
 /// Indexes the dead letters of a hookq from before the dead-letter index
 /// (once, beside the traffic: a few calls per partition when there are
 /// none), unless `token` is cancelled first.
@@ -221,6 +238,7 @@ impl Engine {
             return;
         }
         self.scripts_loaded.store(true, Ordering::Release);
+        delete_stale_libraries(&self.store).await;
         self.run_subsystems(token).await;
     }
 

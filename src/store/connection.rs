@@ -242,7 +242,10 @@ impl Store {
     /// `FUNCTION LOAD` of the library (never `REPLACE`: its name carries
     /// its digest, so one of that name is this very library) on the Redis,
     /// on every master of a cluster, or, with `near`, on the master holding
-    /// that key only. A library already there is fine.
+    /// that key only. A library already there is fine. On a single Redis
+    /// `conn` is then named after the library (see
+    /// [`libraries`](super::libraries)): loaded again after a restart, a
+    /// connection has its name again too.
     pub(super) async fn load_library(
         &self,
         conn: &mut RedisConn,
@@ -250,14 +253,16 @@ impl Store {
     ) -> redis::RedisResult<()> {
         let mut load = redis::cmd("FUNCTION");
         load.arg("LOAD").arg(&self.scripts.library().code);
-        let loaded = match (conn, near) {
+        let loaded = match (&mut *conn, near) {
             (RedisConn::Cluster(cluster), Some(key)) => cluster.on_master_of(key, &load).await,
             (conn, _) => load.query_async::<Value>(conn).await,
         };
         match loaded {
-            Err(err) if err.to_string().contains("already exists") => Ok(()),
-            other => other.map(drop),
+            Err(err) if err.to_string().contains("already exists") => {}
+            other => other.map(drop)?,
         }
+        self.name_connection(conn).await;
+        Ok(())
     }
 
     /// Whether Redis answers: PING on a single Redis; on a cluster, a read

@@ -25,6 +25,7 @@ mod enqueue;
 mod fleet;
 pub mod hosts;
 pub mod keys;
+mod libraries;
 pub mod listing;
 mod lookup;
 pub(crate) mod placement;

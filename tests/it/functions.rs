@@ -124,9 +124,34 @@ fn hookq_script_count() -> usize {
         .count()
 }
 
+/// The names of the libraries on `redis`, sorted.
+async fn library_names(redis: &RedisServer) -> Vec<String> {
+    let mut names: Vec<String> = libraries(redis).await.into_iter().map(|(n, _)| n).collect();
+    names.sort();
+    names
+}
+
+/// Waits (up to 30 s) until the libraries on `redis` are `want` (sorted).
+async fn wait_for_libraries(redis: &RedisServer, want: &[String]) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let names = library_names(redis).await;
+        if names == want {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "libraries {names:?}, want {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Daemons whose scripts differ (here by `redis.wheel_bucket`, compiled into
-/// them) on one Redis load one library each, neither replacing the other,
-/// and both work.
+/// them: as two versions in a rolling upgrade) on one Redis load one
+/// library each, neither replacing nor deleting the other while both run,
+/// and both work. Once no daemon of the first runs, the next daemon to
+/// start deletes its library.
 #[tokio::test]
 async fn daemons_of_other_configs_keep_their_own_libraries() {
     let redis = RedisServer::start();
@@ -134,18 +159,102 @@ async fn daemons_of_other_configs_keep_their_own_libraries() {
     let first = test_config(&redis);
     let mut second = test_config(&redis);
     second.redis.wheel_bucket = first.redis.wheel_bucket * 2;
-    let one = Store::connect(&first).await.expect("connect");
-    one.load_scripts().await.expect("load");
-    let daemon = start(&second).await;
-    let loaded = libraries(&redis).await;
+    let old = start(&first).await;
+    let loaded_first = library_names(&redis).await;
+    let new = start(&second).await;
+    let loaded = library_names(&redis).await;
     assert_eq!(loaded.len(), 2, "two libraries: {loaded:?}");
-    assert_ne!(loaded[0].0, loaded[1].0);
-    deliver_one(&daemon.url(), &receiver, "w-1", 1).await;
+    deliver_one(&new.url(), &receiver, "w-1", 1).await;
+    deliver_one(&old.url(), &receiver, "w-2", 2).await;
+    new.stop().await.expect("stop");
+    let new = start(&second).await;
+    deliver_one(&new.url(), &receiver, "w-3", 3).await;
+    assert_eq!(
+        library_names(&redis).await,
+        loaded,
+        "nothing replaced or deleted while a daemon of each runs"
+    );
+
+    old.stop().await.expect("stop");
+    new.stop().await.expect("stop");
+    let new = start(&second).await;
+    let second_only: Vec<String> = loaded
+        .iter()
+        .filter(|n| !loaded_first.contains(n))
+        .cloned()
+        .collect();
+    wait_for_libraries(&redis, &second_only).await;
+    deliver_one(&new.url(), &receiver, "w-4", 4).await;
+    new.stop().await.expect("stop");
+}
+
+/// A daemon deletes, at its start, the hookq libraries that no client
+/// connected to Redis is named after (those of versions no daemon runs any
+/// more), keeping its own, a hookq library a connected client is named
+/// after (a running daemon of another version), and libraries that are not
+/// hookq's. Its own connection carries its library's name.
+#[tokio::test]
+async fn a_daemon_deletes_the_libraries_no_connected_daemon_uses() {
+    let redis = RedisServer::start();
+    let config = test_config(&redis);
+    let mut conn = redis.conn().await;
+    for name in [
+        "hookq_00000000000000a1",
+        "hookq_00000000000000b2",
+        "reports",
+    ] {
+        let code = format!(
+            "#!lua name={name}\nredis.register_function('{name}_f', function() return 1 end)"
+        );
+        redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg(code)
+            .query_async::<()>(&mut conn)
+            .await
+            .expect("FUNCTION LOAD");
+    }
+    // A client of the second one, still connected.
+    let mut running = redis.conn().await;
+    redis::cmd("CLIENT")
+        .arg("SETNAME")
+        .arg("hookq_00000000000000b2")
+        .query_async::<()>(&mut running)
+        .await
+        .expect("CLIENT SETNAME");
+
+    let daemon = start(&config).await;
+    let own_name = library_names(&redis)
+        .await
+        .into_iter()
+        .find(|n| {
+            ![
+                "hookq_00000000000000a1",
+                "hookq_00000000000000b2",
+                "reports",
+            ]
+            .contains(&n.as_str())
+        })
+        .expect("the daemon's library");
+    let mut want = vec![
+        "hookq_00000000000000b2".to_string(),
+        "reports".to_string(),
+        own_name.clone(),
+    ];
+    want.sort();
+    wait_for_libraries(&redis, &want).await;
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut conn)
+        .await
+        .expect("CLIENT LIST");
+    assert!(
+        clients.contains(&format!("name={own_name} ")),
+        "the daemon's connection is named after its library: {clients}"
+    );
+    let receiver = Receiver::ok().await;
+    deliver_one(&daemon.url(), &receiver, "d-1", 1).await;
     daemon.stop().await.expect("stop");
-    let daemon = start(&first).await;
-    deliver_one(&daemon.url(), &receiver, "w-2", 2).await;
-    assert_eq!(libraries(&redis).await, loaded, "nothing replaced");
-    daemon.stop().await.expect("stop");
+    drop(running);
 }
 
 /// On a Redis without Functions (`FUNCTION` and `FCALL` renamed away, as on

@@ -173,6 +173,12 @@ async fn a_daemon_delivers_every_partitions_jobs_from_the_shared_timers() {
     })
     .await;
     assert_eq!(receiver.count(), total, "no job delivered twice");
+    // Each delivery was recorded: a lease put in another partition's
+    // in-flight set would make its outcome stale and leave its job unfinished.
+    for id in due_of.keys().chain(&ordered) {
+        let (_, job) = crate::get_json(&format!("{base}/v1/jobs/{id}")).await;
+        assert_eq!(job["state"], "delivered", "{id}: {job}");
+    }
     daemon.stop().await.expect("stops");
 }
 
