@@ -122,6 +122,7 @@ pub async fn run(config: &Config) -> Report {
     checks.extend(settings_checks(&store).await);
     checks.push(partitions_check(&store).await);
     checks.push(scripts_check(&store).await);
+    checks.extend(libraries_check(&store).await);
     checks.push(schema_check(&store).await);
     checks.push(memory_check(&store, config).await);
     checks.push(fleet_check(&store).await);
@@ -350,6 +351,47 @@ async fn scripts_check(store: &Store) -> Check {
                     .into(),
             ),
         ),
+    }
+}
+
+/// The hookq libraries of other versions or configs on a single Redis
+/// with Functions (none checked on a cluster): those in use by a connected
+/// client, and the stale ones the next daemon start deletes.
+async fn libraries_check(store: &Store) -> Option<Check> {
+    let others = match store.other_libraries().await {
+        Ok(others) => others?,
+        Err(err) => {
+            return Some(check(
+                "libraries",
+                Status::Warn,
+                format!("cannot list the Lua libraries in use: {err}"),
+                Some(
+                    "allow CLIENT LIST and CLIENT SETNAME for hookq's Redis user \
+                     (ACL: +client|list +client|setname), or delete old hookq_* libraries \
+                     by hand (FUNCTION DELETE)"
+                        .into(),
+                ),
+            ))
+        }
+    };
+    let mut detail = "this version's only".to_string();
+    if !others.in_use.is_empty() || !others.stale.is_empty() {
+        detail = format!(
+            "this version's; in use by a connected client: {}; stale (the next daemon start \
+             deletes them): {}",
+            names_or_none(&others.in_use),
+            names_or_none(&others.stale)
+        );
+    }
+    Some(check("libraries", Status::Ok, detail, None))
+}
+
+/// `names` joined with ", ", or "none".
+fn names_or_none(names: &[String]) -> String {
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(", ")
     }
 }
 

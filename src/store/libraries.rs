@@ -4,7 +4,7 @@
 //! Each version and config of hookq loads a library of its own name
 //! (`hookq_<digest>`, see [`Library`](super::scripts)), and Redis keeps a
 //! library until it is deleted: without this, every upgrade or change of
-//! `redis.wheel_bucket` left one more (~0.5 MB each) in the one Lua state
+//! `redis.wheel_bucket` left one more (0.25–0.5 MB each) in the one Lua state
 //! all of Redis's functions share, which every call of every function pays
 //! for (docs/performance.md). A store names its connection after the
 //! library it loaded (`CLIENT SETNAME`), and a daemon, when it starts,
@@ -85,18 +85,16 @@ impl Store {
         }
     }
 
-    /// Deletes the hookq libraries on the Redis that no connected client
-    /// is named after (see the module doc), keeping this store's own and
-    /// every library not hookq's; answers the names deleted. Nothing on a
-    /// Redis Cluster or without Functions. An error (`CLIENT LIST` refused
-    /// by the user's ACL, say) deletes nothing more.
-    pub async fn delete_stale_libraries(&self) -> StoreResult<Vec<String>> {
+    /// The hookq libraries on the Redis besides this store's own: those a
+    /// connected client is named after, and the stale ones (none is; see
+    /// the module doc). `None` on a Redis Cluster or without Functions.
+    pub async fn other_libraries(&self) -> StoreResult<Option<OtherLibraries>> {
         let mut conn = self.conn.clone();
         let RedisConn::Single(single) = &mut conn else {
-            return Ok(Vec::new());
+            return Ok(None);
         };
         if self.scripts.runner() != Runner::Functions {
-            return Ok(Vec::new());
+            return Ok(None);
         }
         let listed: Value = redis::cmd("FUNCTION")
             .arg("LIST")
@@ -110,17 +108,32 @@ impl Store {
             .arg("normal")
             .query_async(single)
             .await?;
-        let in_use = client_names(&clients);
+        let named = client_names(&clients);
         let own = &self.scripts.library().name;
+        let (in_use, stale) = library_names(&listed)
+            .into_iter()
+            .filter(|name| is_hookq_library(name) && name != own)
+            .partition(|name| named.contains(name.as_str()));
+        Ok(Some(OtherLibraries { in_use, stale }))
+    }
+
+    /// Deletes the stale hookq libraries on the Redis (see
+    /// [`Store::other_libraries`]), keeping this store's own, those a
+    /// connected client is named after and every library not hookq's;
+    /// answers the names deleted. Nothing on a Redis Cluster or without
+    /// Functions. An error (`CLIENT LIST` refused by the user's ACL, say)
+    /// deletes nothing more.
+    pub async fn delete_stale_libraries(&self) -> StoreResult<Vec<String>> {
+        let Some(others) = self.other_libraries().await? else {
+            return Ok(Vec::new());
+        };
+        let mut conn = self.conn.clone();
         let mut deleted = Vec::new();
-        for name in library_names(&listed) {
-            if !is_hookq_library(&name) || name == *own || in_use.contains(name.as_str()) {
-                continue;
-            }
+        for name in others.stale {
             let gone = redis::cmd("FUNCTION")
                 .arg("DELETE")
                 .arg(&name)
-                .query_async::<()>(single)
+                .query_async::<()>(&mut conn)
                 .await;
             match gone {
                 Ok(()) => deleted.push(name),
@@ -131,6 +144,18 @@ impl Store {
         }
         Ok(deleted)
     }
+}
+
+/// The hookq libraries on a Redis other than a store's own
+/// ([`Store::other_libraries`]).
+#[derive(Debug)]
+pub struct OtherLibraries {
+    /// Those a connected client is named after (daemons of other versions
+    /// or configs still running).
+    pub in_use: Vec<String>,
+    /// Those no connected client is named after: the next daemon to start
+    /// deletes them.
+    pub stale: Vec<String>,
 }
 
 #[cfg(test)]

@@ -44,6 +44,7 @@ pub(crate) use cluster::ClusterConn;
 pub(crate) use connection::{RedisConn, CONNECT_TIMEOUT};
 pub use enqueue::EnqueueOutcome;
 pub use keys::Keys;
+pub use libraries::OtherLibraries;
 pub(crate) use record::JobRecord;
 use scripts::{Code, Scripts};
 pub use summary::{Bucket, Delivery, Earlier, Kept, Summary};

@@ -177,6 +177,27 @@ async fn daemons_of_other_configs_keep_their_own_libraries() {
 
     old.stop().await.expect("stop");
     new.stop().await.expect("stop");
+    // (A stopped daemon's connection closes a moment after its last user.)
+    let mut conn = redis.conn().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let clients: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query_async(&mut conn)
+            .await
+            .expect("CLIENT LIST");
+        if !loaded_first
+            .iter()
+            .any(|n| clients.contains(&format!("name={n} ")))
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the stopped daemons' connections close: {clients}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let new = start(&second).await;
     let second_only: Vec<String> = loaded
         .iter()
@@ -222,6 +243,20 @@ async fn a_daemon_deletes_the_libraries_no_connected_daemon_uses() {
         .await
         .expect("CLIENT SETNAME");
 
+    // `hookq doctor` tells them apart.
+    let libraries_check = || async {
+        let report = hookq::doctor::run(&config).await;
+        let check = report.checks.into_iter().find(|c| c.name == "libraries");
+        check.expect("doctor has a libraries check").detail
+    };
+    let detail = libraries_check().await;
+    assert!(
+        detail.contains("in use by a connected client: hookq_00000000000000b2;")
+            && detail
+                .contains("stale (the next daemon start deletes them): hookq_00000000000000a1"),
+        "{detail}"
+    );
+
     let daemon = start(&config).await;
     let own_name = library_names(&redis)
         .await
@@ -251,6 +286,8 @@ async fn a_daemon_deletes_the_libraries_no_connected_daemon_uses() {
         clients.contains(&format!("name={own_name} ")),
         "the daemon's connection is named after its library: {clients}"
     );
+    let detail = libraries_check().await;
+    assert!(detail.ends_with("deletes them): none"), "{detail}");
     let receiver = Receiver::ok().await;
     deliver_one(&daemon.url(), &receiver, "d-1", 1).await;
     daemon.stop().await.expect("stop");
