@@ -374,15 +374,16 @@ async fn libraries_check(store: &Store) -> Option<Check> {
             ))
         }
     };
-    let mut detail = "this version's only".to_string();
-    if !others.in_use.is_empty() || !others.stale.is_empty() {
-        detail = format!(
+    let detail = if others.in_use.is_empty() && others.stale.is_empty() {
+        "this version's only".to_string()
+    } else {
+        format!(
             "this version's; in use by a connected client: {}; stale (the next daemon start \
              deletes them): {}",
             names_or_none(&others.in_use),
             names_or_none(&others.stale)
-        );
-    }
+        )
+    };
     Some(check("libraries", Status::Ok, detail, None))
 }
 

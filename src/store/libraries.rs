@@ -24,17 +24,15 @@ use std::collections::HashSet;
 use redis::Value;
 
 use super::connection::RedisConn;
-use super::scripts::Runner;
+use super::scripts::{Runner, LIBRARY_DIGEST_HEX, LIBRARY_PREFIX};
 use super::{Store, StoreResult};
 
-/// The prefix of every hookq library's name.
-const PREFIX: &str = "hookq_";
-
-/// Whether `name` is a hookq library's: [`PREFIX`] and 16 lowercase hex
+/// Whether `name` is a hookq library's, as [`Library`](super::scripts)
+/// names them: [`LIBRARY_PREFIX`] and [`LIBRARY_DIGEST_HEX`] lowercase hex
 /// digits.
 fn is_hookq_library(name: &str) -> bool {
-    name.strip_prefix(PREFIX).is_some_and(|digest| {
-        digest.len() == 16
+    name.strip_prefix(LIBRARY_PREFIX).is_some_and(|digest| {
+        digest.len() == LIBRARY_DIGEST_HEX
             && digest
                 .bytes()
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
@@ -100,7 +98,7 @@ impl Store {
         let listed: Value = redis::cmd("FUNCTION")
             .arg("LIST")
             .arg("LIBRARYNAME")
-            .arg(format!("{PREFIX}*"))
+            .arg(format!("{LIBRARY_PREFIX}*"))
             .query_async(single)
             .await?;
         let clients: String = redis::cmd("CLIENT")

@@ -443,11 +443,17 @@ fn constants(in_cluster: bool, wheel_bucket_ms: u64) -> String {
     format!("local IN_CLUSTER = {in_cluster}\nlocal WHEEL_BUCKET = {wheel_bucket_ms}\n")
 }
 
+/// What every hookq library's name starts with (then [`LIBRARY_DIGEST_HEX`]
+/// hex digits of its digest): [`Library::name`].
+pub(crate) const LIBRARY_PREFIX: &str = "hookq_";
+/// How many hex digits of its source's SHA1 a library's name carries.
+pub(crate) const LIBRARY_DIGEST_HEX: usize = 16;
+
 /// The Lua library as Redis Functions: the [`constants`], the whole prelude once, then every script of [`ALL`]
 /// registered as a function whose callback is the script's text (its
 /// `KEYS` and `ARGV` are the callback's arguments).
 pub(crate) struct Library {
-    /// `hookq_` and 16 hex digits of the SHA1 of the library's whole source
+    /// [`LIBRARY_PREFIX`] and [`LIBRARY_DIGEST_HEX`] hex digits of the SHA1 of the library's whole source
     /// (prelude, scripts, `IN_CLUSTER`, `WHEEL_BUCKET`): daemons of another
     /// version or config on the same Redis load a library of another name,
     /// so none replaces another's functions.
@@ -514,10 +520,10 @@ impl Library {
         ));
         let digest: String = Sha1::digest(body.as_bytes())
             .iter()
-            .take(8)
+            .take(LIBRARY_DIGEST_HEX / 2)
             .map(|b| format!("{b:02x}"))
             .collect();
-        let name = format!("hookq_{digest}");
+        let name = format!("{LIBRARY_PREFIX}{digest}");
         Library {
             code: format!("#!lua name={name}\n{}", body.replace(NAME, &name)),
             functions: ALL.iter().map(|d| format!("{name}_{}", d.name)).collect(),

@@ -10,6 +10,7 @@ use serde_json::json;
 
 use crate::support::receiver::Receiver;
 use crate::support::redis::RedisServer;
+use crate::support::wait_until;
 use crate::{post_created, start_daemon, test_config};
 
 /// Starts a daemon, failing the test if it has not started within 60 s
@@ -133,18 +134,11 @@ async fn library_names(redis: &RedisServer) -> Vec<String> {
 
 /// Waits (up to 30 s) until the libraries on `redis` are `want` (sorted).
 async fn wait_for_libraries(redis: &RedisServer, want: &[String]) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let names = library_names(redis).await;
-        if names == want {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "libraries {names:?}, want {want:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let what = format!("the libraries are {want:?}");
+    wait_until(&what, Duration::from_secs(30), || async {
+        library_names(redis).await == want
+    })
+    .await;
 }
 
 /// Daemons whose scripts differ (here by `redis.wheel_bucket`, compiled into
@@ -178,26 +172,22 @@ async fn daemons_of_other_configs_keep_their_own_libraries() {
     old.stop().await.expect("stop");
     new.stop().await.expect("stop");
     // (A stopped daemon's connection closes a moment after its last user.)
-    let mut conn = redis.conn().await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let clients: String = redis::cmd("CLIENT")
-            .arg("LIST")
-            .query_async(&mut conn)
-            .await
-            .expect("CLIENT LIST");
-        if !loaded_first
-            .iter()
-            .any(|n| clients.contains(&format!("name={n} ")))
-        {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the stopped daemons' connections close: {clients}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until(
+        "the stopped daemons' connections close",
+        Duration::from_secs(10),
+        || async {
+            let mut conn = redis.conn().await;
+            let clients: String = redis::cmd("CLIENT")
+                .arg("LIST")
+                .query_async(&mut conn)
+                .await
+                .expect("CLIENT LIST");
+            !loaded_first
+                .iter()
+                .any(|n| clients.contains(&format!("name={n} ")))
+        },
+    )
+    .await;
     let new = start(&second).await;
     let second_only: Vec<String> = loaded
         .iter()
