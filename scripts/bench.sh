@@ -16,6 +16,7 @@
 #                                    # shorter (also --steady-rate N, --steady-sample N)
 #   scripts/bench.sh --peers         # also BullMQ on the same Redis and nginx
 #   scripts/bench.sh --peers --only peer --peer-concurrency 512
+#   scripts/bench.sh --help          # the flags; an unknown one is refused
 set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()

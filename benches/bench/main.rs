@@ -162,43 +162,94 @@ struct Options {
     steady: SteadyLoad,
 }
 
+/// What `--help` prints: the flags [`Options::parse`] takes.
+const USAGE: &str = "\
+usage: scripts/bench.sh [FLAG]...   (cargo bench --bench bench -- [FLAG]...)
+  --quick               every scenario at smoke-test size (no Node, no assertions)
+  --only A,B            scenarios whose name starts with A or B (NAME$: exactly NAME)
+  --runs N              runs per scenario (default 3; 1 with --quick)
+  --peers               also BullMQ (peer_bullmq_one_host, peer_bullmq_steady_200; needs Node)
+  --peer-concurrency N  BullMQ's worker concurrency
+  --steady-secs N       memory_steady_load: how long (seconds)
+  --steady-rate N       memory_steady_load: jobs created per second
+  --steady-retention N  memory_steady_load: retention.finished (seconds)
+  --steady-sample N     memory_steady_load: seconds between samples
+  --help                this text; nothing runs
+Without --only every scenario runs: a full run takes over half an hour.";
+
+/// The flags that take a value (the one after them).
+const VALUE_FLAGS: [&str; 7] = [
+    "--only",
+    "--runs",
+    "--peer-concurrency",
+    "--steady-secs",
+    "--steady-rate",
+    "--steady-retention",
+    "--steady-sample",
+];
+
+/// The flags that stand alone (`--bench` is cargo's, passed to every
+/// benchmark target).
+const SWITCHES: [&str; 4] = ["--quick", "--peers", "--bench", "--help"];
+
 impl Options {
-    fn parse(args: &[String]) -> Options {
+    /// The options of `args` (the program's name first), or an error naming
+    /// the flag that is unknown, lacks its value or has one that is not a
+    /// whole number: a mistyped flag must not start a run that takes half
+    /// an hour.
+    fn parse(args: &[String]) -> Result<Options, String> {
+        let mut rest = args.iter().skip(1);
+        while let Some(arg) = rest.next() {
+            if VALUE_FLAGS.contains(&arg.as_str()) {
+                if rest.next().is_none() {
+                    return Err(format!("flag `{arg}` needs a value"));
+                }
+            } else if !SWITCHES.contains(&arg.as_str()) {
+                return Err(format!("unknown argument `{arg}`"));
+            }
+        }
         let value = |flag: &str| {
             args.iter()
                 .position(|a| a == flag)
                 .and_then(|i| args.get(i + 1))
         };
+        let number = |flag: &str| -> Result<Option<u64>, String> {
+            value(flag)
+                .map(|v| {
+                    v.parse::<u64>()
+                        .map_err(|_| format!("flag `{flag}`: `{v}` is not a whole number"))
+                })
+                .transpose()
+        };
         let quick = args.iter().any(|a| a == "--quick");
-        let number = |flag: &str| value(flag).and_then(|v| v.parse::<u64>().ok());
         let mut steady = SteadyLoad::defaults(quick);
-        if let Some(secs) = number("--steady-secs") {
+        if let Some(secs) = number("--steady-secs")? {
             steady.duration = Duration::from_secs(secs.max(1));
         }
-        if let Some(rate) = number("--steady-rate") {
+        if let Some(rate) = number("--steady-rate")? {
             steady.rate = rate.max(1) as usize;
         }
-        if let Some(secs) = number("--steady-retention") {
+        if let Some(secs) = number("--steady-retention")? {
             // hookq refuses a retention under a second.
             steady.retention = Duration::from_secs(secs.max(1));
         }
-        if let Some(secs) = number("--steady-sample") {
+        if let Some(secs) = number("--steady-sample")? {
             steady.sample_every = Duration::from_secs(secs.max(1));
         }
-        Options {
+        Ok(Options {
             quick,
-            runs: value("--runs")
-                .and_then(|r| r.parse().ok())
+            runs: number("--runs")?
+                .map(|r| r.max(1) as usize)
                 .unwrap_or(if quick { 1 } else { 3 }),
             only: value("--only")
                 .map(|o| o.split(',').map(str::to_string).collect())
                 .unwrap_or_default(),
             peers: args.iter().any(|a| a == "--peers"),
-            peer_concurrency: value("--peer-concurrency")
-                .and_then(|c| c.parse().ok())
+            peer_concurrency: number("--peer-concurrency")?
+                .map(|c| c.max(1) as usize)
                 .unwrap_or(BULLMQ_CONCURRENCY),
             steady,
-        }
+        })
     }
 
     /// Whether `--only` asks for the scenario `name`.
@@ -224,7 +275,17 @@ fn main() -> std::process::ExitCode {
             _ => std::process::ExitCode::FAILURE,
         };
     }
-    let opts = Options::parse(&args);
+    if args.iter().any(|a| a == "--help") {
+        println!("{USAGE}");
+        return std::process::ExitCode::SUCCESS;
+    }
+    let opts = match Options::parse(&args) {
+        Ok(opts) => opts,
+        Err(e) => {
+            eprintln!("bench: {e}\n\n{USAGE}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
