@@ -34,6 +34,8 @@ build() {
     return
   fi
   local pkg version
+  command -v redis-server >/dev/null ||
+    { echo "redis-server is not installed: scripts/test.sh installs it (its version is the one built)" >&2; exit 1; }
   pkg=$(dpkg-query -S "$(command -v redis-server)" 2>/dev/null | cut -d: -f1 || true)
   [ -n "$pkg" ] || pkg=redis-server
   version=$(dpkg-query -W -f '${source:Version}' "$pkg")
