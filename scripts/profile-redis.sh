@@ -48,12 +48,18 @@ build() {
   local list="$symbols/sources.list"
   {
     grep -hs '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list | sed 's/^deb /deb-src /' || true
-    # deb822 files: a line per stanza's URI and suite.
+    # deb822 files: a line per stanza's URI and suite, signed by its key.
     for f in /etc/apt/sources.list.d/*.sources; do
       [ -e "$f" ] || continue
-      awk '/^URIs:/ {uri = $2} /^Suites:/ {for (i = 2; i <= NF; i++) suites[i] = $i; n = NF}
-        /^$/ || /^Signed-By:/ {if (uri != "" && n) {for (i = 2; i <= n; i++) print "deb-src [trusted=yes] " uri " " suites[i] " main"}; uri = ""; n = 0}
-        END {if (uri != "" && n) for (i = 2; i <= n; i++) print "deb-src [trusted=yes] " uri " " suites[i] " main"}' "$f"
+      awk 'function stanza(i) {
+             if (uri != "") for (i = 2; i <= n; i++) print "deb-src " key uri " " suites[i] " main"
+             uri = ""; key = ""; n = 0
+           }
+           /^URIs:/ {uri = $2}
+           /^Signed-By:/ {key = "[signed-by=" $2 "] "}
+           /^Suites:/ {for (i = 2; i <= NF; i++) suites[i] = $i; n = NF}
+           /^$/ {stanza()}
+           END {stanza()}' "$f"
     done
   } | sort -u >"$list"
   local apt=(apt-get -o "Dir::Etc::SourceList=$PWD/$list" -o Dir::Etc::SourceParts=/dev/null
