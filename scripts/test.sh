@@ -20,7 +20,7 @@
 #   4. fuzzes the HTTP API from its OpenAPI document (`scripts/api-fuzz.sh`:
 #      schemathesis, installed with pip if missing) and runs the benchmark's
 #      smoke test (`--quick`: every scenario at tiny sizes, release build, no
-#      timing assertions);
+#      timing assertions) and checks its flags (`--help`, an unknown one);
 #   5. fails if any process the suite started is still running, naming it,
 #      or if the run changed a file git tracks (screenshots go to
 #      target/screenshots; HOOKQ_SCREENSHOTS=docs refreshes docs/ on purpose).
@@ -114,6 +114,17 @@ scripts/api-fuzz.sh target/debug/hookq
 
 echo "== benchmark smoke test (scripts/bench.sh --quick)"
 cargo bench --quiet --bench bench -- --quick
+# Its command line: a mistyped flag is refused (exit 2, naming it) and
+# --help runs nothing, instead of either starting the half-hour full run
+# (the timeout turns such a run into a failure here).
+echo "== benchmark flags (--help, an unknown flag)"
+timeout 60 cargo bench --quiet --bench bench -- --help | grep -q '^usage: scripts/bench.sh'
+flag_rc=0
+flag_err=$(timeout 60 cargo bench --quiet --bench bench -- --runz 3 2>&1 >/dev/null) || flag_rc=$?
+if [ "$flag_rc" -eq 124 ] || ! grep -q 'unknown argument `--runz`' <<<"$flag_err"; then
+  echo "the benchmark did not refuse --runz (exit $flag_rc): $flag_err" >&2
+  exit 1
+fi
 
 # 5. Nothing the suite started may outlive it. /proc/<pid>/environ shows a
 # process's environment as it was exec'd, so this shell (started before the
