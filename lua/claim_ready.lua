@@ -1,7 +1,9 @@
 --[[
   Claim up to N ready jobs for attempts: each gets a lease in the in-flight set,
   and its record is left as it is (the lease alone says it is in flight;
-  see the prelude): its attempt is the record's counter plus one. A job is
+  see the prelude): its attempt is the record's counter plus one. The jobs
+  claimed straight from the promotion share a round lease instead (one a
+  lease length; see "Round leases" in the prelude). A job is
   ready when its record says so or, promoted by promote_due (which leaves
   the record alone), says `scheduled` with its due time passed. Ids whose
   job is no longer ready (cancelled while queued, expired, or in flight
@@ -26,7 +28,8 @@
 
   Input:
     KEYS[1] ready list      <ns>:{p}:ready  (the default tenant's)
-    KEYS[2] inflight zset   <ns>:{p}:inflight
+    KEYS[2] inflight zset   <ns>:{p}:inflight  (and the round space's
+            `rounds` and `round` beside it: see the prelude)
     KEYS[3] due zset        <ns>:{p}:due  (the default tenant's; see the
             prelude for the other tenants' and their index)
     KEYS[4] wheel index     <ns>:{p}:wheel
@@ -46,7 +49,9 @@
     ARGV[8] its weight
   Output:
     {now, more, moved, next_due, horizon, started_in, id1, attempt1, due1, record1,
-    partition1, id2, ...}:
+    partition1, token1, id2, ...}:
+    `token` is the job's lease's fencing token (its deadline, or its
+    round's token), which its outcome names;
     `record` is the job's record as read (the header, then the spec JSON:
     the store takes the spec from it, so Redis copies no spec out of it);
     `partition` the partition the job lives in when the promotion took it
@@ -150,20 +155,25 @@ end
 -- (Not the jobs kept from the promotion: no job with a lease is in a due
 -- set, as every step that puts one there ends its lease or refuses a job
 -- in flight.)
-local leased = EMPTY
-if not kept and #ids > 0 then leased = rcall('ZMSCORE', KEYS[2], unpack(ids)) end
+local leased, rounded = EMPTY, nil
+if not kept and #ids > 0 then
+  leased = rcall('ZMSCORE', KEYS[2], unpack(ids))
+  -- (Or in a live round: see the prelude.)
+  rounded = round_entries(round_space(prefix))
+end
 for _, l in ipairs(lists) do
   if #l.ids > 0 then rcall('LTRIM', l.key, #l.ids, -1) end
   -- A tenant whose list ran dry leaves the set (a push brings it back).
   if l.tenant and l.dry then rcall('SREM', KEYS[5], l.tenant) end
 end
 
--- (An id can repeat only among several.) Leases go to each job's
--- partition's in-flight set: `leases` for the claim's own, or, with
--- `parts`, `by_part` by partition (`part_order` in the order first seen).
+-- (An id can repeat only among several.) The jobs kept from the
+-- promotion share a round lease a lease length (see the prelude), in
+-- `rounds` by lease (`round_order` in the order first seen); the others
+-- get leases of their own in their partition's in-flight set (`leases`).
 local leases, taken = {}, #ids > 1 and {}
-local by_part, part_order = nil, nil
-if parts then by_part, part_order = {}, {} end
+local rounds, round_order = nil, nil
+if kept then rounds, round_order = {}, {} end
 for i, id in ipairs(ids) do
   local v = records[i]
   local state, att, due, lease
@@ -171,34 +181,55 @@ for i, id in ipairs(ids) do
   if v and not state then
     -- A bare record (its job was deleted by hand): nothing to deliver.
     rec_delete_in(hash_of(i, id), id)
-  elseif state and ready_by(state, due, horizon) and not leased[i] and not (taken and taken[id]) then
+  elseif state and ready_by(state, due, horizon) and not leased[i] and not (taken and taken[id])
+      and not (rounded and rounded[wheel_entry(prefix, id)]) then
     if taken then taken[id] = true end
     local attempt = att + 1
     if lease == 0 then lease = arg_number(ARGV[3]) end
     -- (A job claimed ahead is attempted at its due time.)
-    local deadline, into, partition = string.format('%d', math.max(now, due) + lease), leases, -1
-    if parts then
-      partition = parts[i]
-      into = by_part[partition]
-      if not into then
-        -- (Made at its size: most partitions get one job a claim.)
-        by_part[partition] = {deadline, id}
-        part_order[#part_order + 1] = partition
+    local ends, partition, token = math.max(now, due) + lease, -1, nil
+    if parts then partition = parts[i] end
+    if rounds then
+      -- Its round's entries: ' ', tag, id, ' ', tag, id, ... (the tag ''
+      -- in a cluster); its token is written once the round is whole.
+      local round = rounds[lease]
+      if not round then
+        round = {ends = ends, entries = {' '}, at = {}}
+        rounds[lease] = round
+        round_order[#round_order + 1] = lease
+      elseif ends > round.ends then
+        round.ends = ends
       end
-    end
-    if into then
-      into[#into + 1] = deadline
-      into[#into + 1] = id
+      local entries = round.entries
+      entries[#entries + 1] = parts and due_tag(prefix_of_partition(ns, partition)) or ''
+      entries[#entries + 1] = id
+      entries[#entries + 1] = ' '
+      round.at[#round.at + 1] = #out + 6
+      token = false
+    else
+      token = string.format('%d', ends)
+      leases[#leases + 1] = token
+      leases[#leases + 1] = id
     end
     out[#out + 1] = id
     out[#out + 1] = attempt
     out[#out + 1] = due
     out[#out + 1] = v
     out[#out + 1] = partition
+    out[#out + 1] = token
   end
 end
 if #leases > 0 then rcall('ZADD', KEYS[2], unpack(leases)) end
-if part_order then
-  for _, q in ipairs(part_order) do rcall('ZADD', prefix_of_partition(ns, q) .. 'inflight', unpack(by_part[q])) end
+if round_order then
+  local space = round_space(prefix)
+  for _, lease in ipairs(round_order) do
+    local round = rounds[lease]
+    local entries = round.entries
+    local deadline = string.format('%d', round.ends)
+    local token = deadline .. '/' .. entries[2] .. entries[3]
+    rcall('ZADD', space .. 'rounds', deadline, token)
+    rcall('HSET', space .. 'round', token, table.concat(entries), token .. '#', int_text(#round.at))
+    for _, at in ipairs(round.at) do out[at] = token end
+  end
 end
 return out

@@ -22,7 +22,14 @@
   one ZMSCORE for the call fences every job, and a summary takes the
   attempt's counters from the daemon (the claim read them): the record is
   not read, only deleted (with `retention.keep_bodies`, it is read to be
-  kept).
+  kept). A job claimed in a round (see the prelude) names its round's
+  token instead: it is current while its round lives (one ZMSCORE of the
+  call's rounds), or, once the round was materialized, while its own
+  lease holds the deadline the token names; its outcome ends its part of
+  the round, and the round ends with its last job. An outcome sent again
+  (the daemon's retry after a call whose answer was lost) marks its token
+  with a leading `!`: its job is current only while its record is live
+  (a round's count must not be ended twice).
 
   Several partitions in one call (a single Redis): a unit of six
   arguments whose id is "" starts the next partition's jobs (its job and
@@ -48,7 +55,8 @@
     ARGV[5] wake channel
     ARGV[6] partition number
     ARGV[7] id of the first job; then, for every job, six arguments:
-    ARGV[8] its lease's deadline (ms, as its claim set it: the fencing token)
+    ARGV[8] its lease's fencing token, as its claim answered it: the
+            deadline (ms) or its round's token; after `!` when sent again
     ARGV[9] summary: the summary head's counters, as its claim left them:
             the attempt number, the attempts allowed (2 bytes each) and the
             creation time (6 bytes), big-endian; keep: ""
@@ -103,10 +111,45 @@ local finished = struct.pack('>I6', now)
 -- that has one). Per partition: its recorded jobs (`done`), their ids'
 -- hashes (summary) and summaries' field count, and its summaries' plan.
 local hashes, current, pieces, lines = {}, {}, {}, {}
+-- The call's rounds (see the prelude): by token, whether it lives (read
+-- in one ZMSCORE), and how many of its jobs this call ends (`ending`).
+-- Per partition, each job's token (`tokens`, without a leading `!`,
+-- which `again` notes).
+local space = round_space(parts[1].prefix)
+local round_lives, round_tokens, ending = {}, {}, {}
+for _, q in ipairs(parts) do
+  local tokens, again = {}, {}
+  for j = 1, #q.ids do
+    local token = ARGV[q.from + 6 * (j - 1) + 1]
+    if string.byte(token) == 33 then -- '!'
+      token = string.sub(token, 2)
+      again[j] = true
+    end
+    tokens[j] = token
+    -- (A deadline alone is 13 digits: only a longer token may be a round's.)
+    if #token > 13 and round_lives[token] == nil and round_deadline(token) then
+      round_lives[token] = false
+      round_tokens[#round_tokens + 1] = token
+    end
+  end
+  q.tokens, q.again = tokens, again
+end
+if #round_tokens > 0 then
+  local scores = rcall('ZMSCORE', space .. 'rounds', unpack(round_tokens))
+  for i, token in ipairs(round_tokens) do round_lives[token] = scores[i] ~= false end
+end
 local k = 0
 for _, q in ipairs(parts) do
-  local prefix, ids = q.prefix, q.ids
-  local leases = #ids > 0 and rcall('ZMSCORE', q.inflight, unpack(ids)) or EMPTY
+  local prefix, ids, tokens, again = q.prefix, q.ids, q.tokens, q.again
+  -- Leases of the jobs' own: of the jobs not in a live round.
+  local own = {}
+  for j = 1, #ids do
+    if not round_lives[tokens[j]] then own[#own + 1] = ids[j] end
+  end
+  local leases = #own > 0 and rcall('ZMSCORE', q.inflight, unpack(own)) or EMPTY
+  local lease_of = {}
+  for n, id in ipairs(own) do lease_of[id] = leases[n] end
+  q.own = {}
   local done, done_hashes, fields = {}, {}, 0
   for j, id in ipairs(ids) do
     local i = q.from + 6 * (j - 1)
@@ -115,9 +158,20 @@ for _, q in ipairs(parts) do
     hashes[k] = h
     -- (Scores read as Redis formats them; a number compared only when the
     -- texts differ.)
-    local lease, token = leases[j], ARGV[i + 1]
-    local r = lease and (lease == token or tonumber(lease) == tonumber(token))
-    if r and keep then r = rec_of(rcall('HGET', h, id)) or false end
+    local token, r = tokens[j], nil
+    if round_lives[token] then
+      r = true
+    else
+      local lease = lease_of[id]
+      r = lease and (lease == token
+        or tonumber(lease) == (round_lives[token] == false and round_deadline(token) or tonumber(token)))
+      if r then q.own[#q.own + 1] = id end
+    end
+    if r and (keep or again[j]) then
+      r = rec_of(rcall('HGET', h, id)) or false
+      if r and not keep then r = true end
+    end
+    if r and round_lives[token] then ending[token] = (ending[token] or 0) + 1 end
     -- (A current job's record is here, unless its key has not arrived.)
     if IN_CLUSTER and r and (rcall('EXISTS', h) == 0 or rcall('EXISTS', q.hist .. id) == 0)
         and slot_moving_once(q.inflight) then
@@ -177,7 +231,7 @@ for _, q in ipairs(parts) do
   local done = q.done
   if #done > 0 then
     if #summaries > 0 then summaries_write(prefix, q.plan, done, summaries, now) end
-    rcall('ZREM', q.inflight, unpack(done))
+    if #q.own > 0 then rcall('ZREM', q.inflight, unpack(q.own)) end
     rcall('HINCRBY', q.stats, 'delivered', int_text(#done))
     for _, id in ipairs(done) do ledger_count(tally, id) end
   end
@@ -185,6 +239,13 @@ end
 -- (Histories of every partition at once: the keys of a single Redis, or
 -- of the one partition of a cluster's call.)
 if #gone > 0 then rcall('DEL', unpack(gone)) end
+-- The rounds' jobs ended here; a round ends with its last.
+for token, n in pairs(ending) do
+  if rcall('HINCRBY', space .. 'round', token .. '#', -n) <= 0 then
+    rcall('HDEL', space .. 'round', token, token .. '#')
+    rcall('ZREM', space .. 'rounds', token)
+  end
+end
 -- (A tally of no job adds nothing.)
 ledger_add(parts[1].prefix, 'delivered', tally)
 return out

@@ -271,30 +271,19 @@ end
   that ends the attempt (an outcome, a lease taken back, a give-back, a
   cancel) removes the lease and writes the record. A record of layout 3
   says `i`, its counter at the attempt in flight, and is read the same.
+  The jobs a claim takes straight from the promotion share one lease, a
+  round (see "Round leases" below), until a step acting on one of them
+  turns it into leases of their own.
 ]]
 -- Whether live record `r` may be in flight (its lease decides; see above).
 local function rec_may_fly(r)
   return r.state == 'i' or r.state == 's' or r.state == 'r'
 end
 
--- Whether live record `r` of job `id` is in flight: a lease of it is in
--- the in-flight set `inflight_key` (or the record says `i`, layout 3).
-local function rec_in_flight(r, inflight_key, id)
-  if r.state == 'i' then return true end
-  return rec_may_fly(r) and redis.call('ZSCORE', inflight_key, id) ~= false
-end
-
 -- The attempt in flight of live record `r`, whose lease is held.
 local function rec_flight_attempt(r)
   if r.state == 'i' then return r.att end
   return r.att + 1
-end
-
--- The API name of the state of live record `r` of job `id` at `now`,
--- reading its lease in `inflight_key` (see state_name).
-local function live_state_name(r, now, inflight_key, id)
-  if rec_in_flight(r, inflight_key, id) then return 'inflight' end
-  return state_name(r, now)
 end
 
 -- Whether a live record exists (without reading it).
@@ -726,6 +715,130 @@ end
 local function wheel_entry_job(ns, entry)
   if not ns then return entry, nil end
   return string.sub(entry, 5), prefix_of_partition(ns, tonumber(string.sub(entry, 1, 4), 16))
+end
+
+--[[
+  Round leases. A claim that takes its jobs straight from the promotion
+  (a steady load's usual case) gives them one lease together instead of
+  one each: a round. Its token, `<deadline>/<first entry>`, is a member of
+  the round space's `rounds` set, scored by the round's deadline (its
+  latest job's); the `round` hash holds, under the token, its jobs'
+  entries (wheel_entry: the id after its partition's tag on a single
+  Redis), each between spaces, and under `<token>#` how many of them have
+  not ended. The round space is the shared timers' prefix on a single
+  Redis (one round a claim, whatever partitions its jobs live in), the
+  partition's own in a cluster. A token is unique (a job is in one live
+  round at a time, and its first entry names it) and is its jobs'
+  fencing token: an outcome is current while its round lives
+  (complete_jobs), and ends its job's part of the round. Every other step
+  that acts on one job in flight (a failure, a give-back, a cancel, a
+  lease taken back) first turns its round into leases of its jobs' own,
+  scored by the deadline the token names (`materialize`), and then works
+  on per-job leases as before rounds; an outcome whose round was
+  materialized is fenced by its job's lease.
+]]
+
+-- The longest claim ahead (config MAX_CLAIM_AHEAD, ms): a scheduled job
+-- due later than this after now is in no round.
+local MAX_CLAIM_AHEAD_MS = 50
+
+-- The round space of the partition with prefix `prefix` (see above).
+local function round_space(prefix)
+  if IN_CLUSTER then return prefix end
+  return prefix_of_partition(namespace_prefix(prefix), 0) .. 't:'
+end
+
+-- The deadline round token `token` names, or nil when it names none (a
+-- per-job lease's token is its deadline alone).
+local function round_deadline(token)
+  return tonumber(string.match(token, '^(%d+)/'))
+end
+
+-- Turns round `token` of round space `space` into leases of its jobs'
+-- own, scored by its deadline (for the jobs whose record is live and may
+-- fly: one whose outcome was recorded has no live record), and ends it.
+-- While the slot is being migrated (a record not found may not have
+-- arrived), raises TRYAGAIN having changed nothing.
+local function round_materialize(space, token)
+  local rcall = redis.call
+  local value = rcall('HGET', space .. 'round', token)
+  if value then
+    local deadline = round_deadline(token)
+    local ns = not IN_CLUSTER and namespace_prefix(space) or nil
+    local flying = {}
+    for entry in string.gmatch(value, '[^ ]+') do
+      local id, prefix = wheel_entry_job(ns, entry)
+      prefix = prefix or space
+      local r = rec_get(live(prefix, id))
+      if not r and slot_moving_once(space .. 'rounds') then error(try_again()) end
+      if r and rec_may_fly(r) then flying[#flying + 1] = {prefix .. 'inflight', id} end
+    end
+    for _, lease in ipairs(flying) do rcall('ZADD', lease[1], deadline, lease[2]) end
+  end
+  rcall('HDEL', space .. 'round', token, token .. '#')
+  rcall('ZREM', space .. 'rounds', token)
+end
+
+-- The tokens of the live rounds of round space `space` and their values,
+-- read a thousand at a time (the most arguments a call takes).
+local function rounds_read(space)
+  local tokens = redis.call('ZRANGE', space .. 'rounds', 0, -1)
+  local values = {}
+  for from = 1, #tokens, 1000 do
+    local chunk = redis.call('HMGET', space .. 'round', unpack(tokens, from, math.min(from + 999, #tokens)))
+    for i, v in ipairs(chunk) do values[from + i - 1] = v end
+  end
+  return tokens, values
+end
+
+-- The token of the live round holding job `id` of the partition with
+-- prefix `prefix`, and the round space, or nil.
+local function round_holding(prefix, id)
+  local space = round_space(prefix)
+  local tokens, values = rounds_read(space)
+  local needle = ' ' .. wheel_entry(prefix, id) .. ' '
+  for i, token in ipairs(tokens) do
+    local v = values[i]
+    if v and string.find(v, needle, 1, true) then return token, space end
+  end
+  return nil
+end
+
+-- The entries (see above) of the jobs in the live rounds of round space
+-- `space`, as a set, or nil when no round lives.
+local function round_entries(space)
+  if redis.call('EXISTS', space .. 'rounds') == 0 then return nil end
+  local _, values = rounds_read(space)
+  local set = {}
+  for _, v in pairs(values) do
+    if v then
+      for entry in string.gmatch(v, '[^ ]+') do set[entry] = true end
+    end
+  end
+  return set
+end
+
+-- Whether live record `r` of job `id` is in flight: a lease of it is in
+-- the in-flight set `inflight_key`, or its round lives (the round is then
+-- materialized, so that the caller finds the job's lease: see above), or
+-- the record says `i` (layout 3).
+local function rec_in_flight(r, inflight_key, id)
+  if r.state == 'i' then return true end
+  if not rec_may_fly(r) then return false end
+  if redis.call('ZSCORE', inflight_key, id) then return true end
+  -- (A claim takes a scheduled job at most MAX_CLAIM_AHEAD_MS early.)
+  if r.state == 's' and r.due > now_ms() + MAX_CLAIM_AHEAD_MS then return false end
+  local token, space = round_holding(partition_prefix(inflight_key, 'inflight'), id)
+  if not token then return false end
+  round_materialize(space, token)
+  return true
+end
+
+-- The API name of the state of live record `r` of job `id` at `now`,
+-- reading its lease in `inflight_key` (see state_name).
+local function live_state_name(r, now, inflight_key, id)
+  if rec_in_flight(r, inflight_key, id) then return 'inflight' end
+  return state_name(r, now)
 end
 
 -- Where a scheduled job due at `due` waits at time `now`: its bucket's

@@ -5,6 +5,11 @@
   leaves its ordering list, releasing the job behind it, see the prelude).
   The lost attempt counts (the record's counter becomes its number), and
   its lease is gone, so its late outcome fails its fencing check.
+  Round leases (see the prelude) whose deadline passed are materialized
+  first (by the partitions owning a round space: each in a cluster,
+  partition 0 on a single Redis), so their jobs are taken back as any:
+  this partition's in this call, another's by its own call, which the
+  answer asks for.
 
   Input:
     KEYS[1] inflight zset   <ns>:{p}:inflight
@@ -23,17 +28,43 @@
     ARGV[6] wake channel
     ARGV[7] partition number
   Output:
-    {reclaimed, dead_lettered, next_deadline, now}: next_deadline is the
-    earliest lease left in the set, or -1 when it is empty.
+    {reclaimed, dead_lettered, next_deadline, now, materialized_in}:
+    next_deadline is the earliest lease left in the set (or round, for a
+    partition owning a round space), or -1 when there is none;
+    `materialized_in` the other partitions whose jobs got leases of their
+    own from expired rounds (their leases have expired: take them back).
     TRYAGAIN, with nothing changed, while the partition's slot is migrating.
 ]]
 local rcall = redis.call
 local now = now_ms()
+local prefix = partition_prefix(ARGV[2], 'job:')
+
+-- Expired rounds, materialized (a change of its own: it stands whatever
+-- follows).
+local space = (IN_CLUSTER or ARGV[7] == '0') and round_space(prefix)
+local materialized_in = {}
+if space then
+  local expired = rcall('ZRANGE', space .. 'rounds', '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[1]))
+  local ns = not IN_CLUSTER and namespace_prefix(prefix) or nil
+  local seen = {}
+  for _, token in ipairs(expired) do
+    if ns then
+      local value = rcall('HGET', space .. 'round', token) or ''
+      for entry in string.gmatch(value, '[^ ]+') do
+        local q = tonumber(string.sub(entry, 1, 4), 16)
+        if q ~= 0 and not seen[q] then
+          seen[q] = true
+          materialized_in[#materialized_in + 1] = q
+        end
+      end
+    end
+    round_materialize(space, token)
+  end
+end
 
 local ids = rcall('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[1]))
 -- Read pass: every key to be written, before the first write (see the
 -- prelude). A history list may rightly be absent (a first attempt).
-local prefix = partition_prefix(ARGV[2], 'job:')
 local records, lines = {}, {}
 for i, id in ipairs(ids) do
   local r = rec_get(live(prefix, id))
@@ -92,7 +123,13 @@ if requeued + dead > 0 then
   ledger_add(prefix, 'dead_lettered', tally)
 end
 
-local head = rcall('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local next_deadline = -1
+local head = rcall('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if head[2] then next_deadline = tonumber(head[2]) end
-return {requeued, dead, next_deadline, now}
+if space then
+  head = rcall('ZRANGE', space .. 'rounds', 0, 0, 'WITHSCORES')
+  if head[2] and (next_deadline < 0 or tonumber(head[2]) < next_deadline) then
+    next_deadline = tonumber(head[2])
+  end
+end
+return {requeued, dead, next_deadline, now, materialized_in}

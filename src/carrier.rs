@@ -490,7 +490,13 @@ impl Carrier {
                 } else {
                     reclaim.next_deadline.unwrap_or(NEVER).min(recheck)
                 };
-                full_batch
+                // (Jobs of expired round leases, now expired leases there.)
+                for &q in &reclaim.materialized_in {
+                    if let Some(next) = times.next_lease.get_mut(q as usize) {
+                        *next = 0;
+                    }
+                }
+                full_batch || !reclaim.materialized_in.is_empty()
             },
         )
         .await

@@ -109,14 +109,23 @@ impl Completions {
 
     /// Records a 2xx for `job`; waits until Redis has answered. True when
     /// recorded, false when the lease was stale; a failed call gives every
-    /// job of its batch the same error ([`StoreError::Shared`]).
-    pub(crate) async fn complete(&self, job: &Claimed, delivery: Delivery) -> StoreResult<bool> {
+    /// job of its batch the same error ([`StoreError::Shared`]). `again`
+    /// when this outcome was sent before (see [`Lease::again`]).
+    pub(crate) async fn complete(
+        &self,
+        job: &Claimed,
+        delivery: Delivery,
+        again: bool,
+    ) -> StoreResult<bool> {
         let (reply, answer) = oneshot::channel();
         let pending = Pending {
             partition: job.partition,
             id: job.id.clone(),
             attempt: job.attempt,
-            lease: job.lease,
+            lease: Lease {
+                again,
+                ..job.lease.clone()
+            },
             delivery,
             reply,
         };
@@ -233,7 +242,7 @@ async fn record(store: &Store, call: Call<Pending>, ride_until: Option<tokio::ti
         .iter()
         .map(|(_, jobs)| {
             jobs.iter()
-                .map(|j| (j.id.as_str(), j.attempt, j.lease, &j.delivery))
+                .map(|j| (j.id.as_str(), j.attempt, &j.lease, &j.delivery))
                 .collect()
         })
         .collect();

@@ -3,6 +3,7 @@
 //! (complete, fail: next rung or dead letter, defer), taking back expired
 //! leases, and a host's shared request budget.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::reply;
@@ -31,15 +32,19 @@ pub struct Claimed {
 }
 
 /// An attempt's lease as its outcome names it to Redis
-/// (`complete_jobs.lua`): the lease's deadline, which the in-flight set
-/// holds as the job's score while this attempt has the lease (the
-/// outcome's fencing token: a later claim's lease ends later), and the
-/// record's counters the job's summary takes from its claim.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// (`complete_jobs.lua`): its fencing token, as the claim answered it (the
+/// lease's deadline, which the in-flight set holds as the job's score
+/// while this attempt has the lease, a later claim's lease ending later;
+/// or the token of the round lease the job shares with the jobs claimed
+/// with it: see "Round leases" in `lua/prelude.lua`), and the record's
+/// counters the job's summary takes from its claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
-    /// When the lease ends, epoch ms: the claim's time or the job's due
-    /// time, whichever is later, plus the job's lease.
-    pub deadline: i64,
+    /// The fencing token (shared by the jobs of a round).
+    pub token: Arc<str>,
+    /// Whether this outcome was sent before (a retry after a call whose
+    /// answer was lost): Redis then checks that its job is still live.
+    pub again: bool,
     /// Attempts allowed.
     pub max_attempts: u16,
     /// When the job was created, epoch ms.
@@ -48,7 +53,7 @@ pub struct Lease {
 
 /// One 2xx attempt to record: the job's id, its attempt number, its lease
 /// and what its delivery keeps ([`Store::complete_many`]).
-pub type Outcome<'a> = (&'a str, u32, Lease, &'a Delivery);
+pub type Outcome<'a> = (&'a str, u32, &'a Lease, &'a Delivery);
 
 /// Result of one claim call on a partition.
 #[derive(Debug, Clone)]
@@ -94,7 +99,7 @@ impl Promotion {
 }
 
 /// Result of one reclaim call on a partition.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Reclaim {
     /// Jobs put back on the ready list.
     pub requeued: usize,
@@ -104,6 +109,9 @@ pub struct Reclaim {
     pub next_deadline: Option<i64>,
     /// Redis time (epoch ms).
     pub now: i64,
+    /// Other partitions whose jobs of expired round leases now hold
+    /// expired leases of their own, to take back there.
+    pub materialized_in: Vec<u16>,
 }
 
 /// What `fail` did.
@@ -170,7 +178,7 @@ impl Store {
 
     /// Promotes up to `promote` due jobs of partition `p` (none when 0), then
     /// claims up to `max` ready jobs, in one call.
-    pub(crate) async fn claim_promoting(
+    pub async fn claim_promoting(
         &self,
         p: u16,
         max: usize,
@@ -201,23 +209,23 @@ impl Store {
             )
             .await?;
         let now = reply.now;
-        let default_lease = self.settings.default_lease_ms;
+        // (The jobs of a round share its token.)
+        let mut last: Option<Arc<str>> = None;
         let jobs = reply
             .jobs
             .into_iter()
             .map(|job| Claimed {
                 partition: job.partition.unwrap_or(p),
                 lease: Lease {
-                    // (As claim_ready.lua sets it: a lease of 0 is the
-                    // daemon's default.)
-                    deadline: now.max(job.due).saturating_add(
-                        i64::try_from(if job.lease_ms == 0 {
-                            default_lease
-                        } else {
-                            u64::from(job.lease_ms)
-                        })
-                        .unwrap_or(i64::MAX),
-                    ),
+                    token: match &last {
+                        Some(token) if **token == *job.token => token.clone(),
+                        _ => {
+                            let token: Arc<str> = job.token.into();
+                            last = Some(token.clone());
+                            token
+                        }
+                    },
+                    again: false,
                     max_attempts: job.max_attempts,
                     created: job.created,
                 },
@@ -241,7 +249,7 @@ impl Store {
         let done = self
             .complete_many(
                 job.partition,
-                &[(&job.id, job.attempt, job.lease, delivery)],
+                &[(&job.id, job.attempt, &job.lease, delivery)],
                 None,
             )
             .await?;
@@ -332,7 +340,11 @@ impl Store {
         (id, attempt, lease, delivery): &Outcome<'_>,
     ) -> StoreResult<()> {
         args.push(arg(id));
-        args.push(arg(&lease.deadline));
+        args.push(if lease.again {
+            [b"!", lease.token.as_bytes()].concat()
+        } else {
+            lease.token.as_bytes().to_vec()
+        });
         args.push(if self.settings.keep_bodies {
             Vec::new()
         } else {

@@ -272,6 +272,20 @@ impl Keys {
         format!("{}inflight", self.prefix(p))
     }
 
+    /// ZSET `<ns>:{p}:rounds` (shared timers: `<ns>:{0}:t:rounds`, for
+    /// every partition): the live round leases' tokens, score = deadline
+    /// ms (see "Round leases" in `lua/prelude.lua`).
+    pub fn rounds(&self, p: u16) -> String {
+        format!("{}rounds", self.timers_prefix(p))
+    }
+
+    /// HASH `<ns>:{p}:round` (shared timers: `<ns>:{0}:t:round`): per
+    /// live round's token its jobs' [`Keys::wheel_entry`]s, each between
+    /// spaces, and under `<token>#` how many of them have not ended.
+    pub fn round_jobs(&self, p: u16) -> String {
+        format!("{}round", self.timers_prefix(p))
+    }
+
     /// STREAM `<ns>:{p}:dead`: dead letters (`id`, `topic`, `attempts`,
     /// `last_error`, `last_status`, `job`, `dead_at`).
     pub fn dead(&self, p: u16) -> String {
@@ -409,6 +423,8 @@ mod tests {
             k.due(p),
             k.ready(p),
             k.inflight(p),
+            k.rounds(p),
+            k.round_jobs(p),
             k.dead(p),
             k.dead_index(p),
             k.seq(p),

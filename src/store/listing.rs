@@ -17,7 +17,7 @@ mod dead_letters;
 mod ledger;
 mod stats;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use super::{summary, JobRecord, Store, StoreResult, Summary};
 use crate::job::State;
@@ -143,8 +143,8 @@ impl Store {
             .collect()
     }
 
-    /// Which of jobs `ids` of partition `p` hold a lease: are in flight
-    /// (see [`record::RecordHeader::leased`]).
+    /// Which of jobs `ids` of partition `p` hold a lease, of their own or
+    /// in a live round: are in flight (see [`record::RecordHeader::leased`]).
     pub(super) async fn leased<S: AsRef<str>>(&self, p: u16, ids: &[S]) -> StoreResult<Vec<bool>> {
         if ids.is_empty() {
             return Ok(Vec::new());
@@ -155,8 +155,33 @@ impl Store {
             cmd.arg(id.as_ref());
         }
         let mut conn = self.conn.clone();
-        let scores: Vec<Option<f64>> = cmd.query_async(&mut conn).await?;
-        Ok(scores.into_iter().map(|s| s.is_some()).collect())
+        let (scores, rounds): (Vec<Option<f64>>, Vec<String>) = redis::pipe()
+            .add_command(cmd)
+            .hvals(self.keys.round_jobs(p))
+            .query_async(&mut conn)
+            .await?;
+        let in_rounds = self.round_ids(p, &rounds);
+        Ok(scores
+            .into_iter()
+            .zip(ids)
+            .map(|(s, id)| s.is_some() || in_rounds.contains(id.as_ref()))
+            .collect())
+    }
+
+    /// The ids of partition `p`'s jobs in the live round leases whose
+    /// entries `rounds` holds (the values of [`Keys::round_jobs`], whose
+    /// counts are skipped; see "Round leases" in `lua/prelude.lua`).
+    ///
+    /// [`Keys::round_jobs`]: super::Keys::round_jobs
+    pub(super) fn round_ids(&self, p: u16, rounds: &[String]) -> BTreeSet<String> {
+        let own = self.keys.wheel_entry(p, "");
+        rounds
+            .iter()
+            .filter(|v| v.starts_with(' '))
+            .flat_map(|v| v.split_ascii_whitespace())
+            .filter_map(|entry| entry.strip_prefix(own.as_str()))
+            .map(str::to_string)
+            .collect()
     }
 
     /// Pages through jobs, optionally of one tenant, one state and one
@@ -234,13 +259,19 @@ impl Store {
         let stop = offset + want as isize - 1;
         let mut conn = self.conn.clone();
         if let Source::Inflight = source {
-            let ids: Vec<String> = redis::cmd("ZRANGE")
-                .arg(self.keys.inflight(p))
-                .arg(offset)
-                .arg(stop)
+            // The jobs with a lease of their own, then those of the live
+            // rounds (by id), read as one list.
+            let (mut ids, rounds): (Vec<String>, Vec<String>) = redis::pipe()
+                .zrange(self.keys.inflight(p), 0, -1)
+                .hvals(self.keys.round_jobs(p))
                 .query_async(&mut conn)
                 .await?;
-            return Ok(ids);
+            ids.extend(self.round_ids(p, &rounds));
+            let from = usize::try_from(offset.max(0)).unwrap_or(0).min(ids.len());
+            let to = usize::try_from(stop.saturating_add(1).max(0))
+                .unwrap_or(0)
+                .clamp(from, ids.len());
+            return Ok(ids.drain(from..to).collect());
         }
         // The ready lists, the default tenant's then the others' by name,
         // read as one list: `offset` counts through them in that order.

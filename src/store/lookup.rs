@@ -41,17 +41,20 @@ impl Store {
         id: &str,
     ) -> StoreResult<Option<record::RecordHeader>> {
         let mut conn = self.conn.clone();
-        let (live, lease, kept): (Vec<u8>, Option<f64>, Vec<u8>) = redis::pipe()
-            .hget(self.keys.live_records(p, id), id)
-            .zscore(self.keys.inflight(p), id)
-            .cmd("GETRANGE")
-            .arg(self.keys.job(p, id))
-            .arg(0)
-            .arg(record::HEADER_LEN - 1)
-            .query_async(&mut conn)
-            .await?;
+        let (live, lease, rounds, kept): (Vec<u8>, Option<f64>, Vec<String>, Vec<u8>) =
+            redis::pipe()
+                .hget(self.keys.live_records(p, id), id)
+                .zscore(self.keys.inflight(p), id)
+                .hvals(self.keys.round_jobs(p))
+                .cmd("GETRANGE")
+                .arg(self.keys.job(p, id))
+                .arg(0)
+                .arg(record::HEADER_LEN - 1)
+                .query_async(&mut conn)
+                .await?;
+        let leased = lease.is_some() || self.round_ids(p, &rounds).contains(id);
         Ok(record::RecordHeader::parse(&live)
-            .map(|h| h.leased(lease.is_some()))
+            .map(|h| h.leased(leased))
             .or_else(|| record::RecordHeader::parse(&kept)))
     }
 
@@ -130,19 +133,27 @@ impl Store {
     /// partition q instead.
     async fn get_in(&self, p: u16, id: &str) -> StoreResult<Result<Option<JobRecord>, u16>> {
         let mut conn = self.conn.clone();
-        let (live, lease, kept, history): (Vec<u8>, Option<f64>, Vec<u8>, Vec<String>) =
-            redis::pipe()
-                .hget(self.keys.live_records(p, id), id)
-                .zscore(self.keys.inflight(p), id)
-                .get(self.keys.job(p, id))
-                .lrange(self.keys.history(p, id), 0, 19)
-                .query_async(&mut conn)
-                .await?;
+        #[allow(clippy::type_complexity)]
+        let (live, lease, rounds, kept, history): (
+            Vec<u8>,
+            Option<f64>,
+            Vec<String>,
+            Vec<u8>,
+            Vec<String>,
+        ) = redis::pipe()
+            .hget(self.keys.live_records(p, id), id)
+            .zscore(self.keys.inflight(p), id)
+            .hvals(self.keys.round_jobs(p))
+            .get(self.keys.job(p, id))
+            .lrange(self.keys.history(p, id), 0, 19)
+            .query_async(&mut conn)
+            .await?;
         if let Some(q) = self.pointed(&live) {
             return Ok(Err(q));
         }
         // (A kept record is of a finished job: no lease.)
-        let leased = !live.is_empty() && lease.is_some();
+        let leased =
+            !live.is_empty() && (lease.is_some() || self.round_ids(p, &rounds).contains(id));
         let value = if live.is_empty() { kept } else { live };
         let record = match JobRecord::decode(id, &value, history, leased)? {
             Some(mut record) => {

@@ -137,7 +137,8 @@ impl Promotion {
     }
 }
 
-/// `reclaim_expired`: `{requeued, dead, next deadline or -1, now}`.
+/// `reclaim_expired`: `{requeued, dead, next deadline or -1, now,
+/// {materialized in...}}`.
 impl Reclaim {
     /// Takes the reply apart (see the type's doc for its shape).
     fn decode(v: Value) -> RedisResult<Reclaim> {
@@ -150,6 +151,7 @@ impl Reclaim {
                 dead,
                 next_deadline: (next >= 0).then_some(next),
                 now: f.next("now")?,
+                materialized_in: f.next("materialized in")?,
             })
         })
     }
@@ -294,8 +296,9 @@ pub(super) struct ClaimedJob {
     pub due: i64,
     /// Spec JSON.
     pub spec_json: String,
-    /// The record's lease in ms (0: the daemon's default).
-    pub lease_ms: u32,
+    /// The lease's fencing token: its deadline, or its round's token (see
+    /// "Round leases" in `lua/prelude.lua`).
+    pub token: String,
     /// The record's attempts allowed.
     pub max_attempts: u16,
     /// When the job was created, epoch ms.
@@ -306,8 +309,8 @@ pub(super) struct ClaimedJob {
 }
 
 /// `claim_ready`: `{now, more, moved or -1, next due or -1, horizon,
-/// {started in...}, id1, attempt1, due1, record1, partition1 or -1, id2,
-/// ...}` (`moved` is -1 when no promotion was asked for; a record is the
+/// {started in...}, id1, attempt1, due1, record1, partition1 or -1,
+/// token1, id2, ...}` (`moved` is -1 when no promotion was asked for; a record is the
 /// value as read, its header then its spec; -1: the claim's partition).
 #[derive(Debug)]
 pub(super) struct ClaimReply {
@@ -337,16 +340,17 @@ impl ClaimReply {
                 let attempt = f.next("attempt")?;
                 let due = f.next("due")?;
                 let record: Vec<u8> = f.next("record")?;
-                let (lease_ms, max_attempts, created) = super::record::lease_fields(&record)
+                let (_, max_attempts, created) = super::record::lease_fields(&record)
                     .ok_or_else(|| malformed("claim_ready: a record shorter than its header"))?;
                 let partition: i64 = f.next("partition")?;
+                let token = f.next("token")?;
                 jobs.push(ClaimedJob {
                     partition: u16::try_from(partition).ok(),
                     id,
                     attempt,
                     due,
                     spec_json: claimed_spec(record)?,
-                    lease_ms,
+                    token,
                     max_attempts,
                     created,
                 });
@@ -534,6 +538,7 @@ mod tests {
                 .concat(),
             ),
             Value::Int(-1),
+            Value::BulkString(b"11000/a".to_vec()),
         ]);
         let claim = ClaimReply::from_redis_value(&claim).expect("well formed");
         assert_eq!((claim.now, claim.more, claim.jobs.len()), (5000, true, 1));
@@ -549,8 +554,8 @@ mod tests {
             ("a", 2, 4000, "{}")
         );
         assert_eq!(
-            (job.lease_ms, job.max_attempts, job.created),
-            (7000, 3, 1234)
+            (job.token.as_str(), job.max_attempts, job.created),
+            ("11000/a", 3, 1234)
         );
         let promoted = claim_reply([5000, 0, 3, 7000, 5050], Vec::new());
         let promotion = ClaimReply::from_redis_value(&promoted)

@@ -25,20 +25,29 @@
 //! partition, so the migration also moves each partition's own into them
 //! (`lua/merge_timers.lua`, a batch per call). A daemon of layout 4 would
 //! not see them there. In a cluster, layout 5 is layout 4.
+//!
+//! Layout 6 keeps layout 5's data; the jobs a claim takes straight from
+//! the promotion share one round lease (see "Round leases" in
+//! `lua/prelude.lua`), which the scripts of layout 5 would not see (a
+//! cancel would find such a job not in flight, a daemon's lease recovery
+//! would never take it back), so the two must not run together either: the
+//! migration from 5 only writes the version.
 
 use super::{arg, scripts, Keys, Store, StoreError, StoreResult};
 
 /// The layout this hookq reads and writes.
-pub(crate) const SCHEMA_VERSION: &str = "5";
-/// Versions a migration starts from: layouts 1 to 4, and migrations that
+pub(crate) const SCHEMA_VERSION: &str = "6";
+/// Versions a migration starts from: layouts 1 to 5, and migrations that
 /// were interrupted (`1>2` was written by the hookq of layout 2, `1>3` and
-/// `2>3` by that of layout 3, `<n>>4` by that of layout 4).
+/// `2>3` by that of layout 3, `<n>>4` by that of layout 4, `<n>>5` by that
+/// of layout 5, `<n>>6` by this one).
 const MIGRATES_FROM: &[&str] = &[
-    "1", "2", "3", "4", "1>2", "1>3", "2>3", "1>4", "2>4", "3>4", "1>5", "2>5", "3>5", "4>5",
+    "1", "2", "3", "4", "5", "1>2", "1>3", "2>3", "1>4", "2>4", "3>4", "1>5", "2>5", "3>5", "4>5",
+    "1>6", "2>6", "3>6", "4>6", "5>6",
 ];
 /// Layouts whose records this hookq reads as they are (a migration from
 /// one converts no record).
-const READS_AS_IS: &[&str] = &["3", "4"];
+const READS_AS_IS: &[&str] = &["3", "4", "5"];
 /// Job records converted per script call.
 const MIGRATE_BATCH: usize = 200;
 /// Timer entries moved per script call.
@@ -230,7 +239,7 @@ impl Store {
             Some(other) => Err(StoreError::reply(
                 "migrate",
                 format!(
-                    "layout `{other}` is unknown to this hookq (it migrates 1 to 4 to {SCHEMA_VERSION})"
+                    "layout `{other}` is unknown to this hookq (it migrates 1 to 5 to {SCHEMA_VERSION})"
                 ),
             )),
         }

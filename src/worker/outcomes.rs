@@ -43,9 +43,16 @@ impl WorkerPool {
                 error: &error,
             },
         );
+        // (A retry may follow a call that was applied but whose answer was
+        // lost: it says so, see `Lease::again`.)
+        let sent = std::sync::atomic::AtomicBool::new(false);
         let recorded = self
             .until_recorded(job, "delivery", || {
-                self.completions.complete(job, delivery.clone())
+                self.completions.complete(
+                    job,
+                    delivery.clone(),
+                    sent.swap(true, std::sync::atomic::Ordering::Relaxed),
+                )
             })
             .await;
         if recorded == Some(false) {

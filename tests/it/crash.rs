@@ -18,7 +18,8 @@ use crate::{job_view, post_json, start_daemon, test_config};
 /// Partitions of the daemons these tests spawn (`spawn_serve` sets 4).
 const PARTITIONS: u16 = 4;
 
-/// Ids currently under a lease, over every partition.
+/// Ids currently under a lease, of their own or in a live round, over
+/// every partition (a round lists its jobs already recorded too: a superset).
 async fn inflight_ids(redis: &RedisServer) -> HashSet<String> {
     let mut conn = redis.conn().await;
     let mut ids = HashSet::new();
@@ -32,6 +33,22 @@ async fn inflight_ids(redis: &RedisServer) -> HashSet<String> {
             .expect("ZRANGE inflight");
         ids.extend(members);
     }
+    // And the jobs of the live round leases (a single Redis: one round
+    // space, each entry the job's partition tag, 4 hex digits, then its id;
+    // see "Round leases" in lua/prelude.lua).
+    let rounds: Vec<String> = redis::cmd("HVALS")
+        .arg("hookq:{0}:t:round")
+        .query_async(&mut conn)
+        .await
+        .expect("HVALS round");
+    ids.extend(
+        rounds
+            .iter()
+            .filter(|v| v.starts_with(' '))
+            .flat_map(|v| v.split_ascii_whitespace())
+            .filter_map(|entry| entry.get(4..))
+            .map(str::to_string),
+    );
     ids
 }
 
@@ -90,8 +107,9 @@ async fn kill_9_during_a_run_loses_no_job() {
         tokio::time::sleep(Duration::from_millis(pause)).await;
         let victim = k % 2;
         daemons[victim].kill_9().await;
-        // The victim's leases stay in the in-flight set until they expire
-        // (2 s), so this read sees every attempt the kill interrupted.
+        // The victim's leases stay in the in-flight sets and its rounds
+        // until they expire (2 s), so this read sees every attempt the kill
+        // interrupted.
         at_kills.push(inflight_ids(&redis).await);
         ports[victim] = free_port();
         daemons[victim] = spawn_serve(&redis, ports[victim], &env);

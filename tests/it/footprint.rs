@@ -363,12 +363,13 @@ async fn many_summaries_split_into_shards_and_are_all_found() {
     // A delivery prepared for the other retention mode is refused whole.
     let whole = hookq::store::Delivery::whole("{}".into());
     let lease = hookq::store::Lease {
-        deadline: 1,
+        token: "1".into(),
+        again: false,
         max_attempts: 1,
         created: 0,
     };
     assert!(store
-        .complete_many(0, &[("many-00000", 1, lease, &whole)], None)
+        .complete_many(0, &[("many-00000", 1, &lease, &whole)], None)
         .await
         .is_err());
 }

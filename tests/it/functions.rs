@@ -403,7 +403,7 @@ async fn an_outcome_rides_with_the_next_call_and_alone_only_at_its_time() {
             store
                 .complete_many(
                     0,
-                    &[(&job.id, job.attempt, job.lease, &delivery)],
+                    &[(&job.id, job.attempt, &job.lease, &delivery)],
                     Some(until),
                 )
                 .await
@@ -435,7 +435,7 @@ async fn an_outcome_rides_with_the_next_call_and_alone_only_at_its_time() {
         Duration::from_secs(5),
         batching.complete_many(
             1,
-            &[(&job.id, job.attempt, job.lease, &delivery)],
+            &[(&job.id, job.attempt, &job.lease, &delivery)],
             Some(until),
         ),
     )
@@ -517,13 +517,14 @@ async fn a_claim_goes_before_the_outcomes_queued_ahead_of_it() {
     // stale), 5 arguments each: several batches' worth.
     let ghosts: Vec<String> = (0..16).map(|i| format!("ghost-{i}")).collect();
     let ghost_lease = hookq::store::Lease {
-        deadline: 1,
+        token: "1".into(),
+        again: false,
         max_attempts: 1,
         created: 0,
     };
-    let outcomes: Vec<(&str, u32, hookq::store::Lease, &hookq::store::Delivery)> = ghosts
+    let outcomes: Vec<(&str, u32, &hookq::store::Lease, &hookq::store::Delivery)> = ghosts
         .iter()
-        .map(|id| (id.as_str(), 1, ghost_lease, &delivery))
+        .map(|id| (id.as_str(), 1, &ghost_lease, &delivery))
         .collect();
     let mut commands = monitor(&redis).await;
 
@@ -627,16 +628,21 @@ async fn one_outcome_call_records_several_partitions_each_in_its_own() {
         .collect();
     // Partition 1's outcome carries a lease that is not its job's (a
     // reclaimed attempt's): stale.
+    let leases: Vec<hookq::store::Lease> = claimed
+        .iter()
+        .map(|job| {
+            let mut lease = job.lease.clone();
+            if job.partition == 1 {
+                lease.token = format!("{}0", lease.token).into();
+            }
+            lease
+        })
+        .collect();
     let outcomes: Vec<Vec<hookq::store::Outcome<'_>>> = claimed
         .iter()
         .zip(&deliveries)
-        .map(|(job, delivery)| {
-            let mut lease = job.lease;
-            if job.partition == 1 {
-                lease.deadline -= 1;
-            }
-            vec![(job.id.as_str(), job.attempt, lease, delivery)]
-        })
+        .zip(&leases)
+        .map(|((job, delivery), lease)| vec![(job.id.as_str(), job.attempt, lease, delivery)])
         .collect();
     let groups: Vec<(u16, &[hookq::store::Outcome<'_>])> = claimed
         .iter()

@@ -306,7 +306,13 @@ async fn a_job_in_flight_is_not_claimed_again_when_its_id_comes_back() {
         .expect("ZSCORE");
     assert_eq!(
         lease,
-        Some(first.lease.deadline as f64),
+        Some(
+            first
+                .lease
+                .token
+                .parse::<f64>()
+                .expect("a lease of its own: its deadline")
+        ),
         "the lease changed"
     );
     assert_eq!(state_of(&store, id).await, (State::Inflight, 1));

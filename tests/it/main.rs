@@ -31,6 +31,7 @@ mod metrics;
 mod migrate;
 mod ops;
 mod ordering;
+mod rounds;
 mod run_script;
 mod schedules;
 mod security;

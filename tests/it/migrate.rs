@@ -185,7 +185,7 @@ async fn a_daemon_refuses_data_of_another_layout_naming_migrate() {
     let mut conn = fresh.conn().await;
     assert_eq!(schema(&mut conn).await, None);
     let daemon = start_daemon(&test_config(&fresh)).await;
-    assert_eq!(schema(&mut conn).await.as_deref(), Some("5"));
+    assert_eq!(schema(&mut conn).await.as_deref(), Some("6"));
     // While a daemon runs (subscribed to the wake channel), the migration
     // refuses to start.
     wait_until(
@@ -643,13 +643,13 @@ async fn migrate_converts_layout_1_in_place_and_resumes_after_kill_9() {
     let version = schema(&mut conn).await;
     assert_ne!(
         version.as_deref(),
-        Some("5"),
+        Some("6"),
         "hookq migrate finished before it was killed (the kill came too late to test a \
          resume); stderr: {lines:?}"
     );
     assert_eq!(
         version.as_deref(),
-        Some("1>5"),
+        Some("1>6"),
         "schema after a killed migration"
     );
     let halfway = job_key_types(&mut conn).await;
@@ -686,14 +686,14 @@ async fn migrate_converts_layout_1_in_place_and_resumes_after_kill_9() {
         );
     }
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
-    assert_eq!(report["schema"], "5", "{report}");
+    assert_eq!(report["schema"], "6", "{report}");
     let converted = report["converted"].as_u64().expect("converted");
     let already = report["already_converted"].as_u64().expect("already");
     assert!(
         already > 0 && converted > 0 && converted < jobs.len() as u64 + 1,
         "the second run should resume, not start over: {report}"
     );
-    assert_eq!(schema(&mut conn).await.as_deref(), Some("5"));
+    assert_eq!(schema(&mut conn).await.as_deref(), Some("6"));
 
     // Finished jobs are kept as record strings, live ones moved into the
     // record hashes; the bare hash is gone.
@@ -965,7 +965,7 @@ async fn migrate_converts_layout_2_records() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(schema(&mut conn).await.as_deref(), Some("5"));
+    assert_eq!(schema(&mut conn).await.as_deref(), Some("6"));
     let (live, left): (bool, bool) = redis::pipe()
         .hexists(keys.live_records(p, sched), sched)
         .exists(keys.job(p, sched))
@@ -1043,10 +1043,10 @@ async fn layout_3_migrates_by_its_version_and_its_claims_read_the_same() {
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
     assert_eq!(
         (&report["schema"], &report["converted"]),
-        (&serde_json::json!("5"), &serde_json::json!(0)),
+        (&serde_json::json!("6"), &serde_json::json!(0)),
         "{report}"
     );
-    assert_eq!(schema(&mut conn).await.as_deref(), Some("5"));
+    assert_eq!(schema(&mut conn).await.as_deref(), Some("6"));
     let view = store.get(id).await.expect("get").expect("record");
     assert_eq!((view.state, view.attempts), (State::Inflight, 1));
 
@@ -1182,10 +1182,10 @@ async fn layout_4_timers_move_into_the_shared_timers() {
         String::from_utf8_lossy(&out.stderr)
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
-    assert_eq!(report["schema"], "5", "{report}");
+    assert_eq!(report["schema"], "6", "{report}");
     let moved = report["timers_moved"].as_u64().expect("timers_moved");
     assert!(moved >= 24, "members and ids moved: {report}");
-    assert_eq!(schema(&mut conn).await.as_deref(), Some("5"));
+    assert_eq!(schema(&mut conn).await.as_deref(), Some("6"));
     for p in 0..PARTITIONS {
         for key in [
             own.due(p),
@@ -1243,4 +1243,56 @@ async fn layout_4_timers_move_into_the_shared_timers() {
     let stats = store.stats().await.expect("stats");
     assert_eq!(stats.scheduled, 16, "the far jobs wait: {stats:?}");
     daemon.stop().await.expect("clean stop");
+}
+
+/// Layout 5's data is layout 6's but for the round leases, which its
+/// daemons would not see: a daemon and the CLI refuse layout 5, naming
+/// `hookq migrate`, which converts nothing and writes the version; the
+/// job waiting then reads as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn layout_5_migrates_by_its_version_alone() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn().await;
+    let out = hookq(
+        &redis,
+        4,
+        &[
+            "enqueue",
+            "--url",
+            "http://127.0.0.1:9/hook",
+            "--delay",
+            "1h",
+            "--id",
+            "l5-waits",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "hookq enqueue: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let () = conn
+        .set(format!("{NS}:schema"), "5")
+        .await
+        .expect("SET schema");
+    assert_refused(&redis, "l5-waits", "layout 5").await;
+
+    let out = hookq(&redis, 4, &["--json", "migrate"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    assert_eq!(report["schema"], "6", "{report}");
+    assert_eq!(report["converted"], 0, "{report}");
+    assert_eq!(schema(&mut conn).await.as_deref(), Some("6"));
+    let out = hookq(&redis, 4, &["--json", "show", "l5-waits"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let view: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON view");
+    assert_eq!(view["state"], "scheduled", "{view}");
 }

@@ -71,7 +71,7 @@ impl Store {
             let (
                 mut due,
                 mut ready,
-                inflight,
+                mut inflight,
                 dead,
                 counters,
                 head,
@@ -100,6 +100,13 @@ impl Store {
                 .zrange(self.keys.due_tenants(p), 0, -1)
                 .query_async(&mut conn)
                 .await?;
+            // Jobs in live round leases (see "Round leases" in
+            // `lua/prelude.lua`) are in flight too.
+            let rounds: Vec<String> = redis::cmd("HVALS")
+                .arg(self.keys.round_jobs(p))
+                .query_async(&mut conn)
+                .await?;
+            inflight += self.round_ids(p, &rounds).len() as u64;
             // Shared timers (a single Redis): every partition's due set is
             // partition 0's, counted there once.
             if self.keys.timer_partition(p) != p {

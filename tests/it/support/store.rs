@@ -16,10 +16,10 @@ pub async fn complete_claimed(
         .iter()
         .map(|c| store.delivery_from_json(&c.spec_json, &record(c)))
         .collect();
-    let items: Vec<(&str, u32, Lease, &Delivery)> = claimed
+    let items: Vec<(&str, u32, &Lease, &Delivery)> = claimed
         .iter()
         .zip(&deliveries)
-        .map(|(c, d)| (c.id.as_str(), c.attempt, c.lease, d))
+        .map(|(c, d)| (c.id.as_str(), c.attempt, &c.lease, d))
         .collect();
     store.complete_many(p, &items, None).await
 }
