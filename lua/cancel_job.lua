@@ -18,6 +18,8 @@
     KEYS[2] due zset        <ns>:{p}:due  (the default tenant's; see the
             prelude for the other tenants')
     KEYS[3] inflight zset   <ns>:{p}:inflight
+            (a job of a live round lease is found in the round space and
+            its round materialized first: see "Round leases" in the prelude)
     KEYS[4] history list    <ns>:{p}:hist:<id>
     ARGV[1] id
     ARGV[2] retention in ms

@@ -159,7 +159,7 @@ local leased, rounded = EMPTY, nil
 if not kept and #ids > 0 then
   leased = rcall('ZMSCORE', KEYS[2], unpack(ids))
   -- (Or in a live round: see the prelude.)
-  rounded = round_entries(round_space(prefix))
+  rounded = round_index(round_space(prefix))
 end
 for _, l in ipairs(lists) do
   if #l.ids > 0 then rcall('LTRIM', l.key, #l.ids, -1) end
@@ -226,7 +226,7 @@ if round_order then
     local round = rounds[lease]
     local entries = round.entries
     local deadline = string.format('%d', round.ends)
-    local token = deadline .. '/' .. entries[2] .. entries[3]
+    local token = deadline .. '/' .. rcall('HINCRBY', space .. 'round', 'next', 1)
     rcall('ZADD', space .. 'rounds', deadline, token)
     rcall('HSET', space .. 'round', token, table.concat(entries), token .. '#', int_text(#round.at))
     for _, at in ipairs(round.at) do out[at] = token end

@@ -9,6 +9,8 @@
 
   Input:
     KEYS[1] inflight zset   <ns>:{p}:inflight
+            (a job of a live round lease is found in the round space and
+            its round materialized first: see "Round leases" in the prelude)
     KEYS[2] due zset        <ns>:{p}:due  (the default tenant's; see the
             prelude for the other tenants' and their index)
     KEYS[3] sequence        <ns>:{p}:seq

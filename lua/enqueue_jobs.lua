@@ -41,6 +41,9 @@
   summary index and shards `<ns>:{p}:done*` (see the prelude); new records
   are written to the live hashes; ordering lists `<ns>:{p}:order:*`; the
   ledger `<ns>:{p}:ledger` counts the jobs created, per tenant.
+  An existing live job's state is read from its partition's in-flight set
+  and the round space (a round holding it is materialized: see "Round
+  leases" in the prelude).
   Output:
     {now, code1, state1, due1, ahead1, code2, ...}, per job in order:
     code (of the prelude) DONE created, UNCHANGED an identical job exists,

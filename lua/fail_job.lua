@@ -9,6 +9,8 @@
     KEYS[1] record hash     <ns>:{p}:jobs:<shard>  (the job's live record;
             a dead job's record moves to <ns>:{p}:job:<id>)
     KEYS[2] inflight zset   <ns>:{p}:inflight
+            (a job of a live round lease is found in the round space and
+            its round materialized first: see "Round leases" in the prelude)
     KEYS[3] history list    <ns>:{p}:hist:<id>
     KEYS[4] due zset        <ns>:{p}:due  (the default tenant's; see the
             prelude for the other tenants' and their index)

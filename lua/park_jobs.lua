@@ -10,6 +10,8 @@
 
   Input:
     KEYS[1] inflight zset     <ns>:{p}:inflight
+            (a job of a live round lease is found in the round space and
+            its round materialized first: see "Round leases" in the prelude)
     KEYS[2] parking zset      <ns>:{p}:park:<host>
     KEYS[3] parked-hosts set  <ns>:{p}:parked
     KEYS[4] sequence          <ns>:{p}:seq

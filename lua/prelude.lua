@@ -720,15 +720,15 @@ end
 --[[
   Round leases. A claim that takes its jobs straight from the promotion
   (a steady load's usual case) gives them one lease together instead of
-  one each: a round. Its token, `<deadline>/<first entry>`, is a member of
+  one each: a round. Its token, `<deadline>/<n>`, is a member of
   the round space's `rounds` set, scored by the round's deadline (its
   latest job's); the `round` hash holds, under the token, its jobs'
   entries (wheel_entry: the id after its partition's tag on a single
   Redis), each between spaces, and under `<token>#` how many of them have
   not ended. The round space is the shared timers' prefix on a single
   Redis (one round a claim, whatever partitions its jobs live in), the
-  partition's own in a cluster. A token is unique (a job is in one live
-  round at a time, and its first entry names it) and is its jobs'
+  partition's own in a cluster. A token is unique (its second part counts
+  the space's rounds, in the hash's field `next`) and is its jobs'
   fencing token: an outcome is current while its round lives
   (complete_jobs), and ends its job's part of the round. Every other step
   that acts on one job in flight (a failure, a give-back, a cancel, a
@@ -804,18 +804,55 @@ local function round_holding(prefix, id)
   return nil
 end
 
--- The entries (see above) of the jobs in the live rounds of round space
--- `space`, as a set, or nil when no round lives.
-local function round_entries(space)
-  if redis.call('EXISTS', space .. 'rounds') == 0 then return nil end
-  local _, values = rounds_read(space)
-  local set = {}
-  for _, v in pairs(values) do
-    if v then
-      for entry in string.gmatch(v, '[^ ]+') do set[entry] = true end
+-- The live rounds' entries by round space, each to its round's token,
+-- kept from call to call while the library is loaded (a round's entries
+-- never change once written and a token is never used again, so a call
+-- reads only the rounds that started since the last): per space
+-- `{tokens = {token -> its entries}, of = {entry -> token}}`.
+local ROUND_INDEX = {}
+
+-- Entry -> token of the jobs in the live rounds of round space `space`,
+-- or nil when no round lives (a claim's check that a job it took from a
+-- list is in no round: see claim_ready).
+local function round_index(space)
+  local rcall = redis.call
+  local tokens = rcall('ZRANGE', space .. 'rounds', 0, -1)
+  if #tokens == 0 then
+    ROUND_INDEX[space] = nil
+    return nil
+  end
+  local index = ROUND_INDEX[space]
+  if not index then
+    index = {tokens = {}, of = {}}
+    ROUND_INDEX[space] = index
+  end
+  local live, new = {}, {}
+  for _, token in ipairs(tokens) do
+    live[token] = true
+    if not index.tokens[token] then new[#new + 1] = token end
+  end
+  -- (Fields set to nil while traversed: allowed.)
+  for token, entries in pairs(index.tokens) do
+    if not live[token] then
+      for _, entry in ipairs(entries) do
+        if index.of[entry] == token then index.of[entry] = nil end
+      end
+      index.tokens[token] = nil
     end
   end
-  return set
+  for from = 1, #new, 1000 do
+    local chunk = {unpack(new, from, math.min(from + 999, #new))}
+    local values = rcall('HMGET', space .. 'round', unpack(chunk))
+    for i, token in ipairs(chunk) do
+      local entries = {}
+      for entry in string.gmatch(values[i] or '', '[^ ]+') do
+        entries[#entries + 1] = entry
+        index.of[entry] = token
+      end
+      index.tokens[token] = entries
+    end
+  end
+  return index.of
 end
 
 -- Whether live record `r` of job `id` is in flight: a lease of it is in

@@ -10,6 +10,9 @@
     KEYS[2] due zset        <ns>:{p}:due  (the default tenant's; see the
             prelude for the other tenants' and their index)
     KEYS[3] ready list      <ns>:{p}:ready
+            (its in-flight set `<ns>:{p}:inflight` is built from it; a
+            job of a live round lease is found in the round space and its
+            round materialized: see "Round leases" in the prelude)
     KEYS[4] sequence        <ns>:{p}:seq
     ARGV[1] id
     ARGV[2] new job spec JSON

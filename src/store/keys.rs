@@ -281,7 +281,8 @@ impl Keys {
 
     /// HASH `<ns>:{p}:round` (shared timers: `<ns>:{0}:t:round`): per
     /// live round's token its jobs' [`Keys::wheel_entry`]s, each between
-    /// spaces, and under `<token>#` how many of them have not ended.
+    /// spaces, and under `<token>#` how many of them have not ended; under
+    /// `next` the count of rounds made (a token's second part).
     pub fn round_jobs(&self, p: u16) -> String {
         format!("{}round", self.timers_prefix(p))
     }

@@ -763,6 +763,20 @@ mod tests {
         }
     }
 
+    /// The prelude's bound on how early a claim takes a job (a scheduled job
+    /// due later cannot be in a round lease) is the config's.
+    #[test]
+    fn the_prelude_knows_the_longest_claim_ahead() {
+        let declared = format!(
+            "local MAX_CLAIM_AHEAD_MS = {}\n",
+            crate::config::MAX_CLAIM_AHEAD.as_millis()
+        );
+        assert!(
+            PRELUDE.contains(&declared),
+            "the prelude lacks `{declared}`"
+        );
+    }
+
     /// A script gets the prelude definitions it calls and theirs, not the
     /// others (what `promote_due` uses is in; the summaries are not).
     #[test]

@@ -134,7 +134,7 @@ async fn jobs_claimed_from_the_promotion_share_one_round_until_their_last_outcom
         .query_async(&mut conn)
         .await
         .expect("HLEN");
-    assert_eq!(left, 0, "nothing of the round is left");
+    assert_eq!(left, 1, "nothing of the round is left but the counter");
     for id in ids {
         assert_eq!(state_of(&store, id).await, (State::Delivered, 1));
     }
@@ -288,4 +288,68 @@ async fn a_job_in_a_round_is_not_claimed_again_from_a_list() {
     let again = store.claim(job.partition, 100).await.expect("claim").jobs;
     assert!(again.is_empty(), "claimed twice: {again:?}");
     assert!(complete(&store, job).await, "its round's lease holds");
+}
+
+/// The claim's check against live rounds forgets a round once it ended
+/// (the index it keeps between calls): a job of an ended round that comes
+/// to a ready list again, its retry due, is claimed, while another round
+/// lives.
+#[tokio::test]
+async fn a_round_that_ended_no_longer_hides_its_jobs_from_a_claim() {
+    let redis = RedisServer::start();
+    let (config, store) = crate::partitioned_store(&redis, PARTITIONS).await;
+    let now = store.redis_time_ms().await.expect("time");
+    for (id, due) in [("ea", now + 300), ("eb", now + 300), ("ec", now + 1_000)] {
+        let input = JobInput {
+            id: Some(id.into()),
+            url: Some("http://127.0.0.1:9/never".into()),
+            run_at: Some(RunAt::Millis(due)),
+            ..JobInput::default()
+        };
+        crate::enqueue_direct(&store, &config, input).await;
+    }
+    let first = claim_round(&store, 2).await;
+    let ea = first.iter().find(|j| j.id == "ea").expect("ea").clone();
+    // The claim's index learns the first round.
+    let mut conn = redis.conn().await;
+    let () = redis::cmd("RPUSH")
+        .arg(store.keys().ready(ea.partition))
+        .arg("ea")
+        .query_async(&mut conn)
+        .await
+        .expect("RPUSH");
+    assert!(store
+        .claim(ea.partition, 100)
+        .await
+        .expect("claim")
+        .jobs
+        .is_empty());
+    let second = claim_round(&store, 1).await;
+    assert_eq!(second[0].id, "ec");
+    // ea fails (the first round ends, materialized), its retry falls due
+    // and goes to its ready list while the second round lives.
+    let failure = hookq::store::Failure {
+        record: "{}",
+        last_error: "http_status: 500",
+        last_status: Some(500),
+        topic: "default",
+        action: hookq::retry::FailAction::Retry(Duration::from_millis(1)),
+    };
+    let outcome = store.fail(&ea, &failure).await.expect("fail");
+    assert!(matches!(outcome, FailOutcome::Scheduled(_)), "{outcome:?}");
+    assert_eq!(rounds(&redis, &store).await.len(), 1, "the second lives");
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    let again = loop {
+        store.promote(0, 256).await.expect("promote");
+        let claimed = store.claim(ea.partition, 100).await.expect("claim").jobs;
+        if let Some(job) = claimed.into_iter().find(|j| j.id == "ea") {
+            break job;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "ea's retry is never claimed"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(again.attempt, 2);
 }

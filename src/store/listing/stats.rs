@@ -66,6 +66,10 @@ impl Store {
         let mut conn = self.conn.clone();
         let mut stats = Stats::default();
         let now = self.redis_time_ms().await?;
+        // The live round leases' entries, by round space (one for every
+        // partition on a single Redis): their jobs are in flight too (see
+        // "Round leases" in `lua/prelude.lua`).
+        let mut rounds: HashMap<String, Vec<String>> = HashMap::new();
         for p in 0..self.keys.partitions() {
             #[allow(clippy::type_complexity)]
             let (
@@ -100,13 +104,17 @@ impl Store {
                 .zrange(self.keys.due_tenants(p), 0, -1)
                 .query_async(&mut conn)
                 .await?;
-            // Jobs in live round leases (see "Round leases" in
-            // `lua/prelude.lua`) are in flight too.
-            let rounds: Vec<String> = redis::cmd("HVALS")
-                .arg(self.keys.round_jobs(p))
-                .query_async(&mut conn)
-                .await?;
-            inflight += self.round_ids(p, &rounds).len() as u64;
+            let space = self.keys.round_jobs(p);
+            if !rounds.contains_key(&space) {
+                let entries: Vec<String> = redis::cmd("HVALS")
+                    .arg(&space)
+                    .query_async(&mut conn)
+                    .await?;
+                rounds.insert(space.clone(), entries);
+            }
+            if let Some(entries) = rounds.get(&space) {
+                inflight += self.round_ids(p, entries).len() as u64;
+            }
             // Shared timers (a single Redis): every partition's due set is
             // partition 0's, counted there once.
             if self.keys.timer_partition(p) != p {
