@@ -57,6 +57,28 @@ fn spec(url: &str, n: usize) -> String {
     format!(r#"{{"url":"{url}","body":{{"n":{n}}}}}"#)
 }
 
+/// Creates job `id`, due in an hour, with `hookq enqueue` on 4 partitions.
+fn enqueue_in_an_hour(redis: &RedisServer, id: &str) {
+    let out = hookq(
+        redis,
+        4,
+        &[
+            "enqueue",
+            "--url",
+            "http://127.0.0.1:9/hook",
+            "--delay",
+            "1h",
+            "--id",
+            id,
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "hookq enqueue: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 async fn schema(conn: &mut redis::aio::MultiplexedConnection) -> Option<String> {
     conn.get(format!("{NS}:schema")).await.expect("GET schema")
 }
@@ -266,24 +288,7 @@ async fn another_partition_count_is_refused_naming_the_config_key() {
     let redis = RedisServer::start();
     let mut conn = redis.conn().await;
     // The first command on a fresh namespace records its count.
-    let out = hookq(
-        &redis,
-        4,
-        &[
-            "enqueue",
-            "--url",
-            "http://127.0.0.1:9/hook",
-            "--delay",
-            "1h",
-            "--id",
-            "parted",
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "hookq enqueue: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    enqueue_in_an_hour(&redis, "parted");
     let recorded: Option<String> = conn.get(format!("{NS}:partitions")).await.expect("GET");
     assert_eq!(recorded.as_deref(), Some("4"));
 
@@ -1253,24 +1258,7 @@ async fn layout_4_timers_move_into_the_shared_timers() {
 async fn layout_5_migrates_by_its_version_alone() {
     let redis = RedisServer::start();
     let mut conn = redis.conn().await;
-    let out = hookq(
-        &redis,
-        4,
-        &[
-            "enqueue",
-            "--url",
-            "http://127.0.0.1:9/hook",
-            "--delay",
-            "1h",
-            "--id",
-            "l5-waits",
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "hookq enqueue: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    enqueue_in_an_hour(&redis, "l5-waits");
     let () = conn
         .set(format!("{NS}:schema"), "5")
         .await

@@ -81,6 +81,17 @@ async fn complete(store: &Store, job: &Claimed) -> bool {
     store.complete(job, &delivery).await.expect("complete")
 }
 
+/// A 500 whose next attempt is due `delay` after now.
+fn retrying_after(delay: Duration) -> hookq::store::Failure<'static> {
+    hookq::store::Failure {
+        record: "{}",
+        last_error: "http_status: 500",
+        last_status: Some(500),
+        topic: "default",
+        action: hookq::retry::FailAction::Retry(delay),
+    }
+}
+
 /// Job `id`'s state and attempts made.
 async fn state_of(store: &Store, id: &str) -> (State, u32) {
     let record = store.get(id).await.expect("get").expect("known");
@@ -160,14 +171,10 @@ async fn a_failure_or_a_cancel_in_a_round_leaves_the_others_to_complete() {
     let (failed, cancelled) = (by_id("fa"), by_id("fb"));
     // One of them delivered first: it gets no lease of its own later.
     assert!(complete(&store, &by_id("fd")).await);
-    let failure = hookq::store::Failure {
-        record: "{}",
-        last_error: "http_status: 500",
-        last_status: Some(500),
-        topic: "default",
-        action: hookq::retry::FailAction::Retry(Duration::from_secs(600)),
-    };
-    let outcome = store.fail(&failed, &failure).await.expect("fail");
+    let outcome = store
+        .fail(&failed, &retrying_after(Duration::from_secs(600)))
+        .await
+        .expect("fail");
     assert!(matches!(outcome, FailOutcome::Scheduled(_)), "{outcome:?}");
     assert!(rounds(&redis, &store).await.is_empty(), "materialized");
     let deadline: f64 = failed
@@ -328,14 +335,10 @@ async fn a_round_that_ended_no_longer_hides_its_jobs_from_a_claim() {
     assert_eq!(second[0].id, "ec");
     // ea fails (the first round ends, materialized), its retry falls due
     // and goes to its ready list while the second round lives.
-    let failure = hookq::store::Failure {
-        record: "{}",
-        last_error: "http_status: 500",
-        last_status: Some(500),
-        topic: "default",
-        action: hookq::retry::FailAction::Retry(Duration::from_millis(1)),
-    };
-    let outcome = store.fail(&ea, &failure).await.expect("fail");
+    let outcome = store
+        .fail(&ea, &retrying_after(Duration::from_millis(1)))
+        .await
+        .expect("fail");
     assert!(matches!(outcome, FailOutcome::Scheduled(_)), "{outcome:?}");
     assert_eq!(rounds(&redis, &store).await.len(), 1, "the second lives");
     let until = tokio::time::Instant::now() + Duration::from_secs(10);
