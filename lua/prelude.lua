@@ -757,9 +757,11 @@ end
 -- Turns round `token` of round space `space` into leases of its jobs'
 -- own, scored by its deadline (for the jobs whose record is live and may
 -- fly: one whose outcome was recorded has no live record), and ends it.
--- While the slot is being migrated (a record not found may not have
--- arrived), raises TRYAGAIN having changed nothing.
-local function round_materialize(space, token)
+-- With `leased_in` (a table), notes there the partitions (by number, on a
+-- single Redis) whose jobs got a lease. While the slot is being migrated
+-- (a record not found may not have arrived), raises TRYAGAIN having
+-- changed nothing.
+local function round_materialize(space, token, leased_in)
   local rcall = redis.call
   local value = rcall('HGET', space .. 'round', token)
   if value then
@@ -771,7 +773,10 @@ local function round_materialize(space, token)
       prefix = prefix or space
       local r = rec_get(live(prefix, id))
       if not r and slot_moving_once(space .. 'rounds') then error(try_again()) end
-      if r and rec_may_fly(r) then flying[#flying + 1] = {prefix .. 'inflight', id} end
+      if r and rec_may_fly(r) then
+        flying[#flying + 1] = {prefix .. 'inflight', id}
+        if leased_in and ns then leased_in[tonumber(string.sub(entry, 1, 4), 16)] = true end
+      end
     end
     for _, lease in ipairs(flying) do rcall('ZADD', lease[1], deadline, lease[2]) end
   end

@@ -45,21 +45,15 @@ local space = (IN_CLUSTER or ARGV[7] == '0') and round_space(prefix)
 local materialized_in = {}
 if space then
   local expired = rcall('ZRANGE', space .. 'rounds', '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[1]))
-  local ns = not IN_CLUSTER and namespace_prefix(prefix) or nil
-  local seen = {}
+  local leased_in = {}
   for _, token in ipairs(expired) do
-    if ns then
-      local value = rcall('HGET', space .. 'round', token) or ''
-      for entry in string.gmatch(value, '[^ ]+') do
-        local q = tonumber(string.sub(entry, 1, 4), 16)
-        if q ~= 0 and not seen[q] then
-          seen[q] = true
-          materialized_in[#materialized_in + 1] = q
-        end
-      end
-    end
-    round_materialize(space, token)
+    round_materialize(space, token, leased_in)
   end
+  local own = tonumber(ARGV[7])
+  for q in pairs(leased_in) do
+    if q ~= own then materialized_in[#materialized_in + 1] = q end
+  end
+  table.sort(materialized_in)
 end
 
 local ids = rcall('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[1]))

@@ -57,6 +57,18 @@ fn spec(url: &str, n: usize) -> String {
     format!(r#"{{"url":"{url}","body":{{"n":{n}}}}}"#)
 }
 
+/// Runs `hookq --json migrate` on `partitions` partitions, which must
+/// succeed; its JSON report.
+fn migrate_report(redis: &RedisServer, partitions: u16) -> serde_json::Value {
+    let out = hookq(redis, partitions, &["--json", "migrate"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON report")
+}
+
 /// Creates job `id`, due in an hour, with `hookq enqueue` on 4 partitions.
 fn enqueue_in_an_hour(redis: &RedisServer, id: &str) {
     let out = hookq(
@@ -1039,13 +1051,7 @@ async fn layout_3_migrates_by_its_version_and_its_claims_read_the_same() {
         .expect("write the layout-3 claim");
 
     assert_refused(&redis, id, "layout 3").await;
-    let out = hookq(&redis, 4, &["--json", "migrate"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let report = migrate_report(&redis, 4);
     assert_eq!(
         (&report["schema"], &report["converted"]),
         (&serde_json::json!("6"), &serde_json::json!(0)),
@@ -1180,13 +1186,7 @@ async fn layout_4_timers_move_into_the_shared_timers() {
     assert!(spread.len() > 1, "the jobs spread over partitions");
 
     assert_refused(&redis, "l4-soon-1", "layout 4").await;
-    let out = hookq(&redis, PARTITIONS, &["--json", "migrate"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let report = migrate_report(&redis, PARTITIONS);
     assert_eq!(report["schema"], "6", "{report}");
     let moved = report["timers_moved"].as_u64().expect("timers_moved");
     assert!(moved >= 24, "members and ids moved: {report}");
@@ -1265,13 +1265,7 @@ async fn layout_5_migrates_by_its_version_alone() {
         .expect("SET schema");
     assert_refused(&redis, "l5-waits", "layout 5").await;
 
-    let out = hookq(&redis, 4, &["--json", "migrate"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let report = migrate_report(&redis, 4);
     assert_eq!(report["schema"], "6", "{report}");
     assert_eq!(report["converted"], 0, "{report}");
     assert_eq!(schema(&mut conn).await.as_deref(), Some("6"));
