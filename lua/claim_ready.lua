@@ -139,17 +139,27 @@ if #ids == want or tenants > TENANTS_PER_CLAIM then out[2] = 1 end
 -- Jobs kept from the shared timers of a single Redis (see the prelude)
 -- live in their own partitions, named by their due members' tags
 -- (`parts`; `ns` is the namespace's prefix).
-local records = {}
+-- (Per job: its record `records[i]` and hash `hashes[i]`; per partition
+-- number, its prefix, record hashes' names and due tag, looked up once a
+-- call: the loops below are the steady load's hottest, and a Lua call a
+-- job costs more than these lookups.)
+local records, hashes = {}, {}
 local parts, ns = nil, nil
 if kept and not IN_CLUSTER then parts, ns = kept_parts, namespace_prefix(prefix) end
--- The record hash of the i-th id.
-local function hash_of(i, id)
-  return job_hash(parts and prefix_of_partition(ns, parts[i]) or prefix, id)
-end
-for i, id in ipairs(ids) do
-  local v = rcall('HGET', hash_of(i, id), id)
+local part_prefix, part_names, part_tag = {}, {}, {}
+for i = 1, #ids do
+  local id, q = ids[i], parts and parts[i] or -1
+  local names = part_names[q]
+  if not names then
+    part_prefix[q] = q >= 0 and prefix_of_partition(ns, q) or prefix
+    names = job_hash_names(part_prefix[q])
+    part_names[q], part_tag[q] = names, parts and due_tag(part_prefix[q]) or ''
+  end
+  local shard = job_shard(id)
+  local h = names[shard] or job_hash_of_shard(part_prefix[q], shard)
+  local v = rcall('HGET', h, id)
   if not v and slot_moving_once(KEYS[1]) then return try_again() end
-  records[i] = v or false
+  records[i], hashes[i] = v or false, h
 end
 -- A job with a lease is in flight already (its id came to a list twice).
 -- (Not the jobs kept from the promotion: no job with a lease is in a due
@@ -174,52 +184,55 @@ end
 local leases, taken = {}, #ids > 1 and {}
 local rounds, round_order = nil, nil
 if kept then rounds, round_order = {}, {} end
-for i, id in ipairs(ids) do
-  local v = records[i]
+-- (Counts kept by hand: `#t` searches the table on each use.)
+local n_out, n_leases = #out, 0
+local default_lease = arg_number(ARGV[3])
+for i = 1, #ids do
+  local id, v = ids[i], records[i]
   local state, att, due, lease
-  if v then state, att, due, lease = rec_claim_fields(v) end
+  -- (REC_CLAIM_FMT's fields, and ready_by written out.)
+  if v and #v >= REC_HEADER then state, att, due, lease = struct.unpack(REC_CLAIM_FMT, v) end
   if v and not state then
     -- A bare record (its job was deleted by hand): nothing to deliver.
-    rec_delete_in(hash_of(i, id), id)
-  elseif state and ready_by(state, due, horizon) and not leased[i] and not (taken and taken[id])
+    rec_delete_in(hashes[i], id)
+  elseif state and (state == 'r' or (state == 's' and due <= horizon)) and not leased[i]
+      and not (taken and taken[id])
       and not (rounded and rounded[wheel_entry(prefix, id)]) then
     if taken then taken[id] = true end
     local attempt = att + 1
-    if lease == 0 then lease = arg_number(ARGV[3]) end
+    if lease == 0 then lease = default_lease end
     -- (A job claimed ahead is attempted at its due time.)
-    local ends, partition, token = math.max(now, due) + lease, -1, nil
+    local ends, partition, token = (due > now and due or now) + lease, -1, nil
     if parts then partition = parts[i] end
     if rounds then
       -- Its round's entries: ' ', tag, id, ' ', tag, id, ... (the tag ''
       -- in a cluster); its token is written once the round is whole.
       local round = rounds[lease]
       if not round then
-        round = {ends = ends, entries = {' '}, at = {}}
+        round = {ends = ends, entries = {' '}, n = 1, at = {}, jobs = 0}
         rounds[lease] = round
         round_order[#round_order + 1] = lease
       elseif ends > round.ends then
         round.ends = ends
       end
-      local entries = round.entries
-      entries[#entries + 1] = parts and due_tag(prefix_of_partition(ns, partition)) or ''
-      entries[#entries + 1] = id
-      entries[#entries + 1] = ' '
-      round.at[#round.at + 1] = #out + 6
+      local entries, n = round.entries, round.n
+      entries[n + 1] = part_tag[parts and partition or -1]
+      entries[n + 2] = id
+      entries[n + 3] = ' '
+      round.n, round.jobs = n + 3, round.jobs + 1
+      round.at[round.jobs] = n_out + 6
       token = false
     else
       token = string.format('%d', ends)
-      leases[#leases + 1] = token
-      leases[#leases + 1] = id
+      leases[n_leases + 1], leases[n_leases + 2] = token, id
+      n_leases = n_leases + 2
     end
-    out[#out + 1] = id
-    out[#out + 1] = attempt
-    out[#out + 1] = due
-    out[#out + 1] = v
-    out[#out + 1] = partition
-    out[#out + 1] = token
+    out[n_out + 1], out[n_out + 2], out[n_out + 3] = id, attempt, due
+    out[n_out + 4], out[n_out + 5], out[n_out + 6] = v, partition, token
+    n_out = n_out + 6
   end
 end
-if #leases > 0 then rcall('ZADD', KEYS[2], unpack(leases)) end
+if n_leases > 0 then rcall('ZADD', KEYS[2], unpack(leases)) end
 if round_order then
   local space = round_space(prefix)
   for _, lease in ipairs(round_order) do
@@ -228,8 +241,9 @@ if round_order then
     local deadline = string.format('%d', round.ends)
     local token = deadline .. '/' .. rcall('HINCRBY', space .. 'round', 'next', 1)
     rcall('ZADD', space .. 'rounds', deadline, token)
-    rcall('HSET', space .. 'round', token, table.concat(entries), token .. '#', int_text(#round.at))
-    for _, at in ipairs(round.at) do out[at] = token end
+    rcall('HSET', space .. 'round', token, table.concat(entries), token .. '#', int_text(round.jobs))
+    local at = round.at
+    for j = 1, round.jobs do out[at[j]] = token end
   end
 end
 return out

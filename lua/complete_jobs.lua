@@ -142,19 +142,29 @@ local k = 0
 for _, q in ipairs(parts) do
   local prefix, ids, tokens, again = q.prefix, q.ids, q.tokens, q.again
   -- Leases of the jobs' own: of the jobs not in a live round.
-  local own = {}
+  -- (Counts kept by hand here and below: `#t` searches the table on
+  -- each use.)
+  local own, n_own = {}, 0
   for j = 1, #ids do
-    if not round_lives[tokens[j]] then own[#own + 1] = ids[j] end
+    if not round_lives[tokens[j]] then
+      n_own = n_own + 1
+      own[n_own] = ids[j]
+    end
   end
-  local leases = #own > 0 and rcall('ZMSCORE', q.inflight, unpack(own)) or EMPTY
+  local leases = n_own > 0 and rcall('ZMSCORE', q.inflight, unpack(own)) or EMPTY
   local lease_of = {}
-  for n, id in ipairs(own) do lease_of[id] = leases[n] end
+  for n = 1, n_own do lease_of[own[n]] = leases[n] end
   q.own = {}
-  local done, done_hashes, fields = {}, {}, 0
-  for j, id in ipairs(ids) do
-    local i = q.from + 6 * (j - 1)
+  local done, done_hashes, fields, n_done = {}, {}, 0, 0
+  -- (job_hash written out, and the usual summary's pieces and count below:
+  -- this loop and the next are a steady load's hottest, and a Lua call a
+  -- job costs more than the lookups.)
+  local names = job_hash_names(prefix)
+  for j = 1, #ids do
+    local id, i = ids[j], q.from + 6 * (j - 1)
     k = k + 1
-    local h = job_hash(prefix, id)
+    local shard = job_shard(id)
+    local h = names[shard] or job_hash_of_shard(prefix, shard)
     hashes[k] = h
     -- (Scores read as Redis formats them; a number compared only when the
     -- texts differ.)
@@ -179,15 +189,21 @@ for _, q in ipairs(parts) do
     end
     current[k], pieces[k] = r, false
     if r then
-      done[#done + 1] = id
+      n_done = n_done + 1
+      done[n_done] = id
       if not keep then
-        done_hashes[#done] = struct.unpack('>I4', ARGV[i + 5])
+        done_hashes[n_done] = struct.unpack('>I4', ARGV[i + 5])
         local earlier = EMPTY
         if struct.unpack('>I2', ARGV[i + 2]) > 1 then
           earlier = summary_entries(rcall('LRANGE', q.hist .. id, 0, -1), 1, now)
         end
-        pieces[k] = summary_pieces('d' .. ARGV[i + 2] .. finished .. ARGV[i + 3], earlier, false)
-        fields = fields + summary_field_count(pieces[k])
+        local value = 'd' .. ARGV[i + 2] .. finished .. ARGV[i + 3]
+        if #value <= SUMMARY_MAX and earlier == EMPTY then
+          pieces[k], fields = value, fields + 1
+        else
+          pieces[k] = summary_pieces(value, earlier, false)
+          fields = fields + summary_field_count(pieces[k])
+        end
       end
       if ARGV[i + 4] ~= '' then
         lines[k] = order_plan(prefix, order_line(id, ARGV[i + 4]))
@@ -203,14 +219,13 @@ for _, q in ipairs(parts) do
   end
 end
 
-local out = {}
-local gone = {}
+local out, gone, n_gone = {}, {}, 0
 local tally = ledger_tally()
 k = 0
 for _, q in ipairs(parts) do
-  local prefix, summaries = q.prefix, {}
-  for j, id in ipairs(q.ids) do
-    local i = q.from + 6 * (j - 1)
+  local prefix, ids, summaries, n_summaries = q.prefix, q.ids, {}, 0
+  for j = 1, #ids do
+    local id, i = ids[j], q.from + 6 * (j - 1)
     k = k + 1
     local r = current[k]
     if r and keep then
@@ -221,24 +236,24 @@ for _, q in ipairs(parts) do
       history_push(hist, ARGV[i + 3])
       rcall('PEXPIRE', hist, retention)
     elseif r then
-      rec_delete_in(hashes[k], id)
-      gone[#gone + 1] = q.hist .. id
-      summaries[#summaries + 1] = pieces[k]
+      rcall('HDEL', hashes[k], id)
+      n_gone, n_summaries = n_gone + 1, n_summaries + 1
+      gone[n_gone], summaries[n_summaries] = q.hist .. id, pieces[k]
     end
     if lines[k] then order_leave(prefix, lines[k], id, now, ARGV[5], q.p) end
-    out[#out + 1] = r and DONE or UNCHANGED
+    out[k] = r and DONE or UNCHANGED
   end
   local done = q.done
   if #done > 0 then
-    if #summaries > 0 then summaries_write(prefix, q.plan, done, summaries, now) end
+    if n_summaries > 0 then summaries_write(prefix, q.plan, done, summaries, now) end
     if #q.own > 0 then rcall('ZREM', q.inflight, unpack(q.own)) end
     rcall('HINCRBY', q.stats, 'delivered', int_text(#done))
-    for _, id in ipairs(done) do ledger_count(tally, id) end
+    ledger_count_all(tally, done)
   end
 end
 -- (Histories of every partition at once: the keys of a single Redis, or
 -- of the one partition of a cluster's call.)
-if #gone > 0 then rcall('DEL', unpack(gone)) end
+if n_gone > 0 then rcall('DEL', unpack(gone)) end
 -- The rounds' jobs ended here; a round ends with its last.
 for token, n in pairs(ending) do
   if rcall('HINCRBY', space .. 'round', token .. '#', -n) <= 0 then

@@ -160,13 +160,21 @@ for shard = 0, JOB_SHARDS - 1 do JOB_SHARD_NAMES[shard] = 'jobs:' .. shard end
 -- per job cost more; they are at most 64 per partition and namespace).
 local JOB_HASH_NAMES = {}
 
--- The name of record hash `shard` of the partition with prefix `<ns>:{p}:`.
-local function job_hash_of_shard(prefix, shard)
+-- The record hashes' names of the partition with prefix `<ns>:{p}:` made
+-- so far, by shard (a hot loop reads `names[shard]` itself and calls
+-- job_hash_of_shard only for a name not made yet).
+local function job_hash_names(prefix)
   local names = JOB_HASH_NAMES[prefix]
   if not names then
     names = {}
     JOB_HASH_NAMES[prefix] = names
   end
+  return names
+end
+
+-- The name of record hash `shard` of the partition with prefix `<ns>:{p}:`.
+local function job_hash_of_shard(prefix, shard)
+  local names = job_hash_names(prefix)
   local name = names[shard]
   if not name then
     name = prefix .. JOB_SHARD_NAMES[shard]
@@ -190,14 +198,12 @@ local function kept(prefix, id)
   return {k = prefix .. 'job:' .. id}
 end
 
--- Part of rec_unpack (below; the same header, REC_FMT), for the claim's
--- hot path: only the fields it needs (state, att, due, lease), the others
--- skipped ('x'), as values (no table is made for them). Nil when `v` is no
--- record. (An outcome reads no record: see complete_jobs.)
-local function rec_claim_fields(v)
-  if not v or #v < REC_HEADER then return nil end
-  return struct.unpack('>c1xxxxxxI2xxI6xxxxxxxxxxxxI4', v)
-end
+-- Part of REC_FMT, for the claim's hot path (a struct.unpack of a value
+-- of at least REC_HEADER bytes, written out in claim_ready): only the
+-- fields it needs (state, att, due, lease), the others skipped ('x'), as
+-- values (no table is made for them). (An outcome reads no record: see
+-- complete_jobs.)
+local REC_CLAIM_FMT = '>c1xxxxxxI2xxI6xxxxxxxxxxxxI4'
 
 local function rec_unpack(v)
   if not v or #v < REC_HEADER then return nil end
@@ -1275,12 +1281,12 @@ local function summaries_plan(prefix, ids, now, retention, fields, hashes)
   -- (The shards split first: the summaries go where the bucket's shards
   -- after the splits put them, so no shard outgrows its load.)
   -- (summary_shard, written out: split_base once, not per id.)
-  local n_after, base = plan.n_after, split_base(plan.n_after)
-  for i, id in ipairs(ids) do
-    local h = hashes and hashes[i] or id_hash(id)
+  local n_after, base, shards = plan.n_after, split_base(plan.n_after), plan.shards
+  for i = 1, #ids do
+    local h = hashes and hashes[i] or id_hash(ids[i])
     local a = h % (base * 2)
     if a >= n_after then a = h % base end
-    plan.shards[i] = a
+    shards[i] = a
   end
   if IN_CLUSTER then
     local keys = {prefix .. 'done'}
@@ -1360,11 +1366,14 @@ local function summaries_write(prefix, plan, ids, values, now)
     end
   end
   local args = {}
-  for i, id in ipairs(ids) do
+  for i = 1, #ids do
     local s = plan.shards[i]
     if first[s] == i then
-      local n = summary_args(args, 0, id, values[i])
-      for _, j in ipairs(more and more[i] or EMPTY) do n = summary_args(args, n, ids[j], values[j]) end
+      local n = summary_args(args, 0, ids[i], values[i])
+      local behind = more and more[i]
+      if behind then
+        for m = 1, #behind do n = summary_args(args, n, ids[behind[m]], values[behind[m]]) end
+      end
       local shard = summary_key(prefix, plan.bucket, s)
       -- The shard's expiry when this write made it: its mark was new too
       -- (or it was made without one, by a split or an older daemon; NX
@@ -1565,9 +1574,11 @@ local function promote_due_jobs(due_key, ready_key, wheel_key, batch, now, horiz
       int_text(batch))
     moved_default = #members
     ids = {}
+    -- (due_member_partition written out: a call a job costs more.)
     for i = 1, moved_default do
-      ids[i] = string.sub(members[i], DUE_ID_AT)
-      if ns then parts[i] = due_member_partition(members[i]) end
+      local member = members[i]
+      ids[i] = string.sub(member, DUE_ID_AT)
+      if ns then parts[i] = tonumber(string.sub(member, 13, 16), 16) end
     end
     head = score_at_rank(due_key, moved_default)
   end
@@ -1812,6 +1823,23 @@ local function ledger_count(t, id)
     t.order[#t.order + 1] = tenant
   end
   t.n[tenant] = n + 1
+end
+
+-- Counts the jobs of `ids` in tally `t` (ledger_count's, written out
+-- for a call's many jobs).
+local function ledger_count_all(t, ids)
+  local counts, order = t.n, t.order
+  for i = 1, #ids do
+    local id = ids[i]
+    local slash = string.find(id, '/', 1, true)
+    local tenant = slash and string.sub(id, 1, slash - 1) or 'default'
+    local n = counts[tenant]
+    if not n then
+      n = 0
+      order[#order + 1] = tenant
+    end
+    counts[tenant] = n + 1
+  end
 end
 
 -- Adds tally `t` to counter `what` of the ledger of the partition with key
