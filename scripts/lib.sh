@@ -1,5 +1,5 @@
-# Shared by scripts/run.sh and scripts/test.sh (sourced, not run): root and
-# apt-get helpers for a fresh Debian/Ubuntu machine.
+# Shared by the scripts (sourced, not run): root and apt-get helpers for a
+# fresh Debian/Ubuntu machine, and the path of a binary cargo builds.
 
 # Run a command as root: directly, through sudo, or fail saying why.
 as_root() {
@@ -23,4 +23,15 @@ apt_install() {
   fi
   echo "== apt-get install $*"
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+# The path of the executable target TARGET that a cargo build prints with
+# `--message-format=json` on stdin (the last, if several).
+cargo_executable() { # TARGET
+  python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]:
+        print(m["executable"])' "$1" | tail -n1
 }

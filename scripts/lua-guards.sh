@@ -58,6 +58,7 @@
 #   find_dead then does not find, the same answer as no pointer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 
 # name | file | exact text | replacement | the test that holds it
 E=engine G=guards F=fairness
@@ -221,13 +222,7 @@ trap 'restore_all; rm -rf "$work"' EXIT
 
 # Builds the test binary (and target/debug/hookq with it); prints its path.
 build() {
-  cargo test --quiet --test it --no-run --message-format=json 2>"$work/build.err" \
-    | python3 -c '
-import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "it" and m.get("executable"):
-        print(m["executable"])' | tail -n1
+  cargo test --quiet --test it --no-run --message-format=json 2>"$work/build.err" | cargo_executable it
 }
 
 # Finds, in each binary, where every copy of each script named in

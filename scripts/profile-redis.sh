@@ -76,12 +76,7 @@ build() {
 
 # The bench binary (release), built if need be.
 bench_binary() {
-  cargo bench --bench bench --no-run --message-format=json 2>/dev/null |
-    python3 -c 'import json,sys
-for l in sys.stdin:
-    m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "bench":
-        print(m["executable"])' | tail -1
+  cargo bench --bench bench --no-run --message-format=json 2>/dev/null | cargo_executable bench
 }
 
 # Runs SCENARIO in the background on the symbolized Redis; sets `pid` to
