@@ -790,27 +790,23 @@ local function round_materialize(space, token, leased_in)
   rcall('ZREM', space .. 'rounds', token)
 end
 
--- The tokens of the live rounds of round space `space` and their values,
--- read a thousand at a time (the most arguments a call takes).
-local function rounds_read(space)
-  local tokens = redis.call('ZRANGE', space .. 'rounds', 0, -1)
-  local values = {}
-  for from = 1, #tokens, 1000 do
-    local chunk = redis.call('HMGET', space .. 'round', unpack(tokens, from, math.min(from + 999, #tokens)))
-    for i, v in ipairs(chunk) do values[from + i - 1] = v end
-  end
-  return tokens, values
-end
-
 -- The token of the live round holding job `id` of the partition with
--- prefix `prefix`, and the round space, or nil.
+-- prefix `prefix`, and the round space, or nil: the rounds' values are
+-- read a thousand at a time (the most arguments a call takes) and
+-- searched for its entry. (Not through round_index: a failure or a cancel
+-- at a steady load would then keep every live round's entries in the
+-- library between calls, and the size of Lua's state is what every call
+-- of every function pays for: docs/performance.md.)
 local function round_holding(prefix, id)
   local space = round_space(prefix)
-  local tokens, values = rounds_read(space)
+  local tokens = redis.call('ZRANGE', space .. 'rounds', 0, -1)
   local needle = ' ' .. wheel_entry(prefix, id) .. ' '
-  for i, token in ipairs(tokens) do
-    local v = values[i]
-    if v and string.find(v, needle, 1, true) then return token, space end
+  for from = 1, #tokens, 1000 do
+    local values = redis.call('HMGET', space .. 'round', unpack(tokens, from, math.min(from + 999, #tokens)))
+    for i = 1, #values do
+      local v = values[i]
+      if v and string.find(v, needle, 1, true) then return tokens[from + i - 1], space end
+    end
   end
   return nil
 end
