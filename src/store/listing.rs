@@ -168,6 +168,20 @@ impl Store {
             .collect())
     }
 
+    /// Whether job `id` of partition `p` is in a live round lease: one
+    /// `HVALS` of the round space, searched for its entry (see "Round
+    /// leases" in `lua/prelude.lua`; a round's entries are each between
+    /// spaces, its count and the `next` counter are bare numbers).
+    pub(super) async fn in_round(&self, p: u16, id: &str) -> StoreResult<bool> {
+        let mut conn = self.conn.clone();
+        let rounds: Vec<String> = redis::cmd("HVALS")
+            .arg(self.keys.round_jobs(p))
+            .query_async(&mut conn)
+            .await?;
+        let needle = format!(" {} ", self.keys.wheel_entry(p, id));
+        Ok(rounds.iter().any(|v| v.contains(&needle)))
+    }
+
     /// The ids of partition `p`'s jobs in the live round leases whose
     /// entries `rounds` holds (the values of [`Keys::round_jobs`], whose
     /// counts are skipped; see "Round leases" in `lua/prelude.lua`).

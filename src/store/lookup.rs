@@ -41,21 +41,37 @@ impl Store {
         id: &str,
     ) -> StoreResult<Option<record::RecordHeader>> {
         let mut conn = self.conn.clone();
-        let (live, lease, rounds, kept): (Vec<u8>, Option<f64>, Vec<String>, Vec<u8>) =
-            redis::pipe()
-                .hget(self.keys.live_records(p, id), id)
-                .zscore(self.keys.inflight(p), id)
-                .hvals(self.keys.round_jobs(p))
-                .cmd("GETRANGE")
-                .arg(self.keys.job(p, id))
-                .arg(0)
-                .arg(record::HEADER_LEN - 1)
-                .query_async(&mut conn)
-                .await?;
-        let leased = lease.is_some() || self.round_ids(p, &rounds).contains(id);
-        Ok(record::RecordHeader::parse(&live)
-            .map(|h| h.leased(leased))
-            .or_else(|| record::RecordHeader::parse(&kept)))
+        let (live, lease, kept): (Vec<u8>, Option<f64>, Vec<u8>) = redis::pipe()
+            .hget(self.keys.live_records(p, id), id)
+            .zscore(self.keys.inflight(p), id)
+            .cmd("GETRANGE")
+            .arg(self.keys.job(p, id))
+            .arg(0)
+            .arg(record::HEADER_LEN - 1)
+            .query_async(&mut conn)
+            .await?;
+        match record::RecordHeader::parse(&live) {
+            Some(header) => {
+                let leased = self.live_leased(p, id, &header, lease.is_some()).await?;
+                Ok(Some(header.leased(leased)))
+            }
+            None => Ok(record::RecordHeader::parse(&kept)),
+        }
+    }
+
+    /// Whether job `id` of partition `p`, whose live record's header is
+    /// `header`, holds a lease: its own (`own_lease`, read beside the
+    /// record) or, when it may be in one, a live round's (one more read,
+    /// only then: a view of a job due later or in flight on a lease of its
+    /// own reads no round).
+    async fn live_leased(
+        &self,
+        p: u16,
+        id: &str,
+        header: &record::RecordHeader,
+        own_lease: bool,
+    ) -> StoreResult<bool> {
+        Ok(own_lease || (header.may_be_in_round() && self.in_round(p, id).await?))
     }
 
     /// The partition job `id` lives in: its id's, unless a placement
@@ -133,27 +149,22 @@ impl Store {
     /// partition q instead.
     async fn get_in(&self, p: u16, id: &str) -> StoreResult<Result<Option<JobRecord>, u16>> {
         let mut conn = self.conn.clone();
-        #[allow(clippy::type_complexity)]
-        let (live, lease, rounds, kept, history): (
-            Vec<u8>,
-            Option<f64>,
-            Vec<String>,
-            Vec<u8>,
-            Vec<String>,
-        ) = redis::pipe()
-            .hget(self.keys.live_records(p, id), id)
-            .zscore(self.keys.inflight(p), id)
-            .hvals(self.keys.round_jobs(p))
-            .get(self.keys.job(p, id))
-            .lrange(self.keys.history(p, id), 0, 19)
-            .query_async(&mut conn)
-            .await?;
+        let (live, lease, kept, history): (Vec<u8>, Option<f64>, Vec<u8>, Vec<String>) =
+            redis::pipe()
+                .hget(self.keys.live_records(p, id), id)
+                .zscore(self.keys.inflight(p), id)
+                .get(self.keys.job(p, id))
+                .lrange(self.keys.history(p, id), 0, 19)
+                .query_async(&mut conn)
+                .await?;
         if let Some(q) = self.pointed(&live) {
             return Ok(Err(q));
         }
         // (A kept record is of a finished job: no lease.)
-        let leased =
-            !live.is_empty() && (lease.is_some() || self.round_ids(p, &rounds).contains(id));
+        let leased = match record::RecordHeader::parse(&live) {
+            Some(header) => self.live_leased(p, id, &header, lease.is_some()).await?,
+            None => false,
+        };
         let value = if live.is_empty() { kept } else { live };
         let record = match JobRecord::decode(id, &value, history, leased)? {
             Some(mut record) => {

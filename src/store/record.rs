@@ -82,6 +82,12 @@ fn be(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0, |n, b| (n << 8) | u64::from(*b))
 }
 
+/// How far ahead of this host's clock a waiting job's due time may be for
+/// it to be in a round lease: the longest claim ahead (50 ms, by Redis's
+/// clock) with room for this host's clock to lag Redis's by up to a
+/// minute.
+const ROUND_CHECK_AHEAD_MS: i64 = 60_000;
+
 impl RecordHeader {
     /// Decodes the header at the start of `value`; None when it is too short
     /// or its state byte is unknown (not a record hookq wrote). A scheduled
@@ -122,13 +128,26 @@ impl RecordHeader {
     /// in flight, on the attempt after those the record counts (see "In
     /// flight" in `lua/prelude.lua`). A record of layout 3 says so itself.
     pub(crate) fn leased(mut self, leased: bool) -> RecordHeader {
-        let waiting = matches!(self.state, State::Scheduled | State::Ready)
-            && !(self.parked || self.in_wheel || self.held);
-        if leased && waiting {
+        if leased && self.waiting() {
             self.state = State::Inflight;
             self.attempts += 1;
         }
         self
+    }
+
+    /// Whether the record waits for a claim (scheduled in the due set, or
+    /// ready): what a lease, of its own or a round's, makes in flight.
+    fn waiting(&self) -> bool {
+        matches!(self.state, State::Scheduled | State::Ready)
+            && !(self.parked || self.in_wheel || self.held)
+    }
+
+    /// Whether the job may be in a live round lease: it waits for a claim
+    /// and is due by now plus [`ROUND_CHECK_AHEAD_MS`] (a claim takes a
+    /// job at most `delivery.claim_ahead` early). A view reads the live
+    /// rounds only then.
+    pub(crate) fn may_be_in_round(&self) -> bool {
+        self.waiting() && self.due <= crate::job::now_ms().saturating_add(ROUND_CHECK_AHEAD_MS)
     }
 
     /// The stream entry id of a dead job's dead letter.
@@ -291,5 +310,31 @@ mod tests {
         assert!(RecordHeader::parse(&v[..20]).is_none());
         v[0] = b'?';
         assert!(RecordHeader::parse(&v).is_none());
+    }
+
+    /// A header of state `state` due at `due`, the other fields zero.
+    fn header(state: u8, due: i64) -> RecordHeader {
+        let mut v = vec![0; HEADER_LEN];
+        v[0] = state;
+        v[11..17].copy_from_slice(&due.to_be_bytes()[2..]);
+        RecordHeader::parse(&v).expect("header")
+    }
+
+    /// Only a job waiting for a claim and due by about now may be in a
+    /// round lease (a view reads the rounds only for it).
+    #[test]
+    fn only_a_waiting_job_due_now_may_be_in_a_round() {
+        let now = crate::job::now_ms();
+        assert!(header(b's', now).may_be_in_round());
+        assert!(header(b'r', now - 60_000).may_be_in_round());
+        assert!(header(b's', now + 1_000).may_be_in_round());
+        assert!(!header(b's', now + 3_600_000).may_be_in_round());
+        for state in [b'w', b'p', b'o', b'i', b'd', b'x', b'c'] {
+            assert!(
+                !header(state, now).may_be_in_round(),
+                "state {}",
+                state as char
+            );
+        }
     }
 }
