@@ -8,7 +8,6 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use hookq::job::{JobInput, RunAt};
 use hookq::store::{CancelOutcome, RescheduleOutcome, Store};
 use redis::AsyncCommands;
 use serde_json::json;
@@ -28,17 +27,6 @@ fn now_ms() -> i64 {
 
 /// The default and largest claim ahead, in ms.
 const AHEAD_MS: i64 = 50;
-
-/// Creates job `id`, due at `due_ms` (Redis epoch ms), through `store`.
-async fn enqueue_at(store: &Store, config: &hookq::config::Config, id: &str, due_ms: i64) {
-    let input = JobInput {
-        id: Some(id.into()),
-        url: Some("http://127.0.0.1:9/never".into()),
-        run_at: Some(RunAt::Millis(due_ms)),
-        ..JobInput::default()
-    };
-    crate::enqueue_direct(store, config, input).await;
-}
 
 /// A change of job `id` from spec `old` to `new` (due at `due`, or as it
 /// was), with the config's attempts and lease.
@@ -99,7 +87,7 @@ async fn redis_hands_a_job_over_at_most_claim_ahead_before_its_due_time() {
     let redis = RedisServer::start();
     let (config, store) = one_partition_store(&redis).await;
     let due = store.redis_time_ms().await.expect("time") + 400;
-    enqueue_at(&store, &config, "ahead", due).await;
+    crate::enqueue_at(&store, &config, "ahead", due).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let (claimed, claimed_at) = loop {
         assert!(tokio::time::Instant::now() < deadline, "never claimed");
@@ -145,7 +133,7 @@ async fn a_change_before_the_hand_over_wins_over_a_promotion_ahead() {
     let (config, store) = one_partition_store(&redis).await;
     let due = store.redis_time_ms().await.expect("time") + 300;
     for id in ["gone", "moved", "changed"] {
-        enqueue_at(&store, &config, id, due).await;
+        crate::enqueue_at(&store, &config, id, due).await;
     }
     wait_until(
         "the three are promoted ahead",
@@ -220,7 +208,7 @@ async fn a_job_handed_over_ahead_reads_in_flight_and_refuses_a_change() {
     let redis = RedisServer::start();
     let (config, store) = one_partition_store(&redis).await;
     let due = store.redis_time_ms().await.expect("time") + 200;
-    enqueue_at(&store, &config, "handed", due).await;
+    crate::enqueue_at(&store, &config, "handed", due).await;
     let claimed = claim_when_due(&store).await;
     assert_eq!((claimed[0].id.as_str(), claimed[0].attempt), ("handed", 1));
     let keys = store.keys().clone();
@@ -436,7 +424,7 @@ async fn a_promotion_ahead_opens_the_buckets_due_by_its_horizon() {
     let due = bucket_start + 5;
     let id = |i: usize| format!("z-{:02}", 49 - i);
     for i in 0..25 {
-        enqueue_at(&store, &config, &id(i), due).await;
+        crate::enqueue_at(&store, &config, &id(i), due).await;
     }
     let keys = store.keys().clone();
     let mut conn = redis.conn().await;
@@ -452,7 +440,7 @@ async fn a_promotion_ahead_opens_the_buckets_due_by_its_horizon() {
     )
     .await;
     for i in 25..50 {
-        enqueue_at(&store, &config, &id(i), due).await;
+        crate::enqueue_at(&store, &config, &id(i), due).await;
     }
     let promotion = store.promote(0, 256).await.expect("promote");
     assert!(

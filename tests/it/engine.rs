@@ -1013,13 +1013,7 @@ async fn stats_report_the_oldest_ready_jobs_lag() {
         .await
         .expect("TIME");
     let minute_ago = secs * 1000 + micros / 1000 - 60_000;
-    let input = JobInput {
-        id: Some("waiting".into()),
-        url: Some("http://127.0.0.1:9/never".into()),
-        run_at: Some(hookq::job::RunAt::Millis(minute_ago)),
-        ..JobInput::default()
-    };
-    crate::enqueue_direct(&store, &config, input).await;
+    crate::enqueue_at(&store, &config, "waiting", minute_ago).await;
     let stats = store.stats().await.expect("stats");
     assert_eq!(stats.ready, 1);
     assert!(

@@ -260,6 +260,18 @@ pub async fn enqueue_direct(store: &hookq::store::Store, config: &Config, input:
     store.enqueue(&job.new_job(config)).await.expect("enqueue");
 }
 
+/// Creates job `id`, due at `due_ms` (Redis epoch ms), to a URL that is
+/// never reached, straight through `store` (see [`enqueue_direct`]).
+pub async fn enqueue_at(store: &hookq::store::Store, config: &Config, id: &str, due_ms: i64) {
+    let input = JobInput {
+        id: Some(id.into()),
+        url: Some("http://127.0.0.1:9/never".into()),
+        run_at: Some(hookq::job::RunAt::Millis(due_ms)),
+        ..JobInput::default()
+    };
+    enqueue_direct(store, config, input).await;
+}
+
 /// Claims job `id` (due now) through `store`, as a daemon would, and
 /// returns its claim; panics if the job is not claimed.
 pub async fn claim_direct(store: &hookq::store::Store, id: &str) -> hookq::store::Claimed {

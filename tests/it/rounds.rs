@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use hookq::job::{JobInput, RunAt, State};
+use hookq::job::State;
 use hookq::store::{CancelOutcome, Claimed, FailOutcome, Store};
 
 use crate::support::redis::RedisServer;
@@ -26,13 +26,7 @@ async fn store_with_jobs_due(redis: &RedisServer, ids: &[&str]) -> Store {
     let (config, store) = crate::partitioned_store(redis, PARTITIONS).await;
     let due = store.redis_time_ms().await.expect("time") + 300;
     for id in ids {
-        let input = JobInput {
-            id: Some((*id).into()),
-            url: Some("http://127.0.0.1:9/never".into()),
-            run_at: Some(RunAt::Millis(due)),
-            ..JobInput::default()
-        };
-        crate::enqueue_direct(&store, &config, input).await;
+        crate::enqueue_at(&store, &config, id, due).await;
     }
     store
 }
@@ -307,13 +301,7 @@ async fn a_round_that_ended_no_longer_hides_its_jobs_from_a_claim() {
     let (config, store) = crate::partitioned_store(&redis, PARTITIONS).await;
     let now = store.redis_time_ms().await.expect("time");
     for (id, due) in [("ea", now + 300), ("eb", now + 300), ("ec", now + 1_000)] {
-        let input = JobInput {
-            id: Some(id.into()),
-            url: Some("http://127.0.0.1:9/never".into()),
-            run_at: Some(RunAt::Millis(due)),
-            ..JobInput::default()
-        };
-        crate::enqueue_direct(&store, &config, input).await;
+        crate::enqueue_at(&store, &config, id, due).await;
     }
     let first = claim_round(&store, 2).await;
     let ea = first.iter().find(|j| j.id == "ea").expect("ea").clone();

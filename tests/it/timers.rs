@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use hookq::job::{now_ms, JobInput, RunAt};
+use hookq::job::now_ms;
 use serde_json::json;
 
 use crate::support::receiver::{Receiver, Recorded, Reply};
@@ -40,13 +40,7 @@ async fn one_promotion_sends_every_partitions_jobs_to_their_own_lists() {
             2 => format!("{i}.x-{}", ":_".repeat(i % 5)),
             _ => format!("a{i}"),
         };
-        let input = JobInput {
-            id: Some(id.clone()),
-            url: Some("http://127.0.0.1:9/never".into()),
-            run_at: Some(RunAt::Millis(due)),
-            ..JobInput::default()
-        };
-        crate::enqueue_direct(&store, &config, input).await;
+        crate::enqueue_at(&store, &config, &id, due).await;
         by_partition
             .entry(keys.partition_of(&id))
             .or_default()
